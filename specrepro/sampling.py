@@ -1,0 +1,191 @@
+"""Logits processing and the accept/reject rule of speculative sampling.
+
+What this file is: the exact, model-free core that the exactness battery exercises.
+
+* :class:`SamplingConfig` and :func:`logits_to_probs` turn logits into the distribution that is actually sampled
+  (temperature, top-k, top-p; temperature 0 is greedy, a one-hot argmax). Target and draft go through the SAME
+  function, so the draft probabilities q used in the ratio p/q are the processed ones. (Using the raw draft softmax
+  while sampling from the processed one breaks exactness; HF transformers had that bug, issue #47932.)
+* :func:`acceptance_probability` and :func:`residual_distribution` are the two pieces of Leviathan et al. (2023),
+  Algorithm 1 / Chen et al. (2023), Algorithm 2: accept draft token x with probability min(1, p(x)/q(x)); after a
+  rejection sample from norm(max(0, p - q)).
+* :func:`verify_chain` runs one verification of a drafted block.
+
+What it is not: a decoding loop (see :mod:`specrepro.decoding`) or a tree verifier (see :mod:`specrepro.trees`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "SamplingConfig",
+    "logits_to_probs",
+    "sample",
+    "acceptance_probability",
+    "residual_distribution",
+    "verify_chain",
+]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How logits become a sampling distribution (applied identically to target and draft).
+
+    Attributes:
+        temperature: >= 0; 0 means greedy (argmax, one-hot distribution).
+        top_k: keep the k most likely tokens (ties at the k-th value are kept); None or 0 disables.
+        top_p: nucleus sampling: keep the smallest set of most likely tokens with mass >= top_p; in (0, 1].
+
+    Raises:
+        ValueError: temperature < 0 or not finite, top_k < 0, top_p outside (0, 1].
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float = 1.0
+
+    def __post_init__(self):
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) or self.temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}")
+        if self.top_k is not None and (int(self.top_k) != self.top_k or self.top_k < 0):
+            raise ValueError(f"top_k must be a non-negative integer or None, got {self.top_k!r}")
+        if not (isinstance(self.top_p, (int, float)) and 0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """Processed sampling distribution(s) from logits.
+
+    Order as in HF transformers: temperature, then top-k, then top-p, then softmax.
+
+    Args:
+        logits: float tensor [..., V] (any float dtype; computed in float32, or float64 if given float64).
+        config: the sampling configuration.
+
+    Returns:
+        probs: float32 (or float64) tensor [..., V], rows summing to 1; one-hot argmax rows when
+        ``config.temperature == 0``.
+
+    Raises:
+        ValueError: ``logits`` contains NaN, or a row is entirely -inf.
+    """
+    x = logits.double() if logits.dtype == torch.float64 else logits.float()
+    if torch.isnan(x).any():
+        raise ValueError("NaN in logits: the model produced invalid scores (check dtype overflow or the weights)")
+    if config.greedy:
+        idx = x.argmax(dim=-1, keepdim=True)
+        return torch.zeros_like(x).scatter_(-1, idx, 1.0)
+    x = x / config.temperature
+    if config.top_k:
+        k = min(int(config.top_k), x.shape[-1])
+        kth = torch.topk(x, k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if config.top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1, descending=True)
+        sorted_p = torch.softmax(sorted_x, dim=-1)
+        mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+        drop_sorted = mass_before >= config.top_p  # the first token is never dropped (mass_before = 0)
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        x = x.masked_fill(drop, float("-inf"))
+    if (x == float("-inf")).all(dim=-1).any():
+        raise ValueError("a row of logits is entirely -inf: no token can be sampled")
+    return torch.softmax(x, dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Draw one token per row of ``probs`` [..., V] with ``generator``; returns long [...]."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    out = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
+    return out.reshape(probs.shape[:-1])
+
+
+def acceptance_probability(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    """min(1, p(x) / q(x)) elementwise (Leviathan Alg. 1, Chen Alg. 2); q(x) = 0 gives 1 if p(x) > 0 else 0."""
+    ratio = torch.where(q_x > 0, p_x / q_x.clamp_min(torch.finfo(q_x.dtype).tiny), (p_x > 0).to(p_x.dtype))
+    return ratio.clamp(max=1.0)
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor | None, token: int | torch.Tensor) -> torch.Tensor:
+    """The residual distribution norm(max(0, p - q)) sampled after a rejection.
+
+    Args:
+        p: target distribution, float [V].
+        q: draft distribution, float [V], or None for a point-mass draft of ``token`` (then max(0, p - q) is p with
+           ``token`` zeroed).
+        token: the rejected draft token (used for point masses).
+
+    Returns:
+        float [V] summing to 1. If max(0, p - q) has no mass (p == q up to rounding, where a rejection has
+        probability 0), p itself is returned so the result is never NaN.
+    """
+    if q is None:
+        r = p.clone()
+        r[token] = 0.0
+    else:
+        r = (p - q).clamp_min(0.0)
+    mass = r.sum()
+    if not bool(mass > 0):
+        return p
+    return r / mass
+
+
+def verify_chain(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    generator: torch.Generator | None,
+) -> tuple[int, int]:
+    """Verify one drafted block with the speculative sampling rule (Leviathan et al. 2023, Algorithm 1).
+
+    Accept draft token i with probability min(1, p_i(x_i) / q_i(x_i)); at the first rejection sample the next token
+    from norm(max(0, p_i - q_i)); if all gamma tokens are accepted, sample the bonus token from p_gamma. The tokens
+    produced are then distributed exactly as gamma+1 ... tokens sampled from the target (Leviathan Thm 3.5).
+
+    Args:
+        target_probs: float [gamma+1, V]; row i is the target distribution before draft token i, row gamma the
+            distribution at the bonus position.
+        draft_probs: float [gamma, V]; row i is the distribution draft token i was sampled from; None for point-mass
+            drafts (n-gram / prompt lookup), where q_i(x_i) = 1.
+        draft_tokens: long [gamma].
+        generator: the torch.Generator all randomness is drawn from (on the probabilities' device).
+
+    Returns:
+        ``(n_accepted, next_token)``: the number of leading draft tokens accepted (0..gamma) and the correction token
+        (after a rejection) or bonus token (if all were accepted), as Python ints.
+
+    Raises:
+        ValueError: shapes disagree.
+    """
+    gamma = draft_tokens.shape[0]
+    if target_probs.shape[0] != gamma + 1:
+        raise ValueError(f"target_probs has {target_probs.shape[0]} rows, expected gamma+1 = {gamma + 1}")
+    if draft_probs is not None and draft_probs.shape[0] != gamma:
+        raise ValueError(f"draft_probs has {draft_probs.shape[0]} rows, expected gamma = {gamma}")
+    if gamma == 0:
+        return 0, int(sample(target_probs[0], generator))
+    idx = torch.arange(gamma, device=target_probs.device)
+    p_x = target_probs[idx, draft_tokens]
+    if draft_probs is None:
+        q_x = torch.ones_like(p_x)
+    else:
+        q_x = draft_probs[idx, draft_tokens]
+    u = torch.rand(gamma, generator=generator, device=target_probs.device, dtype=p_x.dtype)
+    accepted = u < acceptance_probability(p_x, q_x)
+    rejected = (~accepted).nonzero()
+    n = int(rejected[0, 0]) if rejected.numel() else gamma
+    if n == gamma:
+        return n, int(sample(target_probs[gamma], generator))
+    q_row = None if draft_probs is None else draft_probs[n]
+    residual = residual_distribution(target_probs[n], q_row, int(draft_tokens[n]))
+    return n, int(sample(residual, generator))
