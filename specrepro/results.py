@@ -1,0 +1,139 @@
+"""Where results go, and how they are written: atomically, with provenance.
+
+What this file is: the notebooks' one way to save a result table (CSV under ``data/results/``) or a figure (PNG and
+PDF under ``figures/``), each with a provenance sidecar ``<name>.provenance.json`` (git commit, profile, device,
+date, library versions), and to skip work whose result already exists (``make reproduce`` resumes).
+
+Layout by profile: the standard profile (the one ``make reproduce`` runs by default and whose outputs are committed)
+writes to ``data/results/`` and ``figures/``; another profile P writes to ``build/P/results/`` and
+``build/P/figures/`` (not committed), so CI's quick runs never touch the committed results.
+
+What it is not: plotting style (:mod:`specrepro.plots`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["repo_root", "results_dir", "figures_dir", "provenance", "save_table", "load_table", "save_figure",
+           "atomic_write_text", "device_description"]
+
+STANDARD = "standard"
+
+
+def repo_root() -> Path:
+    """The repository root (the directory holding pyproject.toml), found from this file; falls back to the cwd."""
+    here = Path(__file__).resolve().parent.parent
+    return here if (here / "pyproject.toml").exists() else Path.cwd()
+
+
+def results_dir(profile: str = STANDARD) -> Path:
+    d = repo_root() / ("data/results" if profile == STANDARD else f"build/{profile}/results")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def figures_dir(profile: str = STANDARD) -> Path:
+    d = repo_root() / ("figures" if profile == STANDARD else f"build/{profile}/figures")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo_root(), capture_output=True,
+                             text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo_root(),
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (out.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def device_description(device: str = "cpu") -> str:
+    """A short human description of the compute device, e.g. 'cpu (2 cores)' or 'cuda: NVIDIA H100 80GB HBM3'."""
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(torch.device(device))}"
+    return f"cpu ({os.cpu_count()} cores, {platform.machine()})"
+
+
+def provenance(profile: str, device: str = "cpu", **extra) -> dict:
+    """Provenance record: commit, profile, device, date (day only), torch/transformers versions, plus ``extra``."""
+    import torch
+    import transformers
+
+    rec = {
+        "commit": _git_commit(),
+        "profile": profile,
+        "device": device_description(device),
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    rec.update(extra)
+    return rec
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", **extra) -> Path:
+    """Write ``df`` as ``<results_dir>/<name>.csv`` (atomically) and its provenance sidecar; returns the CSV path."""
+    path = results_dir(profile) / f"{name}.csv"
+    atomic_write_text(path, df.to_csv(index=False, float_format="%.6g"))
+    atomic_write_text(path.with_suffix(".provenance.json"),
+                      json.dumps(provenance(profile, device, **extra), indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def load_table(name: str, profile: str = STANDARD):
+    """Read ``<results_dir>/<name>.csv`` back as a DataFrame; None if it does not exist yet."""
+    import pandas as pd
+
+    path = results_dir(profile) / f"{name}.csv"
+    return pd.read_csv(path) if path.exists() else None
+
+
+def save_figure(fig, name: str, profile: str = STANDARD, device: str = "cpu", **extra) -> Path:
+    """Save ``fig`` as PNG and PDF under ``figures_dir(profile)`` with a provenance footer and sidecar.
+
+    The footer names the commit, profile and device so a figure carries where it came from. Returns the PNG path.
+    """
+    prov = provenance(profile, device, **extra)
+    fig.text(0.99, 0.005, f"specrepro {prov['commit']} · profile {profile} · {prov['device']}", ha="right",
+             va="bottom", fontsize=6, color="0.5")
+    out = figures_dir(profile) / name
+    meta = {"Title": name, "Subject": json.dumps(prov, sort_keys=True)}
+    for ext in ("png", "pdf"):
+        path = out.with_suffix(f".{ext}")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{ext}")
+        os.close(fd)
+        try:
+            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight",
+                        metadata=meta if ext == "pdf" else {"Description": meta["Subject"]})
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    atomic_write_text(out.with_suffix(".provenance.json"), json.dumps(prov, indent=1, sort_keys=True) + "\n")
+    return out.with_suffix(".png")
