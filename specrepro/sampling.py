@@ -145,6 +145,9 @@ def verify_chain(
     draft_probs: torch.Tensor | None,
     draft_tokens: torch.Tensor,
     generator: torch.Generator | None,
+    *,
+    accept_fn=None,
+    residual_fn=None,
 ) -> tuple[int, int]:
     """Verify one drafted block with the speculative sampling rule (Leviathan et al. 2023, Algorithm 1).
 
@@ -159,6 +162,8 @@ def verify_chain(
             drafts (n-gram / prompt lookup), where q_i(x_i) = 1.
         draft_tokens: long [gamma].
         generator: the torch.Generator all randomness is drawn from (on the probabilities' device).
+        accept_fn, residual_fn: replacements for :func:`acceptance_probability` and :func:`residual_distribution`;
+            only for negative controls in the exactness battery (a wrong rule must fail the same tests).
 
     Returns:
         ``(n_accepted, next_token)``: the number of leading draft tokens accepted (0..gamma) and the correction token
@@ -181,11 +186,11 @@ def verify_chain(
     else:
         q_x = draft_probs[idx, draft_tokens]
     u = torch.rand(gamma, generator=generator, device=target_probs.device, dtype=p_x.dtype)
-    accepted = u < acceptance_probability(p_x, q_x)
+    accepted = u < (accept_fn or acceptance_probability)(p_x, q_x)
     rejected = (~accepted).nonzero()
     n = int(rejected[0, 0]) if rejected.numel() else gamma
     if n == gamma:
         return n, int(sample(target_probs[gamma], generator))
     q_row = None if draft_probs is None else draft_probs[n]
-    residual = residual_distribution(target_probs[n], q_row, int(draft_tokens[n]))
+    residual = (residual_fn or residual_distribution)(target_probs[n], q_row, int(draft_tokens[n]))
     return n, int(sample(residual, generator))

@@ -1,0 +1,172 @@
+"""The analysis of speculative decoding (Leviathan et al. 2023, Sec. 3) and a hardware-aware cost model.
+
+What this file is: closed forms for the acceptance rate α, the expected number of tokens per target call, the
+walltime improvement and the arithmetic-operations factor, the optimal γ, plus a cost model that replaces
+Leviathan's constant cost ratio c and flat verification cost with measured cost curves t_target(n) and t_draft(n)
+(the time of one KV-cached forward pass over n new tokens). On a small CPU a 4-token verification can cost twice a
+1-token step, which the constant-c model cannot see.
+
+What it is not: a simulator of the sampler (see :mod:`specrepro.sampling` and the tests) or a timer (the measured
+curves come from :func:`measure_cost_curve` or from the decoding loop's ``forward_sizes`` / ``target_times``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "acceptance_alpha",
+    "expected_tokens",
+    "walltime_improvement",
+    "operations_factor",
+    "optimal_gamma",
+    "CostCurve",
+    "hardware_aware_speedup",
+    "optimal_gamma_hardware",
+    "measure_cost_curve",
+]
+
+
+def acceptance_alpha(p, q) -> float:
+    """α = E[Σ_x min(p(x), q(x))] = 1 - E[D_TV(p, q)] (Leviathan Def. 3.1, Thm 3.8).
+
+    Args:
+        p, q: arrays/tensors [..., V] of target and draft distributions (rows are contexts); the mean over rows is
+            returned.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    return float(np.minimum(p, q).sum(-1).mean())
+
+
+def _check(alpha, gamma):
+    alpha = np.asarray(alpha, dtype=np.float64)
+    if np.any((alpha < 0) | (alpha > 1)):
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    if np.any(np.asarray(gamma) < 0):
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    return alpha
+
+
+def expected_tokens(alpha, gamma):
+    """E[tokens per target call] = (1 - α^(γ+1)) / (1 - α) (Leviathan Eq. 1); γ + 1 at α = 1. Broadcasts."""
+    alpha = _check(alpha, gamma)
+    gamma = np.asarray(gamma, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(alpha < 1, (1 - alpha ** (gamma + 1)) / np.where(alpha < 1, 1 - alpha, 1.0), gamma + 1)
+    return out if out.ndim else float(out)
+
+
+def walltime_improvement(alpha, gamma, c):
+    """Expected walltime improvement (1 - α^(γ+1)) / ((1 - α)(γc + 1)) (Leviathan Thm 3.8); c = t_draft / t_target."""
+    if np.any(np.asarray(c) < 0):
+        raise ValueError(f"cost coefficient c must be >= 0, got {c}")
+    out = np.asarray(expected_tokens(alpha, gamma)) / (np.asarray(gamma) * np.asarray(c) + 1)
+    return out if out.ndim else float(out)
+
+
+def operations_factor(alpha, gamma, c_hat=0.0):
+    """Expected factor of arithmetic operations (1 - α)(γĉ + γ + 1) / (1 - α^(γ+1)) (Leviathan Thm 3.11)."""
+    out = (np.asarray(gamma) * np.asarray(c_hat) + np.asarray(gamma) + 1) / np.asarray(expected_tokens(alpha, gamma))
+    return out if out.ndim else float(out)
+
+
+def optimal_gamma(alpha: float, c: float, max_gamma: int = 64) -> int:
+    """The integer γ in [1, max_gamma] maximizing :func:`walltime_improvement` (Leviathan Sec. 3.5, numerically)."""
+    gammas = np.arange(1, max_gamma + 1)
+    return int(gammas[np.argmax(walltime_improvement(alpha, gammas, c))])
+
+
+@dataclass
+class CostCurve:
+    """Measured time of one forward pass over n new tokens: points (n_i, ms_i), linearly interpolated (ms).
+
+    Beyond the last point the curve is extrapolated with the last segment's slope.
+    """
+
+    n: Sequence[float]
+    ms: Sequence[float]
+
+    def __post_init__(self):
+        order = np.argsort(self.n)
+        self.n = np.asarray(self.n, dtype=np.float64)[order]
+        self.ms = np.asarray(self.ms, dtype=np.float64)[order]
+        if len(self.n) == 0:
+            raise ValueError("a cost curve needs at least one measured point")
+
+    def __call__(self, n):
+        n = np.asarray(n, dtype=np.float64)
+        out = np.interp(n, self.n, self.ms)
+        if len(self.n) >= 2:
+            slope = (self.ms[-1] - self.ms[-2]) / (self.n[-1] - self.n[-2])
+            out = np.where(n > self.n[-1], self.ms[-1] + slope * (n - self.n[-1]), out)
+        return out if out.ndim else float(out)
+
+    @classmethod
+    def constant_ratio(cls, c: float, ms: float = 1.0) -> "CostCurve":
+        """A flat curve (verification cost independent of n): Leviathan's model with t = ms."""
+        return cls([1, 2], [ms * c, ms * c]) if c else cls([1, 2], [0.0, 0.0])
+
+
+def hardware_aware_speedup(alpha, gamma: int, t_target: Callable, t_draft: Callable | None, overhead_ms: float = 0.0):
+    """Predicted speedup over AR with measured cost curves.
+
+    speedup = E[tokens](α, γ) · t_target(1) / (γ · t_draft(1) + t_target(γ + 1) + overhead_ms)
+
+    With t_target flat and t_draft = c · t_target this is exactly Leviathan's walltime improvement.
+
+    Args:
+        alpha: acceptance rate α in [0, 1].
+        gamma: draft length γ >= 0 (0 = AR).
+        t_target, t_draft: callables n -> ms (e.g. :class:`CostCurve`); t_draft None for free drafts (n-gram).
+        overhead_ms: per-step bookkeeping not in either curve (sampling, cache cropping).
+    """
+    draft = 0.0 if (t_draft is None or gamma == 0) else gamma * float(t_draft(1))
+    step = draft + float(t_target(gamma + 1)) + overhead_ms
+    return float(expected_tokens(alpha, gamma)) * float(t_target(1)) / step
+
+
+def optimal_gamma_hardware(alpha: float, t_target: Callable, t_draft: Callable | None, max_gamma: int = 16,
+                           overhead_ms: float = 0.0) -> int:
+    """The γ in [1, max_gamma] maximizing :func:`hardware_aware_speedup`."""
+    best = max(range(1, max_gamma + 1),
+               key=lambda g: hardware_aware_speedup(alpha, g, t_target, t_draft, overhead_ms))
+    return int(best)
+
+
+def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200, repeats: int = 5,
+                       generator=None) -> CostCurve:
+    """Time one KV-cached forward pass of ``n`` new tokens on a ``prefix_len``-token prefix, for each n (median, ms).
+
+    Random token ids (drawn with ``generator``) are used: the cost of a dense transformer forward does not depend on
+    the ids. CUDA is synchronized around each timed call.
+    """
+    import torch
+
+    from .kvcache import crop_cache, new_cache
+
+    device = model.device
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (1, prefix_len + max(ns)), generator=generator).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    med = []
+    with torch.inference_mode():
+        cache = new_cache(model)
+        model(input_ids=ids[:, :prefix_len], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        for n in ns:
+            times = []
+            for r in range(repeats + 1):
+                sync()
+                t0 = time.perf_counter()
+                model(input_ids=ids[:, prefix_len:prefix_len + n], past_key_values=cache, use_cache=True,
+                      logits_to_keep=n)
+                sync()
+                if r:  # the first call is a warm-up
+                    times.append(1000 * (time.perf_counter() - t0))
+                crop_cache(cache, prefix_len)
+            med.append(float(np.median(times)))
+    return CostCurve(list(ns), med)
