@@ -1,0 +1,140 @@
+"""End-to-end exactness of the decoding loop on tiny random transformers (part b/c of the battery), the loop's
+contract (EOS, max_new_tokens, errors), and greedy equality with AR.
+
+Goodness-of-fit: sequences of 3 new tokens sampled end to end by `generate` (real KV caches, rollback, the draft
+model's own cache) against the target's exact 3-token distribution, computed by enumerating every prefix with the
+target. Chi-square with sparse bins pooled, significance level 1e-3 per test; 3 real-rule tests, so a correct loop
+fails one with probability <= 0.3 % for a random seed (seeds are fixed here). Negative controls must fail.
+"""
+
+import functools
+
+import pytest
+import torch
+
+from conftest import tiny_lm
+from specrepro import decoding
+from specrepro.decoding import generate
+from specrepro.drafters import DraftModelDrafter, NGramDrafter, PromptLookupDrafter, Proposal
+from specrepro.exactness import RULES, ToyLM, gof_test, target_distribution
+from specrepro.sampling import SamplingConfig
+
+LEVEL = 1e-3
+N = 1500
+LENGTH = 3
+PROMPT = torch.tensor([1, 5, 2, 7])
+CONFIGS = {
+    "T=1": SamplingConfig(1.0),
+    "T=0.8,top-k=4": SamplingConfig(0.8, top_k=4),
+    "T=1.2,top-p=0.8": SamplingConfig(1.2, top_p=0.8),
+}
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_lm("llama", seed=1), tiny_lm("qwen2", seed=2)
+
+
+def _run(target, drafter, cfg, n, seed, gamma=3):
+    g = torch.Generator().manual_seed(seed)
+    return [tuple(generate(target, PROMPT, drafter=drafter, gamma=gamma, max_new_tokens=LENGTH, sampling=cfg,
+                           generator=g).tokens) for _ in range(n)]
+
+
+@pytest.mark.parametrize("cfg", list(CONFIGS))
+def test_end_to_end_goodness_of_fit(pair, cfg):
+    target, draft = pair
+    exact = target_distribution(ToyLM.from_transformer(target, PROMPT), CONFIGS[cfg], LENGTH)
+    samples = _run(target, DraftModelDrafter(draft, 8), CONFIGS[cfg], N, seed=5)
+    _, pval = gof_test(samples, exact)
+    assert pval > LEVEL
+
+
+class RawQDrafter(DraftModelDrafter):
+    """Negative control: samples from the processed q but reports the raw softmax as q (HF issue #47932's bug)."""
+
+    def propose(self, ids, gamma, sampling, generator):
+        prop = super().propose(ids, gamma, sampling, generator)
+        raw = []
+        for i in range(prop.tokens.numel()):
+            ctx = torch.cat([ids, prop.tokens[:i]])
+            raw.append(torch.softmax(self.model(input_ids=ctx[None]).logits[0, -1].float(), -1))
+        return Proposal(prop.tokens, torch.stack(raw))
+
+
+def test_negative_control_raw_q_fails(pair):
+    target, draft = pair
+    cfg = CONFIGS["T=0.8,top-k=4"]
+    exact = target_distribution(ToyLM.from_transformer(target, PROMPT), cfg, LENGTH)
+    samples = _run(target, RawQDrafter(draft, 8), cfg, N, seed=5)
+    assert gof_test(samples, exact)[1] < LEVEL
+
+
+def test_negative_control_no_residual_fails(pair, monkeypatch):
+    target, draft = pair
+    cfg = CONFIGS["T=1"]
+    wrong = functools.partial(decoding.verify_chain, residual_fn=RULES["no_residual"].residual)
+    monkeypatch.setattr(decoding, "verify_chain", wrong)
+    exact = target_distribution(ToyLM.from_transformer(target, PROMPT), cfg, LENGTH)
+    samples = _run(target, DraftModelDrafter(draft, 8), cfg, N, seed=5)
+    assert gof_test(samples, exact)[1] < LEVEL
+
+
+# --- the loop's contract -------------------------------------------------------------------------------------------
+
+def test_greedy_speculative_equals_ar_on_tiny_models(pair):
+    target, draft = pair
+    prompt = torch.tensor([3, 1, 4, 1, 5, 2, 6])
+    ar = generate(target, prompt, max_new_tokens=40).tokens
+    corpus = [prompt.tolist() + ar]
+    for drafter in (DraftModelDrafter(draft, 8), PromptLookupDrafter(), NGramDrafter(corpus, 8, 2),
+                    DraftModelDrafter(target, 8)):
+        for gamma in (1, 2, 5):
+            out = generate(target, prompt, drafter=drafter, gamma=gamma, max_new_tokens=40)
+            assert out.tokens == ar, (drafter.name, gamma)
+
+
+def test_self_draft_accepts_everything(pair):
+    target, _ = pair
+    out = generate(target, PROMPT, drafter=DraftModelDrafter(target, 8), gamma=4, max_new_tokens=20,
+                   sampling=SamplingConfig(1.0), generator=torch.Generator().manual_seed(0))
+    assert out.accepted[:3] == [4, 4, 4] and out.alpha == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_max_new_tokens_and_eos_are_exact(pair, gamma):
+    target, draft = pair
+    for limit in (1, 2, 5, 9):
+        out = generate(target, PROMPT, drafter=DraftModelDrafter(draft, 8), gamma=gamma, max_new_tokens=limit,
+                       sampling=SamplingConfig(1.0), generator=torch.Generator().manual_seed(limit))
+        assert len(out.tokens) == limit
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        out = generate(target, PROMPT, drafter=DraftModelDrafter(draft, 8), gamma=gamma, max_new_tokens=30,
+                       sampling=SamplingConfig(1.0), generator=g, eos_token_id=3)
+        if 3 in out.tokens:
+            assert out.tokens.index(3) == len(out.tokens) - 1 and out.stopped_at_eos
+        else:
+            assert len(out.tokens) == 30
+
+
+def test_bad_input_is_refused(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="gamma"):
+        generate(target, PROMPT, drafter=DraftModelDrafter(draft, 8), gamma=0)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(target, PROMPT, max_new_tokens=0)
+    with pytest.raises(ValueError, match="empty prompt"):
+        generate(target, torch.tensor([], dtype=torch.long))
+    with pytest.raises(ValueError, match="Generator"):
+        generate(target, PROMPT, sampling=SamplingConfig(1.0))
+
+
+def test_metrics_are_consistent(pair):
+    target, draft = pair
+    out = generate(target, PROMPT, drafter=DraftModelDrafter(draft, 8), gamma=3, max_new_tokens=30,
+                   sampling=SamplingConfig(1.0), generator=torch.Generator().manual_seed(0))
+    assert sum(out.accepted) + out.n_steps >= len(out.tokens)  # truncation at the limit may drop tokens
+    assert 0 <= out.alpha <= 1 and len(out.per_position_acceptance(3)) == 3
+    assert set(out.times) >= {"prefill", "draft", "target", "verify", "total"}
+    assert out.forward_sizes and all(1 <= s <= 4 for s in out.forward_sizes)
