@@ -150,7 +150,7 @@ def cache_dir() -> Path:
 
 
 def _progress(total: int | None, desc: str, unit: str = "B"):
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "B", leave=False, disable=None)
 
@@ -235,7 +235,7 @@ def fetch_gguf(name: str) -> Path:
 
 
 def _progress_iter(items, desc):
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     return tqdm(items, desc=desc, unit="part", leave=False, disable=None)
 
@@ -274,7 +274,7 @@ def _zoo_dir(name: str) -> Path:
     gguf = fetch_gguf(name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     with tqdm(total=3, desc=f"dequantize {name}", leave=False, disable=None) as bar:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

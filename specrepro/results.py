@@ -120,8 +120,8 @@ def save_figure(fig, name: str, profile: str = STANDARD, device: str = "cpu", **
     The footer names the commit, profile and device so a figure carries where it came from. Returns the PNG path.
     """
     prov = provenance(profile, device, **extra)
-    fig.text(0.99, 0.005, f"specrepro {prov['commit']} · profile {profile} · {prov['device']}", ha="right",
-             va="bottom", fontsize=6, color="0.5")
+    fig.text(0.99, -0.02, f"specrepro {prov['commit']} · profile {profile} · {prov['device']}", ha="right",
+             va="top", fontsize=6, color="0.5")
     out = figures_dir(profile) / name
     meta = {"Title": name, "Subject": json.dumps(prov, sort_keys=True)}
     for ext in ("png", "pdf"):

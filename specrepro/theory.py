@@ -28,6 +28,7 @@ __all__ = [
     "hardware_aware_speedup",
     "optimal_gamma_hardware",
     "measure_cost_curve",
+    "measure_alpha",
 ]
 
 
@@ -112,10 +113,11 @@ class CostCurve:
         return cls([1, 2], [ms * c, ms * c]) if c else cls([1, 2], [0.0, 0.0])
 
 
-def hardware_aware_speedup(alpha, gamma: int, t_target: Callable, t_draft: Callable | None, overhead_ms: float = 0.0):
+def hardware_aware_speedup(alpha, gamma: int, t_target: Callable, t_draft: Callable | None, overhead_ms: float = 0.0,
+                           ar_overhead_ms: float = 0.0):
     """Predicted speedup over AR with measured cost curves.
 
-    speedup = E[tokens](α, γ) · t_target(1) / (γ · t_draft(1) + t_target(γ + 1) + overhead_ms)
+    speedup = E[tokens](α, γ) · (t_target(1) + o_AR) / (γ · t_draft(1) + t_target(γ + 1) + o_SD)
 
     With t_target flat and t_draft = c · t_target this is exactly Leviathan's walltime improvement.
 
@@ -123,11 +125,12 @@ def hardware_aware_speedup(alpha, gamma: int, t_target: Callable, t_draft: Calla
         alpha: acceptance rate α in [0, 1].
         gamma: draft length γ >= 0 (0 = AR).
         t_target, t_draft: callables n -> ms (e.g. :class:`CostCurve`); t_draft None for free drafts (n-gram).
-        overhead_ms: per-step bookkeeping not in either curve (sampling, cache cropping).
+        overhead_ms: per-step time outside the forward passes (sampling, verification, cache cropping), o_SD.
+        ar_overhead_ms: the same for an AR step, o_AR.
     """
     draft = 0.0 if (t_draft is None or gamma == 0) else gamma * float(t_draft(1))
     step = draft + float(t_target(gamma + 1)) + overhead_ms
-    return float(expected_tokens(alpha, gamma)) * float(t_target(1)) / step
+    return float(expected_tokens(alpha, gamma)) * (float(t_target(1)) + ar_overhead_ms) / step
 
 
 def optimal_gamma_hardware(alpha: float, t_target: Callable, t_draft: Callable | None, max_gamma: int = 16,
@@ -170,3 +173,52 @@ def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
                 crop_cache(cache, prefix_len)
             med.append(float(np.median(times)))
     return CostCurve(list(ns), med)
+
+
+def measure_alpha(target, drafter, ids, prompt_len: int, sampling) -> list[float]:
+    """Teacher-forced α terms along a given sequence: Σ_x min(p_t(x), q_t(x)) at every generated position t.
+
+    Leviathan's α is an expectation over contexts drawn from the target; pass a sequence the target generated
+    (AR or, equivalently, exact speculative sampling) at the same ``sampling`` settings. One target forward pass
+    scores every position, so this is far cheaper than decoding once per drafter.
+
+    Args:
+        target: causal LM.
+        drafter: a :mod:`specrepro.drafters` drafter. Draft models are scored with one forward pass; n-gram drafts
+            from their tables; prompt lookup (point masses) gives p_t(x_t) where it proposes x_t and nothing where it
+            proposes nothing.
+        ids: long [L], prompt followed by the generated tokens.
+        prompt_len: number of prompt tokens; positions prompt_len..L-1 are scored.
+        sampling: the SamplingConfig applied to both distributions (T = 0 gives argmax agreement).
+
+    Returns:
+        list of α terms (floats in [0, 1]), one per scored position.
+    """
+    import torch
+
+    from .drafters import DraftModelDrafter, NGramDrafter, PromptLookupDrafter, _fit_width
+    from .sampling import logits_to_probs
+
+    ids = ids.reshape(-1)
+    with torch.inference_mode():
+        logits = target(input_ids=ids[None].to(target.device)).logits[0, prompt_len - 1: -1]
+        p = logits_to_probs(logits, sampling).cpu()
+        width = p.shape[-1]
+        if isinstance(drafter, DraftModelDrafter):
+            dl = drafter.model(input_ids=ids[None].to(drafter.model.device)).logits[0, prompt_len - 1: -1]
+            q = logits_to_probs(_fit_width(dl, width), sampling).cpu()
+            return torch.minimum(p, q).sum(-1).tolist()
+        if isinstance(drafter, NGramDrafter):
+            terms = []
+            for i, t in enumerate(range(prompt_len, ids.numel())):
+                q = logits_to_probs(_fit_width(drafter.distribution(int(ids[t - 1])).log(), width), sampling)
+                terms.append(float(torch.minimum(p[i], q).sum()))
+            return terms
+        if isinstance(drafter, PromptLookupDrafter):
+            terms = []
+            for i, t in enumerate(range(prompt_len, ids.numel())):
+                prop = drafter.propose(ids[:t].cpu(), 1, sampling, None)
+                if prop.tokens.numel():
+                    terms.append(float(p[i, int(prop.tokens[0])]))
+            return terms
+    raise TypeError(f"measure_alpha does not know drafter type {type(drafter).__name__}")

@@ -1,0 +1,76 @@
+# specrepro - `make help` lists the targets. Everything installs itself: on a fresh machine `make test` and
+# `make reproduce` create the pinned virtual environment first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+
+# PYTHON: the interpreter that creates the virtual environment (3.10-3.12)
+PYTHON  ?= python3
+VENV    ?= .venv
+# PROFILE: quick (CI, minutes) | standard (laptop CPU, about an hour) | full (a GPU)
+PROFILE ?= standard
+# JOBS: pytest-xdist workers for the unit tests
+JOBS    ?= 2
+# TORCH_INDEX: extra package index for torch, e.g. PyTorch's CPU-only index on a machine where the default index
+# would bring a CUDA build (empty: the default index; this project's CI machines carry the CPU wheel locally)
+TORCH_INDEX ?=
+
+PY       := $(VENV)/bin/python
+STAMP    := $(VENV)/.specrepro-installed
+SOURCES  := $(wildcard specrepro/*.py)
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+EXECUTED_DIR := notebooks/executed/$(PROFILE)
+EXECUTED := $(patsubst notebooks/%.ipynb,$(EXECUTED_DIR)/%.ipynb,$(NOTEBOOKS))
+QUICK_EXECUTED := $(patsubst notebooks/%.ipynb,notebooks/executed/quick/%.ipynb,$(NOTEBOOKS))
+
+.PHONY: help setup test unit nbval reproduce notebooks lab fetch bench clean-results
+
+help:  ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  variables: PROFILE=$(PROFILE) (quick|standard|full), VENV=$(VENV), PYTHON=$(PYTHON)"
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+setup: $(STAMP)  ## create the pinned virtual environment (.venv; torch CPU build)
+
+fetch: $(STAMP)  ## fetch, verify and cache the model zoo for PROFILE (smollm2 for quick, + the qwen pair otherwise)
+	$(PY) -c "from specrepro.models import load_model; import sys; \
+	    names = ['smollm2-135m'] + ([] if '$(PROFILE)' == 'quick' else ['qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b']); \
+	    [load_model(n) for n in names]"
+
+test: unit nbval  ## run the unit tests and the exactness battery, then nbval on the quick-profile notebooks
+
+unit: $(STAMP)  ## pytest: unit tests and the exactness battery (tests/)
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile tests
+
+nbval: $(STAMP)  ## re-execute the committed quick-profile notebooks and compare their checked cells (nbval, lax)
+	$(PY) -m pytest -q --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly $(QUICK_EXECUTED)
+
+reproduce: $(STAMP) fetch notebooks  ## run every notebook for PROFILE: data/results/, figures/, notebooks/executed/
+
+notebooks: $(EXECUTED)
+
+# One rule per artifact: each executed notebook depends on its source, the profile and the library.
+# papermill writes to a temporary file that is renamed only on success, so an interrupted run resumes
+# where it stopped; expensive steps inside the notebooks are cached by their inputs.
+$(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb profiles/$(PROFILE).yaml $(SOURCES) | $(STAMP)
+	@mkdir -p $(@D)
+	cd notebooks && ../$(VENV)/bin/papermill --no-progress-bar -k python3 -f ../profiles/$(PROFILE).yaml \
+	    $*.ipynb ../$@.partial.ipynb
+	$(PY) -m specrepro.nbclean $@.partial.ipynb
+	mv $@.partial.ipynb $@
+
+lab: $(STAMP)  ## open JupyterLab with the project's kernel
+	$(PY) -m ipykernel install --sys-prefix --name specrepro --display-name "specrepro (.venv)"
+	$(VENV)/bin/jupyter lab notebooks/
+
+bench: $(STAMP)  ## python -m specrepro bench with the qwen-coder pair (see README for options)
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-tokens 128
+
+clean-results:  ## delete build/ (quick and full profile outputs); committed standard results stay
+	rm -rf build

@@ -1,0 +1,165 @@
+"""Experiment runners behind the Leviathan notebooks: one function per table, returning tidy pandas DataFrames.
+
+What this file is: the loops over prompts, drafters, temperatures and γ that notebooks 03 and 04 call, so the
+notebooks only choose settings, tabulate and plot. Timed runs are interleaved prompt by prompt (every method runs
+on prompt 1, then every method on prompt 2, ...) so that drift of a shared machine hits all methods alike.
+
+What it is not: the benchmark command (:mod:`specrepro.bench`, which also runs HF transformers' own generation) or
+the algorithms (:mod:`specrepro.decoding`, :mod:`specrepro.sampling`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .decoding import generate
+from .sampling import SamplingConfig
+from .theory import (CostCurve, expected_tokens, hardware_aware_speedup, measure_alpha, operations_factor,
+                     walltime_improvement)
+
+__all__ = ["leviathan_table1", "alpha_table", "speed_table", "summarize_speed", "encode"]
+
+#: Leviathan et al. 2023, Table 1: (alpha, gamma) -> (operations factor, speed), c = c_hat = 0.
+LEVIATHAN_TABLE1 = {(0.6, 2): (1.53, 1.96), (0.7, 3): (1.58, 2.53), (0.8, 2): (1.23, 2.44), (0.8, 5): (1.63, 3.69),
+                    (0.9, 2): (1.11, 2.71), (0.9, 10): (1.60, 6.86)}
+
+
+def leviathan_table1() -> pd.DataFrame:
+    """Leviathan Table 1 recomputed from Thm 3.8 and 3.11 (c = ĉ = 0), the paper's values beside."""
+    rows = []
+    for (a, g), (ops, speed) in LEVIATHAN_TABLE1.items():
+        rows.append({"alpha": a, "gamma": g, "operations": operations_factor(a, g, 0.0),
+                     "speed": walltime_improvement(a, g, 0.0), "paper_operations": ops, "paper_speed": speed})
+    return pd.DataFrame(rows)
+
+
+def encode(tokenizer, text: str) -> torch.Tensor:
+    """Prompt text -> long [L] token ids (no special tokens added beyond the tokenizer's defaults)."""
+    return tokenizer(text, return_tensors="pt").input_ids[0]
+
+
+def alpha_table(target, tokenizer, drafters: dict, workloads: dict, temperatures=(0.0, 1.0), max_new_tokens=64,
+                seed: int = 0, trajectory_drafter=None, gamma: int = 3, progress: bool = True) -> pd.DataFrame:
+    """Leviathan Table 3 analogue: α of each drafter against ``target``, per workload and temperature.
+
+    For every prompt and temperature the target generates a continuation (exact speculative sampling with
+    ``trajectory_drafter`` if given, which only makes it faster, else AR); each drafter's α terms
+    Σ_x min(p_t, q_t) are then measured teacher-forced along that continuation (:func:`~specrepro.theory.measure_alpha`).
+
+    Args:
+        drafters: name -> drafter; workloads: name -> list of :class:`~specrepro.data.Prompt`.
+
+    Returns:
+        one row per (workload, temperature, drafter, prompt): columns workload, temperature, drafter, prompt,
+        positions, alpha.
+    """
+    from tqdm import tqdm
+
+    rows = []
+    g = torch.Generator(device=target.device).manual_seed(seed)
+    jobs = [(w, p, t) for w, prompts in workloads.items() for p in prompts for t in temperatures]
+    for w, prompt, temp in tqdm(jobs, desc="alpha", disable=not progress):
+        sampling = SamplingConfig(temperature=temp)
+        ids = encode(tokenizer, prompt.text)
+        out = generate(target, ids, drafter=trajectory_drafter, gamma=gamma, max_new_tokens=max_new_tokens,
+                       sampling=sampling, generator=g, eos_token_id=tokenizer.eos_token_id)
+        full = torch.cat([ids, torch.tensor(out.tokens, dtype=torch.long)])
+        for name, drafter in drafters.items():
+            terms = measure_alpha(target, drafter, full, ids.numel(), sampling)
+            rows.append({"workload": w, "temperature": temp, "drafter": name, "prompt": prompt.id,
+                         "positions": len(terms), "alpha": float(np.mean(terms)) if terms else np.nan})
+    return pd.DataFrame(rows)
+
+
+def speed_table(target, tokenizer, methods: dict[str, tuple], prompts, max_new_tokens: int = 128,
+                sampling: SamplingConfig = SamplingConfig(0.0), seed: int = 0, warmup: bool = True,
+                progress: bool = True) -> pd.DataFrame:
+    """Time methods side by side, interleaved prompt by prompt.
+
+    Args:
+        methods: name -> (drafter or None, gamma). None is the AR baseline.
+        prompts: list of :class:`~specrepro.data.Prompt`.
+
+    Returns:
+        one row per (prompt, method): tokens, seconds, tokens_per_s, ms_per_token, steps, tokens_per_step, alpha
+        (NaN for AR), accepted, drafted, target_ms (mean target forward, ms), draft_ms (mean draft time per
+        drafted token, ms), same_as_ar (greedy only: token-identical to the AR output).
+    """
+    from tqdm import tqdm
+
+    if warmup:
+        ids = encode(tokenizer, prompts[0].text)
+        for drafter, gamma in methods.values():
+            generate(target, ids, drafter=drafter, gamma=max(gamma, 1), max_new_tokens=4, sampling=sampling,
+                     generator=torch.Generator(device=target.device).manual_seed(seed))
+    rows = []
+    for prompt in tqdm(prompts, desc="speed", disable=not progress):
+        ids = encode(tokenizer, prompt.text)
+        ar_tokens = None
+        for name, (drafter, gamma) in methods.items():
+            g = torch.Generator(device=target.device).manual_seed(seed)
+            out = generate(target, ids, drafter=drafter, gamma=max(gamma, 1), max_new_tokens=max_new_tokens,
+                           sampling=sampling, generator=g, eos_token_id=tokenizer.eos_token_id)
+            if drafter is None:
+                ar_tokens = out.tokens
+            n_draft = sum(out.drafted)
+            rows.append({
+                "prompt": prompt.id, "method": name, "gamma": 0 if drafter is None else gamma,
+                "tokens": len(out.tokens), "seconds": out.times["total"], "tokens_per_s": out.tokens_per_s,
+                "ms_per_token": out.ms_per_token, "steps": out.n_steps, "tokens_per_step": out.tokens_per_step,
+                "alpha": out.alpha, "accepted": sum(out.accepted), "drafted": n_draft,
+                "target_ms": 1000 * out.times.get("target", 0.0) / max(1, out.n_steps),
+                "draft_ms": 1000 * out.times.get("draft", 0.0) / max(1, n_draft),
+                "overhead_ms": 1000 * (out.times["total"] - out.times.get("target", 0) - out.times.get("draft", 0)
+                                       - out.times.get("prefill", 0)) / max(1, out.n_steps),
+                "same_as_ar": (out.tokens == ar_tokens) if (sampling.greedy and ar_tokens is not None) else None,
+            })
+    return pd.DataFrame(rows)
+
+
+def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd.DataFrame:
+    """Per method: measured speedup over AR (ratio of total tokens / total time, runs side by side), α, c and the
+    predicted speedups (Leviathan's constant-c model and the hardware-aware model, which also counts each method's
+    measured per-step overhead outside the forward passes).
+
+    Args:
+        runs: :func:`speed_table` output (must contain the AR method, gamma 0).
+        t_target: target cost curve n -> ms (e.g. :class:`~specrepro.theory.CostCurve`).
+        t_draft: method name -> draft cost curve n -> ms, or None for free drafts.
+    """
+    agg = runs.groupby("method", sort=False).agg(gamma=("gamma", "first"), tokens=("tokens", "sum"),
+                                                 seconds=("seconds", "sum"), accepted=("accepted", "sum"),
+                                                 drafted=("drafted", "sum"), steps=("steps", "sum"),
+                                                 overhead_ms=("overhead_ms", "median"))
+    alpha_col = runs.groupby("method", sort=False)["alpha"].mean()
+    agg["alpha"] = alpha_col
+    agg["tokens_per_s"] = agg["tokens"] / agg["seconds"]
+    ar = agg[agg["gamma"] == 0]
+    if ar.empty:
+        raise ValueError("speed runs need the AR baseline (a method with drafter None)")
+    ar_rate = float(ar["tokens_per_s"].iloc[0])
+    agg["tokens_per_step"] = agg["tokens"] / agg["steps"]
+    agg["measured_speedup"] = agg["tokens_per_s"] / ar_rate
+    t1 = float(t_target(1))
+    ar_overhead = float(ar["overhead_ms"].iloc[0])
+    c, const_pred, hw_pred, exp_tok = [], [], [], []
+    for name, row in agg.iterrows():
+        g = int(row["gamma"])
+        a = float(row["alpha"]) if g else 0.0
+        a = min(max(a if np.isfinite(a) else 0.0, 0.0), 1.0)
+        td = t_draft.get(name)
+        ci = float(td(1)) / t1 if (td is not None and g) else 0.0
+        c.append(ci)
+        exp_tok.append(float(expected_tokens(a, g)))
+        const_pred.append(float(walltime_improvement(a, g, ci)) if g else 1.0)
+        hw_pred.append(hardware_aware_speedup(a, g, t_target, td, overhead_ms=float(row["overhead_ms"]),
+                                              ar_overhead_ms=ar_overhead) if g else 1.0)
+    agg["c"] = c
+    agg["expected_tokens_per_step"] = exp_tok
+    agg["predicted_speedup_constant_c"] = const_pred
+    agg["predicted_speedup_hardware"] = hw_pred
+    return agg.reset_index()
