@@ -27,7 +27,8 @@ import torch
 from .sampling import SamplingConfig, acceptance_probability, logits_to_probs, residual_distribution, verify_chain
 
 __all__ = ["ToyLM", "Rule", "RULES", "NEGATIVE_CONTROLS", "exact_chain_distribution", "target_distribution",
-           "sample_chain_sequences", "empirical_distribution", "total_variation", "gof_test", "adversarial_pairs"]
+           "sample_chain_sequences", "empirical_distribution", "total_variation", "gof_test", "adversarial_pairs",
+           "greedy_divergence"]
 
 
 @dataclass
@@ -269,3 +270,21 @@ def adversarial_pairs(vocab: int, generator: torch.Generator) -> dict:
 def product_table(vocab: int, length: int):
     """All token tuples of a length (for small vocabularies)."""
     return list(itertools.product(range(vocab), repeat=length))
+
+
+def greedy_divergence(model, prompt_ids: torch.Tensor, a: list[int], b: list[int]):
+    """Where two greedy outputs for the same prompt first differ, and the target's top-2 logit gap there.
+
+    Batched verification and single-token decoding take different floating-point paths, so a near-tie between the
+    two most likely tokens can flip. Returns None if ``a`` and ``b`` agree on their common length, else
+    ``(index, gap)`` with gap = logit(top-1) − logit(top-2) computed by one full forward pass over prompt + a[:index].
+    """
+    n = min(len(a), len(b))
+    idx = next((i for i in range(n) if a[i] != b[i]), None)
+    if idx is None:
+        return None
+    ids = torch.cat([prompt_ids.reshape(-1), torch.tensor(a[:idx], dtype=torch.long)]).to(model.device)
+    with torch.inference_mode():
+        logits = model(input_ids=ids[None]).logits[0, -1].float()
+    top = torch.topk(logits, 2).values
+    return idx, float(top[0] - top[1])

@@ -124,7 +124,8 @@ def speed_table(target, tokenizer, methods: dict[str, tuple], prompts, max_new_t
 def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd.DataFrame:
     """Per method: measured speedup over AR (ratio of total tokens / total time, runs side by side), α, c and the
     predicted speedups (Leviathan's constant-c model and the hardware-aware model, which also counts each method's
-    measured per-step overhead outside the forward passes).
+    measured per-step overhead outside the forward passes). Predictions use the mean number of tokens actually
+    drafted per step (γ for a draft model, fewer for prompt lookup, which proposes only where an n-gram matches).
 
     Args:
         runs: :func:`speed_table` output (must contain the AR method, gamma 0).
@@ -148,17 +149,20 @@ def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd
     ar_overhead = float(ar["overhead_ms"].iloc[0])
     c, const_pred, hw_pred, exp_tok = [], [], [], []
     for name, row in agg.iterrows():
-        g = int(row["gamma"])
+        # mean tokens actually drafted per step: gamma for a draft model (less near max_new_tokens), fewer for
+        # prompt lookup, which proposes only where an n-gram matches
+        g = float(row["drafted"]) / max(1.0, float(row["steps"])) if row["gamma"] else 0
         a = float(row["alpha"]) if g else 0.0
         a = min(max(a if np.isfinite(a) else 0.0, 0.0), 1.0)
         td = t_draft.get(name)
         ci = float(td(1)) / t1 if (td is not None and g) else 0.0
         c.append(ci)
         exp_tok.append(float(expected_tokens(a, g)))
-        const_pred.append(float(walltime_improvement(a, g, ci)) if g else 1.0)
+        const_pred.append(float(walltime_improvement(a, g, ci)) if row["gamma"] else 1.0)
         hw_pred.append(hardware_aware_speedup(a, g, t_target, td, overhead_ms=float(row["overhead_ms"]),
-                                              ar_overhead_ms=ar_overhead) if g else 1.0)
+                                              ar_overhead_ms=ar_overhead) if row["gamma"] else 1.0)
     agg["c"] = c
+    agg["drafted_per_step"] = agg["drafted"] / agg["steps"]
     agg["expected_tokens_per_step"] = exp_tok
     agg["predicted_speedup_constant_c"] = const_pred
     agg["predicted_speedup_hardware"] = hw_pred
