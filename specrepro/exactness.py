@@ -28,7 +28,7 @@ from .sampling import SamplingConfig, acceptance_probability, logits_to_probs, r
 
 __all__ = ["ToyLM", "Rule", "RULES", "NEGATIVE_CONTROLS", "exact_chain_distribution", "target_distribution",
            "sample_chain_sequences", "empirical_distribution", "total_variation", "gof_test", "adversarial_pairs",
-           "greedy_divergence"]
+           "greedy_divergence", "tiny_random_lm"]
 
 
 @dataclass
@@ -288,3 +288,34 @@ def greedy_divergence(model, prompt_ids: torch.Tensor, a: list[int], b: list[int
         logits = model(input_ids=ids[None]).logits[0, -1].float()
     top = torch.topk(logits, 2).values
     return idx, float(top[0] - top[1])
+
+
+def tiny_random_lm(arch: str = "llama", vocab: int = 8, seed: int = 0, sharpness: float = 8.0):
+    """A 2-layer random transformers causal LM over ``vocab`` tokens, for exactness simulations of the real loops.
+
+    Its LM head is scaled by ``sharpness`` so its distributions are far from uniform; two such models with different
+    seeds make a target/draft pair with α well below 1, so a wrong rule shows in a goodness-of-fit test of a few
+    thousand samples. Weight initialisation uses a forked global RNG seeded with ``seed`` (the caller's RNG state is
+    left untouched).
+
+    Args:
+        arch: "llama" (LlamaForCausalLM) or "qwen2" (Qwen2ForCausalLM).
+
+    Returns:
+        the model in eval mode without gradients (float32, CPU; hidden size 32).
+
+    Raises:
+        ValueError: unknown ``arch``.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    if arch not in ("llama", "qwen2"):
+        raise ValueError(f"unknown tiny architecture {arch!r}; expected 'llama' or 'qwen2'")
+    kw = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(LlamaConfig(**kw)) if arch == "llama" else Qwen2ForCausalLM(Qwen2Config(**kw))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpness)
+    return model.eval().requires_grad_(False)

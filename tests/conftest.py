@@ -10,21 +10,10 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
 def tiny_lm(arch: str = "llama", vocab: int = 8, seed: int = 0, sharpness: float = 8.0):
-    """A 2-layer random causal LM whose logits are scaled up so its distributions are far from uniform.
+    """See :func:`specrepro.exactness.tiny_random_lm` (kept under this short name for the tests)."""
+    from specrepro.exactness import tiny_random_lm
 
-    Two such models with different seeds make a target/draft pair with alpha well below 1, so a wrong rule is
-    visible in a goodness-of-fit test of a few thousand samples.
-    """
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    kw = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
-    with torch.random.fork_rng():  # weight init draws from the global RNG; keep it out of everything else
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(LlamaConfig(**kw)) if arch == "llama" else Qwen2ForCausalLM(Qwen2Config(**kw))
-    with torch.no_grad():
-        model.lm_head.weight.mul_(sharpness)
-    return model.eval().requires_grad_(False)
+    return tiny_random_lm(arch, vocab, seed, sharpness)
 
 
 @pytest.fixture(scope="session")
