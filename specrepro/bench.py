@@ -1,11 +1,36 @@
 """The benchmark: decoding methods side by side on one workload, and the ``python -m specrepro bench`` command.
 
 What this file is: :func:`run_bench` times decoding *methods* (our KV-cached AR baseline, our chain speculative
-decoding with a draft model / prompt lookup / a bigram draft, and Hugging Face transformers' own ``generate``: AR,
-assisted generation, prompt lookup) on the same prompts, interleaved prompt by prompt so that drift of a shared
-machine hits every method alike, and reports per method: median tokens/s, speedup over our AR and over HF assisted
-generation (paired per prompt), α, mean tokens per step, per-position acceptance and, under greedy decoding, whether
-the outputs equal our AR outputs token for token. It prints one pandas table and can write JSON.
+decoding with a draft model / prompt lookup / a bigram draft, our token-tree speculative decoding (SpecInfer
+expansion trees from the draft model, merge-based trees of draft model + prompt lookup + bigram), Medusa heads, and
+Hugging Face transformers' own ``generate``: AR, assisted generation, prompt lookup) on the same prompts, interleaved
+prompt by prompt so that drift of a shared machine hits every method alike, and reports per method: median
+tokens/s, speedup over our AR and over HF assisted generation (paired per prompt), α, mean tokens per step, draft
+tokens (tree nodes) verified per step, per-position (per-depth) acceptance, whether the method is exact
+(distribution-preserving) and, under greedy decoding, whether the outputs equal our AR outputs token for token. It
+prints one pandas table and can write JSON.
+
+Tree and Medusa methods (:data:`TREE_MODES`, :func:`parse_tree_spec`):
+
+* ``sd-tree`` — SpecInfer (Miao et al. 2023) expansion tree ⟨k1,...,km⟩ from the draft model
+  (:class:`~specrepro.trees.DraftTreeProposer`, one target forward per step with tree attention). The tree is
+  ``sd-tree@2x2x1x1`` per entry, else ``--tree 2x2x1x1`` for every ``sd-tree`` entry, else ⟨2,1,...,1⟩ of depth γ
+  (two chains of length γ). Children are the draft's top-k tokens under greedy decoding (greedy verification) and
+  sampled i.i.d. from the draft (``--opt tree_mode=iid``, default; ``without_replacement`` = Sequoia;
+  ``topk`` = point masses) with multi-step speculative sampling (MSS) under sampling: exact in both cases.
+* ``sd-tree-merge`` — SpecInfer's merge-based tree of three chains of γ tokens: draft model, prompt lookup, bigram
+  (:class:`~specrepro.trees.MergedTreeProposer`); greedy verification or MSS: exact.
+* ``medusa`` — Medusa-1 heads (Cai et al. 2024) on the target, static sparse tree (``medusa@N``: N nodes by Medusa's
+  accuracy-driven recipe on the paper's head accuracies; default :data:`specrepro.medusa.DEFAULT_CHOICES`, 16 nodes).
+  Needs trained heads: ``--medusa-heads DIR`` (written by ``MedusaHeads.save`` / ``get_or_train_heads``) or
+  ``--medusa-heads auto`` (the newest heads cached for this target by ``get_or_train_heads``, e.g. by notebook 06).
+  Greedy acceptance under greedy decoding; under sampling exact MSS with children sampled from the heads
+  (``--opt tree_mode``, default i.i.d.).
+* ``medusa-typical`` — the same heads with Medusa's typical acceptance: NOT distribution-preserving under sampling
+  (``exact`` is False in the table); at temperature 0 it reduces to greedy acceptance.
+
+For tree methods "γ" in the table is the tree depth and the per-position acceptance is per depth:
+P(a node at depth i accepted | the accepted path reached depth i - 1 and the tree has depth >= i).
 
 The method registry: a *method* is a name mapped to a :class:`MethodSpec` whose factory builds a *runner* for one
 benchmark (``factory(ctx, name, gamma) -> runner``; ``runner(ids, generator) -> GenerationResult | RunOutput``).
@@ -18,11 +43,12 @@ Other modules add methods without editing this file::
         proposer = ...                                   # built once per benchmark
         return lambda ids, generator: tree_generate(ctx.target, ids, proposer, ...)
 
-A name ending in ``*`` registers a family (``"medusa-*"`` serves ``medusa-top3``, ``medusa-mc63``, ...; the factory
+A name ending in ``*`` registers a family (``"toy-*"`` serves ``toy-wide``, ``toy-deep``, ...; the factory
 receives the full name). The modules in :data:`PLUGIN_MODULES` (``specrepro.trees``, ``specrepro.medusa``) are
 imported on first use of the registry, so their ``register_method`` calls take effect; an import failure is
 recorded in :data:`PLUGIN_ERRORS` and shown when a method is not found. Any method name may carry ``@γ``
-(``sd-draft@3``) to override the benchmark's γ for that entry, so one interleaved run can sweep γ.
+(``sd-draft@3``) to override the benchmark's γ for that entry, so one interleaved run can sweep γ; a method
+registered with a ``prepare`` hook parses the text after ``@`` itself (``sd-tree@2x2x1``, ``medusa@32``).
 
 Timing: the wall time of each runner call is measured from outside (the same clock for our loops and HF's), with
 ``torch.cuda.synchronize()`` and CUDA events around the call on a GPU and ``time.perf_counter`` on the CPU; one
@@ -57,8 +83,8 @@ from .sampling import SamplingConfig
 
 __all__ = [
     "BenchOptionError", "BenchContext", "RunOutput", "MethodSpec", "BenchResult", "REGISTRY", "PLUGIN_MODULES",
-    "PLUGIN_ERRORS", "DEFAULT_METHODS", "register_method", "known_methods", "resolve_method", "validate_options",
-    "run_bench", "configure_parser", "run_command",
+    "PLUGIN_ERRORS", "DEFAULT_METHODS", "TREE_MODES", "MAX_TREE_NODES", "register_method", "known_methods",
+    "resolve_method", "validate_options", "parse_tree_spec", "run_bench", "configure_parser", "run_command",
 ]
 
 #: Methods run when none are named (draft-model methods are dropped when no draft is given).
@@ -87,6 +113,8 @@ class RunOutput:
         drafted, accepted: per verification step, draft tokens proposed / accepted (empty when unknown, e.g. HF).
         alpha_terms: per verified draft position, Σ_x min(p, q) (empty when unknown).
         prefill_s: seconds spent on the prompt before the first step (NaN when unknown).
+        depths: per verification step, the depth of the verified token tree (tree methods; empty for chains, whose
+            depth is ``drafted``). Per-position acceptance counts depth i as reached only where the tree had it.
     """
 
     tokens: list[int]
@@ -94,6 +122,7 @@ class RunOutput:
     accepted: list[int] = field(default_factory=list)
     alpha_terms: list[float] = field(default_factory=list)
     prefill_s: float = float("nan")
+    depths: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -105,11 +134,20 @@ class MethodSpec:
         factory: ``factory(ctx: BenchContext, name: str, gamma: int) -> runner``; called once per benchmark, after
             the models are loaded; ``runner(ids: LongTensor [L] on ctx.device, generator: torch.Generator) ->
             GenerationResult | RunOutput`` decodes one prompt (``ctx.max_new_tokens``, ``ctx.sampling``,
-            ``ctx.eos_token_id``).
+            ``ctx.eos_token_id``). A runner may carry an int attribute ``gamma``, which then replaces the reported γ
+            (e.g. a tree depth known only once heads are loaded). The factory may raise :class:`BenchOptionError`.
         needs_draft: the factory uses ``ctx.draft`` (a draft model).
-        uses_gamma: γ means something to this method (reported in the table; ``@γ`` allowed).
+        uses_gamma: γ means something to this method (reported in the table; ``@γ`` allowed). For tree methods γ
+            is the tree depth.
         family: who implements the decoding loop: 'specrepro' or 'transformers'.
         description: one line for ``--list-methods``.
+        exact: the method's output follows the target's distribution (is distribution-preserving) under sampling;
+            False e.g. for Medusa's typical acceptance. Shown in the table.
+        prepare: optional ``prepare(at: str | None, gamma: int, options: dict) -> int``, called by
+            :func:`validate_options` before any model is loaded: ``at`` is the text after ``@`` in the entry (the
+            method parses it itself instead of reading it as γ), ``options`` the benchmark's options; returns the
+            γ to report and raises ValueError (preferably :class:`BenchOptionError`) for nonsense. With a
+            ``prepare`` hook the factory receives the full entry (``name@at``) as ``name``.
     """
 
     name: str
@@ -118,6 +156,8 @@ class MethodSpec:
     uses_gamma: bool = True
     family: str = "specrepro"
     description: str = ""
+    exact: bool = True
+    prepare: Callable | None = None
 
 
 #: name -> MethodSpec. Add entries with :func:`register_method`.
@@ -125,7 +165,8 @@ REGISTRY: dict[str, MethodSpec] = {}
 
 
 def register_method(name: str, *, needs_draft: bool = False, uses_gamma: bool = True, family: str = "specrepro",
-                    description: str = "", replace: bool = False):
+                    description: str = "", replace: bool = False, exact: bool = True,
+                    prepare: Callable | None = None):
     """Decorator registering ``factory(ctx, name, gamma) -> runner`` under ``name`` (see :class:`MethodSpec`).
 
     Raises:
@@ -138,7 +179,8 @@ def register_method(name: str, *, needs_draft: bool = False, uses_gamma: bool = 
         if name in REGISTRY and not replace and REGISTRY[name].factory is not factory:
             raise ValueError(f"method {name!r} is already registered (by {REGISTRY[name].factory.__module__})")
         REGISTRY[name] = MethodSpec(name, factory, needs_draft, uses_gamma, family,
-                                    description or (factory.__doc__ or "").strip().split("\n")[0])
+                                    description or (factory.__doc__ or "").strip().split("\n")[0], exact=exact,
+                                    prepare=prepare)
         return factory
 
     return deco
@@ -167,6 +209,9 @@ def known_methods() -> list[str]:
 def resolve_method(entry: str) -> tuple[str, MethodSpec, int | None]:
     """Parse ``name`` or ``name@γ`` and look the name up (exact name first, then ``prefix*`` families).
 
+    For a method with a ``prepare`` hook (see :class:`MethodSpec`) the text after ``@`` is not read as γ: it is
+    left to the hook (:func:`validate_options` calls it), and the override returned here is None.
+
     Returns:
         ``(name, spec, gamma_override or None)``.
 
@@ -176,10 +221,6 @@ def resolve_method(entry: str) -> tuple[str, MethodSpec, int | None]:
     _load_plugins()
     name, _, g = entry.strip().partition("@")
     gamma = None
-    if g:
-        if not g.isdigit() or int(g) < 1:
-            raise BenchOptionError(f"{entry!r}: the γ after '@' must be an integer >= 1")
-        gamma = int(g)
     spec = REGISTRY.get(name)
     if spec is None:
         fams = [s for k, s in REGISTRY.items() if k.endswith("*") and fnmatch.fnmatchcase(name, k)]
@@ -187,6 +228,12 @@ def resolve_method(entry: str) -> tuple[str, MethodSpec, int | None]:
     if spec is None:
         extra = "".join(f"\n  (plugin {m} failed to import: {e})" for m, e in PLUGIN_ERRORS.items())
         raise BenchOptionError(f"unknown method {name!r}; known methods: {', '.join(REGISTRY)}{extra}")
+    if spec.prepare is not None:
+        return name, spec, None
+    if g:
+        if not g.isdigit() or int(g) < 1:
+            raise BenchOptionError(f"{entry!r}: the γ after '@' must be an integer >= 1")
+        gamma = int(g)
     if gamma is not None and not spec.uses_gamma:
         raise BenchOptionError(f"method {name!r} has no draft length; '@{gamma}' makes no sense for it")
     return name, spec, gamma
@@ -205,7 +252,11 @@ class BenchContext:
         prompts: list of :class:`~specrepro.data.Prompt`; sampling: the shared :class:`SamplingConfig`.
         gamma: the default draft length γ; max_new_tokens; eos_token_id: list of stop ids (target's generation
             config and tokenizer); vocab_size: the target's logits width V; seed; device.
-        options: free-form extra settings for plugin methods (``--opt key=value`` on the command line).
+        options: extra settings for methods (``--opt key=value`` on the command line; all values may be strings):
+            ``lookup_max_ngram`` (prompt lookup, default 3), ``tree`` (``--tree``: sd-tree's expansion),
+            ``tree_mode`` (children under sampling for sd-tree and medusa: iid, without_replacement, topk),
+            ``medusa_heads`` (``--medusa-heads``: a directory or 'auto'), ``typical_epsilon`` / ``typical_delta``
+            (medusa-typical thresholds, Medusa's defaults 0.09 / 0.3).
     """
 
     target: Any
@@ -270,14 +321,18 @@ def bigram_corpus(tokenizer, exclude_ids=()) -> list[list[int]]:
     return corpus_token_ids(tokenizer, workloads=("humaneval", "pydoc"), exclude_ids=set(exclude_ids))
 
 
+def _bigram_drafter(ctx: BenchContext):
+    """The bigram :class:`~specrepro.drafters.NGramDrafter` of ``sd-bigram`` / ``sd-tree-merge``, built once."""
+    from .drafters import NGramDrafter
+
+    return ctx.shared("bigram", lambda: NGramDrafter(
+        bigram_corpus(ctx.tokenizer, [p.id for p in ctx.prompts]), ctx.vocab_size, n=2))
+
+
 @register_method("sd-bigram")
 def _sd_bigram(ctx, name, gamma):
     """our chain speculative decoding with a bigram draft (HumanEval+pydoc corpus minus the benchmark prompts)"""
-    from .drafters import NGramDrafter
-
-    drafter = ctx.shared("bigram", lambda: NGramDrafter(
-        bigram_corpus(ctx.tokenizer, [p.id for p in ctx.prompts]), ctx.vocab_size, n=2))
-    return _our_runner(ctx, drafter, gamma)
+    return _our_runner(ctx, _bigram_drafter(ctx), gamma)
 
 
 def hf_generation_config(ctx: BenchContext, **extra):
@@ -354,22 +409,336 @@ def _hf_lookup(ctx, name, gamma):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Token-tree and Medusa methods
+# ---------------------------------------------------------------------------------------------------------------
+
+#: how sd-tree / medusa draw children under sampling (``--opt tree_mode=``); under greedy decoding they always take
+#: the top-k tokens (sampling from a one-hot distribution would only repeat the argmax).
+TREE_MODES = ("iid", "without_replacement", "topk")
+#: the largest tree ``parse_tree_spec`` accepts (nodes, root excluded): larger trees cost more per target forward
+#: than they can win on any hardware we target.
+MAX_TREE_NODES = 1024
+#: options that only make sense with some methods: option -> the methods that use it
+_OPTION_USERS = {"tree": ("sd-tree",), "medusa_heads": ("medusa", "medusa-typical")}
+
+
+def parse_tree_spec(text) -> tuple[int, ...]:
+    """SpecInfer's expansion ⟨k1,...,km⟩ (every node at depth d - 1 gets k_d children) from ``"2x2x1x1"``; also
+    ``"2,2,1,1"``, ``"<2,2,1,1>"`` or a sequence of ints.
+
+    Returns:
+        the widths (k1, ..., km).
+
+    Raises:
+        BenchOptionError: empty, a width that is not an integer >= 1, or more than :data:`MAX_TREE_NODES` nodes.
+    """
+    if isinstance(text, (list, tuple)):
+        parts = [str(k) for k in text]
+    else:
+        raw = str(text).strip().strip("<>⟨⟩ ")
+        parts = [x.strip() for x in raw.replace(",", "x").replace("X", "x").split("x")]
+    if not parts or any(not x.isdigit() or int(x) < 1 for x in parts):
+        raise BenchOptionError(f"tree {text!r}: expected widths k1xk2x...xkm, each an integer >= 1 (the expansion "
+                               f"⟨k1,...,km⟩ of SpecInfer: every node at depth d-1 gets k_d children), e.g. 2x2x1x1")
+    widths = tuple(int(x) for x in parts)
+    nodes, level = 0, 1
+    for k in widths:
+        level *= k
+        nodes += level
+        if nodes > MAX_TREE_NODES:
+            raise BenchOptionError(f"tree {text!r} has more than {MAX_TREE_NODES} nodes; use a smaller expansion")
+    return widths
+
+
+def _default_expansion(gamma: int) -> tuple[int, ...]:
+    """sd-tree's tree when none is given: ⟨2,1,...,1⟩ of depth γ (two chains of length γ, 2γ nodes)."""
+    return (2,) + (1,) * (int(gamma) - 1)
+
+
+def _tree_mode(options: dict) -> str:
+    mode = str(options.get("tree_mode", "iid"))
+    if mode not in TREE_MODES:
+        raise BenchOptionError(f"--opt tree_mode={mode}: expected one of {', '.join(TREE_MODES)}")
+    return mode
+
+
+def _typical_thresholds(options: dict) -> tuple[float, float]:
+    out = []
+    for key, default in (("typical_epsilon", 0.09), ("typical_delta", 0.3)):
+        v = options.get(key, default)
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            v = float("nan")
+        if not (0.0 < v <= 1.0):
+            raise BenchOptionError(f"--opt {key}={options.get(key)}: must be a number in (0, 1]")
+        out.append(v)
+    return out[0], out[1]
+
+
+def _check_tree_attention(ctx_model, name: str, which: str) -> None:
+    from .tree_attention import check_tree_attention
+
+    try:
+        check_tree_attention(ctx_model)
+    except ValueError as exc:
+        raise BenchOptionError(f"method {name!r} needs tree attention in the {which} model: {exc}") from None
+
+
+class _DepthRecorder:
+    """Wraps a tree proposer (:class:`~specrepro.trees.TreeProposer`) and records the depth of every tree it
+    proposes (for per-depth acceptance); delegates ``reset``, ``needs_hidden`` and ``observe_hidden``."""
+
+    def __init__(self, proposer):
+        self.proposer = proposer
+        self.needs_hidden = bool(getattr(proposer, "needs_hidden", False))
+        self.depths: list[int] = []
+
+    def reset(self) -> None:
+        self.depths = []
+        self.proposer.reset()
+
+    def observe_hidden(self, h) -> None:
+        self.proposer.observe_hidden(h)
+
+    def propose_tree(self, ids, sampling, generator):
+        tree = self.proposer.propose_tree(ids, sampling, generator)
+        self.depths.append(tree.max_depth)  # cached on the tree, so the loop's prune() does not recompute it
+        return tree
+
+
+def _step_depths(proposed: list[int], accepted: list[int], max_new_tokens: int) -> list[int]:
+    """Depth of the tree verified at each step: the loops (tree_generate, medusa_generate) ask for a tree only while
+    more than one token is left to emit, and prune it to the remaining budget minus one."""
+    out, emitted, j = [], 0, 0
+    for a in accepted:
+        budget = max_new_tokens - emitted
+        if budget > 1 and j < len(proposed):
+            out.append(min(proposed[j], budget - 1))
+            j += 1
+        else:
+            out.append(0)
+        emitted += a + 1
+    return out
+
+
+def _tree_runner(ctx: BenchContext, proposer, loop: Callable):
+    """A runner around ``loop(ids, proposer, generator) -> GenerationResult`` that adds the per-step tree depths."""
+    rec = _DepthRecorder(proposer)
+
+    def run(ids, generator):
+        out = _as_run_output(loop(ids, rec, generator))
+        out.depths = _step_depths(rec.depths, out.accepted, ctx.max_new_tokens)
+        return out
+
+    return run
+
+
+def _prepare_sd_tree(at, gamma, options):
+    _tree_mode(options)
+    spec = at or options.get("tree")
+    return len(parse_tree_spec(spec)) if spec else int(gamma)
+
+
+@register_method("sd-tree", needs_draft=True, prepare=_prepare_sd_tree)
+def _sd_tree(ctx, name, gamma):
+    """our token-tree speculative decoding, SpecInfer expansion tree from the draft model (sd-tree@2x2x1x1 or --tree)"""
+    from .trees import DraftTreeProposer, tree_generate
+
+    at = name.partition("@")[2] or ctx.options.get("tree")
+    widths = parse_tree_spec(at) if at else _default_expansion(gamma)
+    _check_tree_attention(ctx.target, name, "target")
+    _check_tree_attention(ctx.draft, name, "draft")
+    mode = "topk" if ctx.sampling.greedy else _tree_mode(ctx.options)
+    proposer = DraftTreeProposer(ctx.draft, list(widths), mode, ctx.vocab_size)
+
+    def loop(ids, prop, generator):
+        return tree_generate(ctx.target, ids, prop, max_new_tokens=ctx.max_new_tokens, sampling=ctx.sampling,
+                             generator=generator, eos_token_id=ctx.eos_token_id)
+
+    run = _tree_runner(ctx, proposer, loop)
+    run.gamma = len(widths)
+    return run
+
+
+@register_method("sd-tree-merge", needs_draft=True)
+def _sd_tree_merge(ctx, name, gamma):
+    """our merge-based token tree (SpecInfer): γ-token chains of draft model, prompt lookup and bigram merged"""
+    from .drafters import DraftModelDrafter, PromptLookupDrafter
+    from .trees import MergedTreeProposer, tree_generate
+
+    _check_tree_attention(ctx.target, name, "target")
+    drafters = [DraftModelDrafter(ctx.draft, ctx.vocab_size),
+                PromptLookupDrafter(max_ngram=int(ctx.options.get("lookup_max_ngram", 3))), _bigram_drafter(ctx)]
+    proposer = MergedTreeProposer(drafters, gamma, ctx.vocab_size, name="draft + lookup + bigram")
+
+    def loop(ids, prop, generator):
+        return tree_generate(ctx.target, ids, prop, max_new_tokens=ctx.max_new_tokens, sampling=ctx.sampling,
+                             generator=generator, eos_token_id=ctx.eos_token_id)
+
+    return _tree_runner(ctx, proposer, loop)
+
+
+_HOW_TO_TRAIN_HEADS = (
+    "train heads with notebook 06 (notebooks/06_medusa.ipynb, which caches them) or in Python: "
+    "data = specrepro.medusa.self_distillation_data(model, tokenizer, prompts); "
+    "heads, _, _ = specrepro.medusa.get_or_train_heads(model, data)  (cached under <cache>/medusa/heads/<key>/) "
+    "or heads.save(DIR); then pass --medusa-heads DIR, or --medusa-heads auto for the newest cached heads of the "
+    "target")
+
+
+def _heads_cache_root() -> Path:
+    from .models import cache_dir
+
+    return cache_dir() / "medusa" / "heads"
+
+
+def _read_heads_config(directory) -> dict:
+    """config.json of saved Medusa heads. Raises BenchOptionError: missing files or not Medusa heads."""
+    d = Path(directory).expanduser()
+    if not (d / "config.json").is_file() or not (d / "heads.safetensors").is_file():
+        raise BenchOptionError(f"--medusa-heads {directory}: no Medusa heads there (expected config.json and "
+                               f"heads.safetensors written by MedusaHeads.save); {_HOW_TO_TRAIN_HEADS}")
+    try:
+        cfg = json.loads((d / "config.json").read_text())
+    except json.JSONDecodeError as exc:
+        raise BenchOptionError(f"--medusa-heads {directory}: unreadable config.json ({exc})") from None
+    if cfg.get("kind") != "medusa_heads" or int(cfg.get("n_heads", 0)) < 1:
+        raise BenchOptionError(f"--medusa-heads {directory}: config.json does not describe Medusa heads "
+                               f"(kind {cfg.get('kind')!r})")
+    return cfg
+
+
+def _medusa_choices(at: str | None, n_heads: int):
+    """The static tree for K = ``n_heads`` heads: :data:`~specrepro.medusa.DEFAULT_CHOICES` when it fits (depth <= K)
+    and no ``@N`` is given, else Medusa's accuracy-driven sparse tree of N (default 16) nodes on the paper's
+    Vicuna-7B head accuracies, restricted to the first K heads."""
+    from .medusa import DEFAULT_CHOICES, PAPER_HEAD_ACCURACY, sparse_tree_from_accuracies
+
+    if not at and max(len(c) for c in DEFAULT_CHOICES) <= n_heads:
+        return DEFAULT_CHOICES
+    n_nodes = int(at) if at else 16
+    return sparse_tree_from_accuracies(PAPER_HEAD_ACCURACY[:min(n_heads, len(PAPER_HEAD_ACCURACY))], n_nodes)
+
+
+def _prepare_medusa(at, gamma, options):
+    if at is not None and (not at.isdigit() or not 1 <= int(at) <= MAX_TREE_NODES):
+        raise BenchOptionError(f"medusa@{at}: the text after '@' is the number of tree nodes N, an integer in "
+                               f"1..{MAX_TREE_NODES} (Medusa's sparse tree of N nodes)")
+    _tree_mode(options)
+    _typical_thresholds(options)
+    heads = options.get("medusa_heads")
+    if not heads:
+        raise BenchOptionError(f"the medusa methods need trained Medusa heads for the target: pass --medusa-heads "
+                               f"DIR or --medusa-heads auto; {_HOW_TO_TRAIN_HEADS}")
+    if str(heads) == "auto":
+        root = _heads_cache_root()
+        if not any(root.glob("*/config.json")):
+            raise BenchOptionError(f"--medusa-heads auto: no cached Medusa heads under {root}; "
+                                   f"{_HOW_TO_TRAIN_HEADS}")
+        k = 4
+    else:
+        k = int(_read_heads_config(heads)["n_heads"])
+    return max(len(c) for c in _medusa_choices(at, k))
+
+
+def _load_medusa_heads(ctx: BenchContext):
+    """The heads named by ``ctx.options['medusa_heads']`` for ``ctx.target`` (loaded once per benchmark).
+
+    Raises:
+        BenchOptionError: no heads there, heads trained for another base model (HeadMismatchError), or 'auto' and
+            no cached heads match the target's fingerprint.
+    """
+    from .medusa import HeadMismatchError, MedusaHeads, base_fingerprint
+
+    where = str(ctx.options.get("medusa_heads"))
+
+    def load():
+        if where == "auto":
+            fp = base_fingerprint(ctx.target)
+            root = _heads_cache_root()
+            found = []
+            for cfg_path in root.glob("*/config.json"):
+                try:
+                    cfg = json.loads(cfg_path.read_text())
+                except (OSError, json.JSONDecodeError):
+                    continue
+                if cfg.get("kind") == "medusa_heads" and cfg.get("base_fingerprint") == fp and \
+                        (cfg_path.parent / "heads.safetensors").is_file():
+                    found.append(cfg_path.parent)
+            if not found:
+                raise BenchOptionError(f"--medusa-heads auto: none of the heads cached under {root} was trained for "
+                                       f"this target (fingerprint {fp}); {_HOW_TO_TRAIN_HEADS}")
+            directory = max(found, key=lambda d: (d / "heads.safetensors").stat().st_mtime)
+        else:
+            _read_heads_config(where)
+            directory = Path(where).expanduser()
+        try:
+            return MedusaHeads.load(directory, ctx.target)
+        except (HeadMismatchError, FileNotFoundError) as exc:
+            raise BenchOptionError(f"--medusa-heads {where}: {exc}") from None
+
+    return ctx.shared(f"medusa_heads:{where}", load)
+
+
+def _medusa_factory(ctx, name, acceptance_under_sampling: str, proposal_under_sampling: str | None):
+    from .medusa import MedusaProposer, medusa_generate
+
+    _check_tree_attention(ctx.target, name, "target")
+    heads = _load_medusa_heads(ctx)
+    choices = _medusa_choices(name.partition("@")[2] or None, heads.n_heads)
+    greedy = ctx.sampling.greedy
+    # typical acceptance at temperature 0 accepts only the argmax: it is greedy acceptance (Medusa Sec. 3.3.1)
+    acceptance = "typical" if acceptance_under_sampling == "typical" else ("greedy" if greedy else "mss")
+    mode = "topk" if greedy else (proposal_under_sampling or _tree_mode(ctx.options))
+    proposer = MedusaProposer(heads, choices, mode)
+    eps, delta = _typical_thresholds(ctx.options)
+
+    def loop(ids, prop, generator):
+        return medusa_generate(ctx.target, ids, prop, acceptance=acceptance, max_new_tokens=ctx.max_new_tokens,
+                               sampling=ctx.sampling, generator=generator, eos_token_id=ctx.eos_token_id,
+                               epsilon=eps, delta=delta)
+
+    run = _tree_runner(ctx, proposer, loop)
+    run.gamma = max(len(c) for c in choices)
+    return run
+
+
+@register_method("medusa", prepare=_prepare_medusa)
+def _medusa(ctx, name, gamma):
+    """Medusa-1 heads, static sparse tree (medusa@N nodes); greedy acceptance, or exact MSS with sampled children"""
+    return _medusa_factory(ctx, name, "mss", None)
+
+
+@register_method("medusa-typical", prepare=_prepare_medusa, exact=False)
+def _medusa_typical(ctx, name, gamma):
+    """Medusa-1 heads with Medusa's typical acceptance: NOT distribution-preserving under sampling (top-k tree)"""
+    return _medusa_factory(ctx, name, "typical", "topk")
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Validation
 # ---------------------------------------------------------------------------------------------------------------
 
 def validate_options(*, methods, gamma: int, n_prompts: int | None, max_new_tokens: int, temperature: float,
                      top_p: float, top_k: int | None, repeats: int, device: str, has_draft: bool | None = None,
-                     dtype: str | None = None) -> list[tuple[str, MethodSpec, int]]:
+                     dtype: str | None = None, options: dict | None = None) -> list[tuple[str, MethodSpec, int]]:
     """Check benchmark options before any model is loaded.
 
+    Args:
+        options: the methods' extra settings (see :class:`BenchContext`), passed to each method's ``prepare`` hook.
+
     Returns:
-        the resolved method list: ``(label, spec, gamma)`` per entry, label being ``name`` or ``name@γ``.
+        the resolved method list: ``(label, spec, gamma)`` per entry, label being ``name``, ``name@γ`` or (methods
+        with a ``prepare`` hook) ``name@at``; gamma is the γ to report (for tree methods the tree depth).
 
     Raises:
         BenchOptionError (a ValueError): γ < 1, n_prompts < 1, max_new_tokens < 1, repeats < 1, temperature < 0 or
             not finite, top_p outside (0, 1], top_k < 0, an unknown method (the message lists the known ones),
             duplicate methods, a draft-model method without a draft (``has_draft=False``), a CUDA device on a
-            machine without CUDA, an unknown dtype.
+            machine without CUDA, an unknown dtype; whatever a method's ``prepare`` refuses (a malformed tree
+            ``sd-tree@2xx1``, a medusa method without ``medusa_heads`` or with a directory holding no heads, an
+            unknown ``tree_mode``); ``tree`` or ``medusa_heads`` given without a method that uses them.
     """
     def bad(msg):
         raise BenchOptionError(msg)
@@ -408,16 +777,33 @@ def validate_options(*, methods, gamma: int, n_prompts: int | None, max_new_toke
         methods = [m for m in methods.split(",") if m.strip()]
     if not methods:
         bad("no methods given")
+    options = dict(options or {})
     resolved, seen = [], set()
     for entry in methods:
         name, spec, g = resolve_method(entry)
-        label = f"{name}@{g}" if g is not None else name
+        if spec.prepare is not None:
+            at = entry.strip().partition("@")[2] or None
+            label = f"{name}@{at}" if at else name
+        else:
+            label = f"{name}@{g}" if g is not None else name
         if label in seen:
             bad(f"method {label!r} given twice")
         seen.add(label)
         if spec.needs_draft and has_draft is False:
             bad(f"method {name!r} needs a draft model: pass --draft (or --pair), or drop it from --methods")
+        if spec.prepare is not None:
+            try:
+                g = int(spec.prepare(at, gamma, options))
+            except BenchOptionError:
+                raise
+            except ValueError as exc:
+                raise BenchOptionError(f"{label}: {exc}") from None
         resolved.append((label, spec, g if g is not None else gamma))
+    names = {label.partition("@")[0] for label, _, _ in resolved}
+    for key, users in _OPTION_USERS.items():
+        if options.get(key) not in (None, "") and not names & set(users):
+            flag = "--" + key.replace("_", "-")
+            bad(f"{flag} (option {key!r}) is only used by {', '.join(users)}; add one to --methods or drop it")
     return resolved
 
 
@@ -491,8 +877,8 @@ class BenchResult:
         df = self.summary.copy()
         df["per_position_acceptance"] = df["per_position_acceptance"].map(
             lambda xs: " ".join("-" if (x is None or not math.isfinite(x)) else f"{x:.2f}" for x in xs) if xs else "")
-        cols = ["method", "gamma", "tokens_per_s", "ms_per_token", "speedup_vs_ar", "speedup_vs_hf_assisted",
-                "alpha", "tokens_per_step", "per_position_acceptance", "greedy_equal_to_ar"]
+        cols = ["method", "gamma", "exact", "tokens_per_s", "ms_per_token", "speedup_vs_ar", "speedup_vs_hf_assisted",
+                "alpha", "tokens_per_step", "drafted_per_step", "per_position_acceptance", "greedy_equal_to_ar"]
         return df[[c for c in cols if c in df.columns]].set_index("method").round(3)
 
 
@@ -517,14 +903,17 @@ def _summarize(runs, resolved, greedy: bool):
         idx = d.set_index(key)["tokens_per_s"]
         drafted = [x for xs in d["drafted"] for x in xs]
         accepted = [x for xs in d["accepted"] for x in xs]
+        # the depth reachable at each step: the tree depth for trees, the number of draft tokens for chains
+        reach = [x for ds, xs in zip(d["depths"], d["drafted"]) for x in (ds if len(ds) else xs)]
         alpha_terms = [x for xs in d["alpha_terms"] for x in xs]
         steps = int(d["steps"].sum())
         has_steps = steps > 0
         g = gamma if spec.uses_gamma else 0
-        reached, acc = _per_position(drafted, accepted, g) if (g and drafted) else ([], [])
+        reached, acc = _per_position(reach, accepted, g) if (g and drafted) else ([], [])
         eq = d["equal_to_ar"].dropna()
         rows.append({
-            "method": label, "family": spec.family, "gamma": _gamma_label(spec, gamma), "runs": len(d),
+            "method": label, "family": spec.family, "gamma": _gamma_label(spec, gamma), "exact": spec.exact,
+            "runs": len(d),
             "new_tokens": float(d["new_tokens"].mean()),
             "tokens_per_s": float(d["tokens_per_s"].median()),
             "ms_per_token": float(d["ms_per_token"].median()),
@@ -533,6 +922,8 @@ def _summarize(runs, resolved, greedy: bool):
             "alpha": float(np.mean(alpha_terms)) if alpha_terms else float("nan"),
             "tokens_per_step": float(d["new_tokens"].sum() / steps) if has_steps else float("nan"),
             "accepted_per_step": float(sum(accepted) / steps) if has_steps and drafted else
+            (0.0 if has_steps else float("nan")),
+            "drafted_per_step": float(sum(drafted) / steps) if has_steps and drafted else
             (0.0 if has_steps else float("nan")),
             "loop_ms": float(d["loop_ms"].median()) if has_steps else float("nan"),
             "per_position_acceptance": [a / r if r else float("nan") for a, r in zip(acc, reached)],
@@ -602,6 +993,8 @@ def run_bench(
     chat: bool = False,
     warmup: bool = True,
     options: dict | None = None,
+    tree: str | None = None,
+    medusa_heads: str | Path | None = None,
     progress: bool = True,
     print_table: bool = False,
 ) -> BenchResult:
@@ -625,20 +1018,27 @@ def run_bench(
         repeats: timed passes over the prompts.
         json_path: write :meth:`BenchResult.to_json` there.
         warmup: one untimed call per method (on the first prompt, up to 8 tokens) before timing.
-        options: extra settings for plugin methods (see :class:`BenchContext`).
+        options: extra settings for methods (see :class:`BenchContext`).
+        tree: the expansion ⟨k1,...,km⟩ of ``sd-tree`` entries without ``@``, e.g. ``"2x2x1x1"``
+            (:func:`parse_tree_spec`; default ⟨2,1,...,1⟩ of depth ``gamma``). Same as ``options["tree"]``.
+        medusa_heads: for ``medusa`` / ``medusa-typical``: a directory of heads saved by
+            :meth:`specrepro.medusa.MedusaHeads.save` (or cached by :func:`specrepro.medusa.get_or_train_heads`), or
+            ``"auto"`` for the newest cached heads trained for the target. Same as ``options["medusa_heads"]``.
         print_table: print :meth:`BenchResult.table` to stdout.
 
     Returns:
         :class:`BenchResult`: ``runs`` has one row per timed call (repeat, prompt, method, gamma, new_tokens,
         seconds, tokens_per_s, ms_per_token, steps, loop_ms (ms per target step after the prefill), token_ids,
-        drafted, accepted, alpha_terms, equal_to_ar); ``summary`` one row per method: tokens_per_s (median),
-        ms_per_token (median), speedup_vs_ar and speedup_vs_hf_assisted (median over prompts of the paired
+        drafted (draft tokens / tree nodes per step), accepted, alpha_terms, depths (tree depth per step, tree
+        methods), equal_to_ar); ``summary`` one row per method: exact (distribution-preserving), tokens_per_s
+        (median), ms_per_token (median), speedup_vs_ar and speedup_vs_hf_assisted (median over prompts of the paired
         tokens/s ratio), alpha (mean Σ min(p, q) over verified positions, Leviathan Def. 3.1), tokens_per_step,
-        accepted_per_step, loop_ms, per_position_acceptance (P(accept position i | positions < i accepted)),
-        greedy_equal_to_ar (greedy only; None under sampling).
+        accepted_per_step, drafted_per_step, loop_ms, per_position_acceptance (P(accept position i | positions < i
+        accepted); per depth for trees), greedy_equal_to_ar (greedy only; None under sampling).
 
     Raises:
-        BenchOptionError: see :func:`validate_options`; also an unknown pair or both ``pair`` and ``target``.
+        BenchOptionError: see :func:`validate_options`; also an unknown pair or both ``pair`` and ``target``, a
+            method whose model cannot take tree attention, Medusa heads trained for another base model.
     """
     import pandas as pd
     from tqdm import tqdm
@@ -655,9 +1055,14 @@ def run_bench(
     if "ar" not in [m.strip() for m in methods]:
         methods.insert(0, "ar")
     has_draft = (models[1] is not None) if models is not None else (draft is not None or pair is not None)
+    options = dict(options or {})
+    if tree is not None:
+        options["tree"] = tree if isinstance(tree, str) else "x".join(str(k) for k in tree)
+    if medusa_heads is not None:
+        options["medusa_heads"] = str(medusa_heads)
     resolved = validate_options(methods=methods, gamma=gamma, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
                                 temperature=temperature, top_p=top_p, top_k=top_k, repeats=repeats, device=device,
-                                has_draft=has_draft, dtype=dtype)
+                                has_draft=has_draft, dtype=dtype, options=options)
     sampling = SamplingConfig(temperature=float(temperature), top_k=int(top_k or 0) or None, top_p=float(top_p))
     if prompts is None:
         prompts = load_workload(workload, n_prompts)
@@ -675,8 +1080,9 @@ def run_bench(
     vocab = tm.get_output_embeddings().weight.shape[0]
     ctx = BenchContext(target=tm, tokenizer=tok, draft=dm, prompts=prompts, sampling=sampling, gamma=gamma,
                        max_new_tokens=max_new_tokens, eos_token_id=_eos_ids(tm, tok), vocab_size=vocab, seed=seed,
-                       device=dev, options=dict(options or {}))
-    runners = {label: spec.factory(ctx, label.partition("@")[0], g) for label, spec, g in resolved}
+                       device=dev, options=options)
+    runners = {label: spec.factory(ctx, _factory_name(label, spec), g) for label, spec, g in resolved}
+    resolved = [(label, spec, int(getattr(runners[label], "gamma", g))) for label, spec, g in resolved]
 
     def gen_for(r, i):
         return torch.Generator(device=tm.device).manual_seed(seed + 1_000_003 * r + i)
@@ -684,7 +1090,7 @@ def run_bench(
     if warmup:  # untimed: first-call costs (allocations, kernel selection, lazy imports) stay out of the timings
         wctx = dataclasses.replace(ctx, max_new_tokens=min(8, max_new_tokens))  # shares ctx's built resources
         for label, spec, g in resolved:
-            spec.factory(wctx, label.partition("@")[0], g)(encoded[0], gen_for(-1, 0))
+            spec.factory(wctx, _factory_name(label, spec), g)(encoded[0], gen_for(-1, 0))
 
     rows = []
     labels = [label for label, _, _ in resolved]
@@ -710,7 +1116,7 @@ def run_bench(
                     "tokens_per_s": n / max(seconds, 1e-12), "ms_per_token": 1000 * seconds / max(1, n),
                     "steps": steps, "loop_ms": 1000 * loop_s / steps if steps else float("nan"),
                     "token_ids": list(out.tokens), "drafted": list(out.drafted), "accepted": list(out.accepted),
-                    "alpha_terms": list(out.alpha_terms),
+                    "alpha_terms": list(out.alpha_terms), "depths": list(out.depths),
                 })
                 bar.update(1)
             for row in rows[-len(order):]:
@@ -741,20 +1147,52 @@ def run_bench(
                   f"{max_new_tokens} new tokens | T={temperature} top_p={top_p} top_k={top_k} | γ={gamma} | "
                   f"{config['device_description']}, {config['dtype']}, {config['torch_threads']} threads")
             print(result.table().to_string())
+            for label, spec, _ in resolved:
+                if not spec.exact:
+                    print(f"note: {label} is not distribution-preserving (exact = False): under sampling its "
+                          f"outputs do not follow the target's distribution")
     return result
+
+
+def _factory_name(label: str, spec: MethodSpec) -> str:
+    """What a factory receives as ``name``: the full label for methods with a ``prepare`` hook, else the name."""
+    return label if spec.prepare is not None else label.partition("@")[0]
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------------------------
 
+_EPILOG = """\
+methods (--list-methods for one line each; not exact = not distribution-preserving under sampling):
+{methods}
+
+examples:
+  python -m specrepro bench --pair qwen-coder --methods ar,sd-draft@4,sd-tree@2x2x1x1,sd-tree-merge,hf-assisted
+  python -m specrepro bench --pair qwen-coder --methods sd-tree --tree 1x1x3x1x1 --temperature 1 --opt tree_mode=iid
+  python -m specrepro bench --target smollm2-135m --methods ar,medusa,medusa@32,medusa-typical --medusa-heads auto
+"""
+
+
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    """Add the ``bench`` options to ``p`` (used by ``python -m specrepro bench``)."""
+    """Add the ``bench`` options to ``p`` (used by ``python -m specrepro bench``); the help lists every method."""
+    names = known_methods()
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = _EPILOG.format(methods="\n".join(
+        f"  {n:18s} {'' if REGISTRY[n].exact else '[not exact] '}{REGISTRY[n].description}" for n in names))
     p.add_argument("--pair", help="a named target/draft pair (e.g. qwen-coder); default when no --target is given")
     p.add_argument("--target", help="target model: zoo name, hub id or local path")
-    p.add_argument("--draft", help="draft model for sd-draft/hf-assisted (zoo name, hub id, path; may equal --target)")
+    p.add_argument("--draft", help="draft model for sd-draft/sd-tree/hf-assisted (zoo name, hub id, path; may "
+                                   "equal --target)")
     p.add_argument("--methods", default=None,
-                   help=f"comma-separated, each NAME or NAME@GAMMA (default: {','.join(DEFAULT_METHODS)})")
+                   help=f"comma-separated, each NAME, NAME@GAMMA, sd-tree@K1xK2x..., or medusa@NODES; known: "
+                        f"{', '.join(names)} (default: {','.join(DEFAULT_METHODS)}; ar is always run)")
+    p.add_argument("--tree", default=None, metavar="K1xK2x...",
+                   help="expansion tree <k1,...,km> for sd-tree entries without @ (e.g. 2x2x1x1; default 2x1x...x1 "
+                        "of depth gamma)")
+    p.add_argument("--medusa-heads", default=None, metavar="DIR|auto",
+                   help="trained Medusa heads for medusa/medusa-typical: a directory from MedusaHeads.save or "
+                        "get_or_train_heads (notebook 06), or 'auto' = the newest cached heads of the target")
     p.add_argument("--list-methods", action="store_true", help="list the registered methods and exit")
     p.add_argument("--gamma", type=int, default=3, help="draft length γ (default 3)")
     p.add_argument("--workload", default="humaneval", help="humaneval, pydoc, or a .jsonl file of {\"prompt\": ...}")
@@ -769,7 +1207,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=1, help="timed passes over the prompts")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template (default: raw prompts)")
-    p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="extra option for plugin methods")
+    p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra method option: lookup_max_ngram=3, tree_mode=iid|without_replacement|topk (children "
+                        "under sampling, sd-tree/medusa), typical_epsilon=0.09, typical_delta=0.3 (medusa-typical)")
     p.add_argument("--json", dest="json_path", metavar="OUT", help="write the results as JSON")
     p.add_argument("--no-warmup", action="store_true")
 
@@ -779,7 +1219,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     if args.list_methods:
         for name in known_methods():
             s = REGISTRY[name]
-            print(f"{name:20s} {s.family:12s} {'draft ' if s.needs_draft else '      '}{s.description}")
+            print(f"{name:20s} {s.family:12s} {'draft ' if s.needs_draft else '      '}"
+                  f"{'' if s.exact else '[not exact] '}{s.description}")
         for m, e in PLUGIN_ERRORS.items():
             print(f"(plugin {m} not loaded: {e})")
         return 0
@@ -806,7 +1247,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
                   n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                   top_p=args.top_p, top_k=args.top_k, seed=args.seed, device=args.device, dtype=args.dtype,
                   repeats=args.repeats, json_path=args.json_path, chat=args.chat, warmup=not args.no_warmup,
-                  options=opts, print_table=True)
+                  options=opts, tree=args.tree, medusa_heads=args.medusa_heads, print_table=True)
     except (BenchOptionError, KeyError, FileNotFoundError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         die(str(msg))

@@ -250,3 +250,138 @@ def test_humaneval_errors_are_clear(problem):
         check_completion(problem, "    pass\n", mode="docker")
     with pytest.raises(ValueError, match="one completion per prompt"):
         pass_at_1([problem], [])
+
+
+# ----------------------------------------------------------------------------------------------------- trees, Medusa
+@pytest.fixture
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two threads spin-wait."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("methods, options, message", [
+    (["sd-tree@2xx1"], {}, "expected widths"),
+    (["sd-tree@0x1"], {}, "integer >= 1"),
+    (["sd-tree@abc"], {}, "expected widths"),
+    (["sd-tree"], {"tree": "2,-1"}, "expected widths"),
+    (["sd-tree@4x4x4x4x4x4"], {}, "more than 1024 nodes"),
+    (["sd-tree@2x2", "sd-tree@2x2"], {}, "twice"),
+    (["sd-tree"], {"tree_mode": "beam"}, "tree_mode"),
+    (["ar"], {"tree": "2x2"}, "only used by sd-tree"),
+    (["medusa"], {}, "need trained Medusa heads.*--medusa-heads.*notebook 06.*get_or_train_heads"),
+    (["medusa-typical"], {"medusa_heads": "MISSING"}, "no Medusa heads there"),
+    (["ar"], {"medusa_heads": "MISSING"}, "only used by medusa"),
+])
+def test_tree_and_medusa_nonsense_is_refused(methods, options, message, tmp_path):
+    options = {k: str(tmp_path / "nowhere") if v == "MISSING" else v for k, v in options.items()}
+    with pytest.raises(BenchOptionError, match=message):
+        validate_options(**{**OK, "methods": methods, "has_draft": True, "options": options})
+
+
+def test_tree_draft_and_medusa_tree_size_refusals(tmp_path, tiny_with_tokenizer):
+    from specrepro.medusa import MedusaHeads
+
+    with pytest.raises(BenchOptionError, match="needs a draft model"):
+        validate_options(**{**OK, "methods": ["sd-tree-merge"], "has_draft": False})
+    heads = MedusaHeads.from_base(tiny_with_tokenizer[0], 1).save(tmp_path / "heads")
+    for bad, message in [("medusa@x", "number of tree nodes"), ("medusa@0", "number of tree nodes")]:
+        with pytest.raises(BenchOptionError, match=message):
+            validate_options(**{**OK, "methods": [bad], "options": {"medusa_heads": str(heads)}})
+    with pytest.raises(BenchOptionError, match="typical_epsilon"):
+        validate_options(**{**OK, "methods": ["medusa-typical"],
+                            "options": {"medusa_heads": str(heads), "typical_epsilon": "2"}})
+
+
+def test_tree_specs_resolve_to_their_depth():
+    assert bench.parse_tree_spec("<1,1,3,1>") == (1, 1, 3, 1) == bench.parse_tree_spec("1x1x3x1")
+    out = validate_options(**{**OK, "methods": "ar,sd-tree,sd-tree@2x2x1x1,sd-tree-merge@2", "has_draft": True,
+                              "options": {"tree": "3x1"}})
+    assert [(label, g) for label, _, g in out] == [("ar", 3), ("sd-tree", 2), ("sd-tree@2x2x1x1", 4),
+                                                   ("sd-tree-merge@2", 2)]
+    out = validate_options(**{**OK, "methods": "sd-tree", "gamma": 5, "has_draft": True})
+    assert out[0][2] == 5  # default tree <2,1,1,1,1>: depth gamma
+
+
+def test_tree_methods_equal_ar_under_greedy(tiny_with_tokenizer, one_thread, monkeypatch):
+    model, tok = tiny_with_tokenizer  # the model drafts for itself: every top-1 child is accepted
+    monkeypatch.setattr(bench, "bigram_corpus", lambda tokenizer, exclude_ids=(): [[1, 2, 3, 1, 2, 4]])  # seconds
+    res = run_bench(models=(model, model, tok), prompts=["def f(x):\n", "class A:\n"],
+                    methods="sd-tree@2x2x1,sd-tree,sd-tree-merge@2", max_new_tokens=10, warmup=False, progress=False)
+    s = res.summary.set_index("method")
+    assert s["greedy_equal_to_ar"].all() and s["exact"].all()
+    assert s.loc["sd-tree@2x2x1", "gamma"] == 3 and s.loc["sd-tree", "gamma"] == 3  # default <2,1,1>, depth γ = 3
+    assert s.loc["sd-tree-merge@2", "gamma"] == 2
+    assert s.loc["sd-tree@2x2x1", "per_position_acceptance"] == [1.0, 1.0, 1.0]
+    assert s.loc["sd-tree@2x2x1", "tokens_per_step"] > 3
+    runs = res.runs.set_index("method")
+    assert runs.loc["sd-tree@2x2x1", "drafted"].iloc[0][0] == 2 + 4 + 4  # nodes of <2,2,1>
+    assert runs.loc["sd-tree@2x2x1", "depths"].iloc[0] == [3, 3, 1]  # 4 + 4 tokens, then 2 left: pruned to depth 1
+
+
+def test_tree_and_medusa_methods_run_under_sampling(tiny_with_tokenizer, tmp_path, one_thread):
+    from specrepro.medusa import MedusaHeads
+
+    model, tok = tiny_with_tokenizer
+    heads = MedusaHeads.from_base(model, 2).save(tmp_path / "heads")
+    res = run_bench(models=(model, model, tok), prompts=["def f(x):\n"], methods="sd-tree@2x1,medusa,medusa-typical",
+                    max_new_tokens=6, temperature=1.0, medusa_heads=heads, options={"tree_mode": "without_replacement"},
+                    warmup=False, progress=False)
+    s = res.summary.set_index("method")
+    assert list(s["exact"]) == [True, True, True, False]
+    assert s["greedy_equal_to_ar"].isna().all()
+    assert (res.runs["new_tokens"] == 6).all()
+
+
+def test_medusa_with_saved_heads_equals_ar_under_greedy(tiny_with_tokenizer, tmp_path, monkeypatch, capsys,
+                                                       one_thread):
+    from specrepro.medusa import MedusaHeads
+
+    model, tok = tiny_with_tokenizer
+    heads_dir = MedusaHeads.from_base(model, 2).save(tmp_path / "heads")
+    res = run_bench(models=(model, None, tok), prompts=["def f(x):\n", "class A:\n"],
+                    methods="medusa,medusa@4,medusa-typical", medusa_heads=heads_dir, max_new_tokens=8,
+                    warmup=False, progress=False, print_table=True)
+    s = res.summary.set_index("method")
+    assert s["greedy_equal_to_ar"].all()
+    assert list(s["exact"]) == [True, True, True, False]
+    assert s.loc["medusa", "gamma"] == 2  # the default tree cut to the K = 2 heads
+    assert res.runs.set_index("method").loc["medusa@4", "drafted"].iloc[0][:2] == [0, 4]  # first step: AR
+    assert "medusa-typical is not distribution-preserving" in capsys.readouterr().out
+    # heads trained for another base model are refused; 'auto' finds the heads cached for this target
+    other = MedusaHeads(32, len(tok), 1, base_name="other-model", base_fingerprint="0" * 16).save(tmp_path / "other")
+    with pytest.raises(BenchOptionError, match="trained for base model 'other-model'"):
+        run_bench(models=(model, None, tok), prompts=["x"], methods="medusa", medusa_heads=other, max_new_tokens=2,
+                  warmup=False, progress=False)
+    monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(BenchOptionError, match="no cached Medusa heads"):
+        validate_options(**{**OK, "methods": ["medusa"], "options": {"medusa_heads": "auto"}})
+    root = tmp_path / "cache" / "medusa" / "heads"
+    root.mkdir(parents=True)
+    other.rename(root / "k1")
+    with pytest.raises(BenchOptionError, match="none of the heads cached"):
+        run_bench(models=(model, None, tok), prompts=["x"], methods="medusa", medusa_heads="auto", max_new_tokens=2,
+                  warmup=False, progress=False)
+    heads_dir.rename(root / "k2")
+    res = run_bench(models=(model, None, tok), prompts=["def f(x):\n"], methods="medusa", medusa_heads="auto",
+                    max_new_tokens=4, warmup=False, progress=False)
+    assert res.summary.set_index("method").loc["medusa", "greedy_equal_to_ar"]
+
+
+def test_cli_refuses_tree_and_medusa_nonsense_and_lists_them(capsys):
+    from specrepro.__main__ import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--target", "smollm2-135m", "--methods", "ar,medusa"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--medusa-heads" in err
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--target", "smollm2-135m", "--draft", "smollm2-135m", "--methods", "sd-tree@2xx1"])
+    assert e.value.code == 2 and "expected widths" in capsys.readouterr().err
+    assert main(["bench", "--list-methods"]) == 0
+    out = capsys.readouterr().out
+    for name in ("sd-tree", "sd-tree-merge", "medusa", "medusa-typical"):
+        assert f"\n{name} " in out
+    assert "[not exact]" in out
