@@ -51,7 +51,7 @@ unit: $(STAMP)  ## pytest: unit tests and the exactness battery (tests/)
 nbval: $(STAMP)  ## re-execute the committed quick-profile notebooks and compare their checked cells (nbval, lax)
 	$(PY) -m pytest -q --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly $(QUICK_EXECUTED)
 
-reproduce: $(STAMP) fetch notebooks  ## run every notebook for PROFILE: data/results/, figures/, notebooks/executed/
+reproduce: $(STAMP) fetch notebooks  ## run every notebook for PROFILE (data/results/, figures/, notebooks/executed/), then the scorecard (README.md in standard)
 
 notebooks: $(EXECUTED)
 
@@ -64,6 +64,9 @@ $(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb profiles/$(PROFILE).yaml $(SOURCES) |
 	    $*.ipynb ../$@.partial.ipynb
 	$(PY) -m specrepro.nbclean $@.partial.ipynb
 	mv $@.partial.ipynb $@
+
+# The scorecard reads the other notebooks' tables (and data/claims.csv): it runs after them, and again when one reruns.
+$(EXECUTED_DIR)/08_scorecard.ipynb: data/claims.csv $(filter-out %/08_scorecard.ipynb,$(EXECUTED))
 
 lab: $(STAMP)  ## open JupyterLab with the project's kernel
 	$(PY) -m ipykernel install --sys-prefix --name specrepro --display-name "specrepro (.venv)"

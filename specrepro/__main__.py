@@ -17,6 +17,7 @@ import sys
 #: command -> (module, one-line help). The module provides configure_parser(p) and run_command(args, parser).
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("specrepro.bench", "time decoding methods (ours and transformers') side by side on a workload"),
+    "scorecard": ("specrepro.scorecard", "score every headline claim of the papers against a profile's result tables"),
 }
 
 
