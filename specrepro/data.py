@@ -17,7 +17,6 @@ chat template when asked).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 

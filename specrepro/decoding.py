@@ -131,6 +131,27 @@ def _check_args(gamma: int, max_new_tokens: int):
 
 
 @torch.inference_mode()
+def prefill(target, ids: torch.Tensor):
+    """A fresh KV cache holding every prompt token but the last (long [L], L >= 1): the cache convention shared by
+    :func:`generate`, :func:`specrepro.trees.tree_generate` and :func:`specrepro.medusa.medusa_generate`, whose
+    every step feeds [last committed token] + draft tokens."""
+    cache = new_cache(target)
+    if ids.numel() > 1:
+        target(input_ids=ids[None, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    return cache
+
+
+def commit_step(step: list[int], budget: int, eos: set[int], res: "GenerationResult") -> list[int]:
+    """The tokens one step commits: ``step`` (accepted drafts + the correction/bonus token) cut to the remaining
+    ``budget`` and just after the first EOS (which sets ``res.stopped_at_eos``), so that no token lies past either."""
+    step = step[:budget]
+    for i, tok in enumerate(step):
+        if tok in eos:
+            res.stopped_at_eos = True
+            return step[: i + 1]
+    return step
+
+
 def generate(
     target,
     input_ids: torch.Tensor,
@@ -177,9 +198,7 @@ def generate(
         drafter.reset()
 
     t_start = clock.start()
-    cache = new_cache(target)
-    if ids.numel() > 1:
-        target(input_ids=ids[None, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache = prefill(target, ids)
     t = clock.stop("prefill", t_start)
 
     new: list[int] = []
@@ -210,13 +229,7 @@ def generate(
                 res.alpha_terms.extend(torch.minimum(rows, q_rows).sum(-1).tolist())
             else:
                 res.alpha_terms.extend(rows.gather(1, draft_tokens[: rows.shape[0], None]).squeeze(1).tolist())
-        step = draft_tokens[:n].tolist() + [nxt]
-        step = step[:budget]
-        for i, tok in enumerate(step):
-            if tok in eos:
-                step = step[: i + 1]
-                res.stopped_at_eos = True
-                break
+        step = commit_step(draft_tokens[:n].tolist() + [nxt], budget, eos, res)
         res.drafted.append(g)
         res.accepted.append(n)
         new.extend(step)

@@ -18,7 +18,7 @@ import torch
 
 from .decoding import generate
 from .sampling import SamplingConfig
-from .theory import (CostCurve, expected_tokens, hardware_aware_speedup, measure_alpha, operations_factor,
+from .theory import (expected_tokens, hardware_aware_speedup, measure_alpha, operations_factor,
                      walltime_improvement)
 
 __all__ = ["leviathan_table1", "alpha_table", "speed_table", "summarize_speed", "encode"]

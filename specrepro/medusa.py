@@ -47,11 +47,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .decoding import GenerationResult, Stopwatch, _eos_set
+from .decoding import GenerationResult, _eos_set
 from .kvcache import new_cache
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, sample
-from .tree_attention import check_tree_attention, keep_path, tree_forward
-from .trees import TokenTree, TreeTemplate, sample_children, verify_tree
+from .trees import TokenTree, TreeTemplate, sample_children, tree_generate, verify_tree
 
 __all__ = [
     "PAPER_HEAD_ACCURACY", "PAPER_TABLE1", "HeadMismatchError", "base_fingerprint", "ResBlock", "MedusaHeads",
@@ -857,8 +856,8 @@ def medusa_generate(
     """Decode with Medusa heads: each step the heads' candidate tree is scored in ONE target forward with tree
     attention, then accepted by ``acceptance``; the hidden state at the last accepted node feeds the next tree.
 
-    Same cache convention and bookkeeping as :func:`specrepro.trees.tree_generate` (which serves "greedy"/"mss"/
-    "naive" with the same proposer); this loop adds typical acceptance, which is Medusa-specific.
+    Runs :func:`specrepro.trees.tree_generate` (same cache convention and bookkeeping) with Medusa's checks on
+    top; "typical" passes :func:`typical_acceptance_verify` as its acceptance rule.
 
     Args:
         target: a transformers causal LM accepted by :func:`~specrepro.tree_attention.check_tree_attention`.
@@ -885,65 +884,14 @@ def medusa_generate(
         raise ValueError("greedy acceptance needs temperature 0 sampling; use 'typical' or 'mss' otherwise")
     if acceptance != "greedy" and not sampling.greedy and generator is None:
         raise ValueError("sampling needs an explicit torch.Generator (pass generator=torch.Generator().manual_seed(s))")
-    check_tree_attention(target)
-    device = target.device
-    ids = input_ids.reshape(-1).to(device)
-    if ids.numel() == 0:
-        raise ValueError("empty prompt: input_ids needs at least one token")
-    eos = _eos_set(eos_token_id)
-    clock = Stopwatch(device)
-    res = GenerationResult(tokens=[], prompt_len=int(ids.numel()))
-    proposer.reset()
-    t_start = clock.start()
-    cache = new_cache(target)
-    if ids.numel() > 1:
-        target(input_ids=ids[None, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
-    t = clock.stop("prefill", t_start)
-    new: list[int] = []
-    while len(new) < max_new_tokens:
-        budget = max_new_tokens - len(new)
-        tree = proposer.propose_tree(ids, sampling, generator) if budget > 1 else TokenTree.empty(device)
-        tree = tree.prune(budget - 1) if tree.n else tree
-        t = clock.stop("draft", t)
-        n = tree.n
-        start = ids.numel() - 1
-        feed = torch.cat([ids[-1:], tree.tokens.to(device)])
-        if n:
-            out = tree_forward(target, cache, feed, tree.compile(), start, output_hidden_states=True)
-        else:
-            out = target(input_ids=feed[None], past_key_values=cache, use_cache=True, output_hidden_states=True)
-        t_new = clock.stop("target", t)
-        res.forward_sizes.append(n + 1)
-        res.target_times.append(t_new - t)
-        t = t_new
-        p = logits_to_probs(out.logits[0, -(n + 1):], sampling)
-        if acceptance == "typical":
-            path, nxt = typical_acceptance_verify(tree.parents, tree.tokens, p, generator, epsilon=epsilon,
-                                                  delta=delta, sampling=sampling)
-        else:
-            q = None if tree.proposal_probs is None else tree.proposal_probs.to(p.device, p.dtype)
-            path, nxt = verify_tree(tree.parents, tree.tokens, p, q, generator, acceptance)
-        keep = [0] + [c + 1 for c in path]
-        keep_path(cache, start, keep)
-        proposer.observe_hidden(out.hidden_states[-1][0, keep[-1]])
-        step = (tree.tokens[path].tolist() if path else []) + [nxt]
-        step = step[:budget]
-        for i, tok in enumerate(step):
-            if tok in eos:
-                step = step[: i + 1]
-                res.stopped_at_eos = True
-                break
-        res.drafted.append(n)
-        res.accepted.append(len(path))
-        new.extend(step)
-        ids = torch.cat([ids, torch.tensor(step, dtype=ids.dtype, device=device)])
-        t = clock.stop("verify", t)
-        if res.stopped_at_eos:
-            break
-    clock.stop("total", t_start)
-    res.tokens = new
-    res.times = dict(clock.totals)
-    return res
+    def typical(parents, tokens, p, q, gen):
+        return typical_acceptance_verify(parents, tokens, p, gen, epsilon=epsilon, delta=delta, sampling=sampling)
+
+    # under "typical", `method` is only validated by tree_generate: the rule applied is `typical`
+    method = ("greedy" if sampling.greedy else "mss") if acceptance == "typical" else acceptance
+    verify = typical if acceptance == "typical" else None
+    return tree_generate(target, input_ids, proposer, max_new_tokens=max_new_tokens, sampling=sampling,
+                         generator=generator, eos_token_id=eos_token_id, method=method, verify=verify)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .decoding import GenerationResult, Stopwatch, _eos_set
+from .decoding import GenerationResult, Stopwatch, _eos_set, commit_step, prefill
 from .kvcache import crop_cache, new_cache
 from .sampling import GREEDY, SamplingConfig, acceptance_probability, logits_to_probs, residual_distribution, sample
 from .tree_attention import check_tree_attention, compile_topology, keep_path, tree_forward
@@ -803,6 +803,7 @@ def tree_generate(
     generator: torch.Generator | None = None,
     eos_token_id: int | list[int] | None = None,
     method: str | None = None,
+    verify=None,
 ) -> GenerationResult:
     """Token-tree speculative decoding (SpecInfer Algorithm 1 with tree attention and MSS verification).
 
@@ -822,6 +823,10 @@ def tree_generate(
         generator: torch.Generator on the target's device (required unless greedy).
         eos_token_id: stop after this token (or any of these); it is included in the output.
         method: "greedy", "mss" or "naive"; default "greedy" under greedy sampling, else "mss".
+        verify: optional acceptance rule replacing :func:`verify_tree`, called as ``verify(parents, tokens,
+            target_probs, proposal_probs, generator) -> (accepted_path, next_token)`` with the shapes of
+            :func:`verify_tree` (e.g. Medusa's typical acceptance, :func:`specrepro.medusa.medusa_generate`); the
+            exactness of the loop is then that of the rule.
 
     Returns:
         :class:`~specrepro.decoding.GenerationResult` with ``drafted`` = nodes per step (N) and ``accepted`` = accepted
@@ -841,7 +846,7 @@ def tree_generate(
     ids = input_ids.reshape(-1).to(device)
     if ids.numel() == 0:
         raise ValueError("empty prompt: input_ids needs at least one token")
-    if generator is None and method != "greedy":
+    if generator is None and method != "greedy" and not sampling.greedy:
         raise ValueError("sampling needs an explicit torch.Generator (pass generator=torch.Generator().manual_seed(s))")
     needs_hidden = bool(getattr(proposer, "needs_hidden", False))
     eos = _eos_set(eos_token_id)
@@ -851,9 +856,7 @@ def tree_generate(
         proposer.reset()
 
     t_start = clock.start()
-    cache = new_cache(target)
-    if ids.numel() > 1:
-        target(input_ids=ids[None, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache = prefill(target, ids)
     t = clock.stop("prefill", t_start)
 
     new: list[int] = []
@@ -882,18 +885,15 @@ def tree_generate(
             if q.shape[-1] != p.shape[-1]:
                 raise ValueError(f"proposal rows have width {q.shape[-1]}, target logits {p.shape[-1]}")
             q = q.to(p.device)
-        path, nxt = verify_tree(tree.parents, tree.tokens, p, q, generator, method)
+        if verify is None:
+            path, nxt = verify_tree(tree.parents, tree.tokens, p, q, generator, method)
+        else:
+            path, nxt = verify(tree.parents, tree.tokens, p, q, generator)
         keep = [0] + [c + 1 for c in path]
         keep_path(cache, start, keep)
         if needs_hidden:
             proposer.observe_hidden(out.hidden_states[-1][0, keep[-1]])
-        step = tree.tokens[path].tolist() + [nxt] if path else [nxt]
-        step = step[:budget]
-        for i, tok in enumerate(step):
-            if tok in eos:
-                step = step[: i + 1]
-                res.stopped_at_eos = True
-                break
+        step = commit_step(tree.tokens[path].tolist() + [nxt] if path else [nxt], budget, eos, res)
         res.drafted.append(n)
         res.accepted.append(len(path))
         new.extend(step)

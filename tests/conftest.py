@@ -6,7 +6,10 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub here: fail fast instead of retrying
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Under pytest-xdist the workers share the cores: give each worker its share of torch threads, so that n workers
+# never run more than cpu_count threads (oversubscribed, the tiny models' many small ops run many times slower).
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // max(1, _workers))))
 
 
 def tiny_lm(arch: str = "llama", vocab: int = 8, seed: int = 0, sharpness: float = 8.0):
