@@ -39,6 +39,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from .decoding import GenerationResult, Stopwatch, _eos_set, commit_step, prefill
+from .drafters import _common_prefix, _fit_width
 from .kvcache import crop_cache, new_cache
 from .sampling import GREEDY, SamplingConfig, acceptance_probability, logits_to_probs, residual_distribution, sample
 from .tree_attention import check_tree_attention, compile_topology, keep_path, tree_forward
@@ -395,23 +396,6 @@ class TreeProposer(Protocol):
     def reset(self) -> None: ...
 
 
-def _fit_width(logits: torch.Tensor, width: int | None) -> torch.Tensor:
-    if width is None or logits.shape[-1] == width:
-        return logits
-    if logits.shape[-1] > width:
-        return logits[..., :width]
-    pad = logits.new_full((*logits.shape[:-1], width - logits.shape[-1]), float("-inf"))
-    return torch.cat([logits, pad], dim=-1)
-
-
-def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
-    n = min(a.shape[0], b.shape[0])
-    if n == 0:
-        return 0
-    diff = (a[:n] != b[:n]).nonzero()
-    return int(diff[0, 0]) if diff.numel() else n
-
-
 class DraftTreeProposer:
     """Expansion-based (or static-shaped) token trees from one draft model (SpecInfer Sec. 3, Sequoia Sec. 3).
 
@@ -599,13 +583,8 @@ def verify_tree(parents: torch.Tensor, tokens: torch.Tensor, target_probs: torch
     while True:
         p = target_probs[node + 1]
         children = kids.get(node, [])
-        if method == "greedy":
-            x = int(p.argmax())
-            nxt = next((c for c in children if toks[c] == x), None)
-            if nxt is None:
-                return path, x
-        elif method == "naive":
-            x = int(sample(p, generator))
+        if method in ("greedy", "naive"):  # the target's own choice (argmax or a sample), accepted if it is a child
+            x = int(p.argmax()) if method == "greedy" else int(sample(p, generator))
             nxt = next((c for c in children if toks[c] == x), None)
             if nxt is None:
                 return path, x
