@@ -7,7 +7,7 @@ SHELL := /bin/bash
 # PYTHON: the interpreter that creates the virtual environment (3.10-3.12)
 PYTHON  ?= python3
 VENV    ?= .venv
-# PROFILE: quick (CI, minutes) | standard (laptop CPU, about an hour) | full (a GPU)
+# PROFILE: quick (CI, minutes) | standard (laptop CPU, several hours on 2 cores; resumable) | full (a GPU)
 PROFILE ?= standard
 # JOBS: pytest-xdist workers for the unit tests
 JOBS    ?= 2
