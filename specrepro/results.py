@@ -82,6 +82,13 @@ def provenance(profile: str, device: str = "cpu", **extra) -> dict:
     return rec
 
 
+def _umask_mode() -> int:
+    """The mode ``open()`` would give a new file (0o666 less the umask); ``mkstemp`` files are 0o600 otherwise."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory and ``os.replace``."""
     path = Path(path)
@@ -90,6 +97,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -131,6 +139,7 @@ def save_figure(fig, name: str, profile: str = STANDARD, device: str = "cpu", **
         try:
             fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight",
                         metadata=meta if ext == "pdf" else {"Description": meta["Subject"]})
+            os.chmod(tmp, _umask_mode())
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
