@@ -1132,6 +1132,7 @@ def run_bench(
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "device": dev,
         "device_description": device_description(dev), "dtype": str(tm.dtype).replace("torch.", ""),
         "repeats": repeats, "chat_template": chat, "torch_threads": torch.get_num_threads(),
+        "cpu_linear": getattr(tm, "specrepro_cpu_linear", None),
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
         "eos_token_id": ctx.eos_token_id, "options": ctx.options,
         "timing": "CUDA events + synchronize" if dev.startswith("cuda") else "time.perf_counter",
