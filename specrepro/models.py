@@ -418,6 +418,7 @@ def load_model(
 
     Raises:
         KeyError: an unknown zoo-like name that is not a directory either (lists the known names).
+        ValueError: ``cpu_linear`` (or ``$SPECREPRO_CPU_LINEAR``) other than 'onednn' or 'mkl'.
         ModelFetchError, ChecksumError: see :func:`fetch_gguf`.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -437,11 +438,12 @@ def load_model(
         model = model.to(device)
     model.eval()
     model.requires_grad_(False)
-    if cpu_linear == "onednn" and device_map is None and torch.device(device).type == "cpu":
-        use_onednn_linear(model)
+    on_cpu = device_map is None and torch.device(device).type == "cpu"
+    if cpu_linear == "onednn" and on_cpu and use_onednn_linear(model) == 0:
+        cpu_linear = "mkl"  # this torch build lacks the packed oneDNN ops: torch's default layers stay
     tokenizer = AutoTokenizer.from_pretrained(path)
     model.specrepro_name = name_or_path
-    model.specrepro_cpu_linear = cpu_linear if torch.device(device).type == "cpu" else None
+    model.specrepro_cpu_linear = cpu_linear if on_cpu else None  # recorded by the bench
     return model, tokenizer
 
 
