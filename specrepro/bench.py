@@ -1124,9 +1124,10 @@ def run_bench(
     bar.close()
     runs = pd.DataFrame(rows)
     summary = _summarize(runs, resolved, sampling.greedy)
-    from .results import device_description
+    from .results import _git_commit, device_description
 
     config = {
+        "commit": _git_commit(),
         "target": tname, "draft": dname, "pair": pair, "methods": labels, "gamma": gamma, "workload": workload,
         "n_prompts": len(prompts), "prompt_ids": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "device": dev,

@@ -38,6 +38,7 @@ from .results import STANDARD, atomic_write_text, figures_dir, load_table, repo_
 
 __all__ = ["EXACT", "TREND", "NOT_REPRODUCED", "NOT_RUN", "VERDICTS", "RULES", "NotRun", "Outcome", "Tables",
            "claims_path", "load_claims", "score", "score_claim", "rules_table", "render_markdown", "render_figures",
+           "render_bench",
            "write_scorecard", "replace_block", "update_readme", "plot_verdicts", "KEY_FIGURES",
            "configure_parser", "run_command"]
 
@@ -778,6 +779,64 @@ def render_figures(profile: str = STANDARD) -> str:
     return "\n".join(parts)
 
 
+def _bench_cell(v, digits: int = 2) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "**no**"
+    if isinstance(v, (list, tuple)):
+        return " ".join(f"{x:.2f}" for x in v) or "—"
+    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def render_bench(profile: str = STANDARD) -> str:
+    """Markdown for the README's benchmark-of-record block: one table per ``bench_*.json`` that ``make reproduce``
+    wrote into the profile's results directory (:func:`specrepro.bench.run_bench` JSON), each headed by its setting
+    (pair, workload, prompts, tokens, sampling, γ, hardware, dtype, CPU linear path, library versions, commit).
+
+    Columns: median tokens/s and ms/token, speedup over our AR and over transformers' assisted generation (ratios of
+    the same interleaved run), α, tokens per target step, per-position acceptance, and (greedy) whether every output
+    equals greedy AR. A file that cannot be read is named with the error rather than skipped silently.
+    """
+    rdir = results_dir(profile)
+    root = repo_root()
+    paths = sorted(rdir.glob("bench_*.json"))
+    if not paths:
+        return f"No benchmark results for profile {profile} yet: `make reproduce PROFILE={profile}` writes them.\n"
+    parts = []
+    for path in paths:
+        rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+        try:
+            data = json.loads(path.read_text())
+            cfg, summary = data["config"], data["summary"]
+        except (OSError, ValueError, KeyError) as exc:
+            parts.append(f"`{rel}`: unreadable ({exc}).\n")
+            continue
+        greedy = float(cfg.get("temperature") or 0) == 0
+        sampling = "greedy (T = 0)" if greedy else f"T = {cfg.get('temperature')}, top-p {cfg.get('top_p')}" + (
+            f", top-k {cfg['top_k']}" if cfg.get("top_k") else "")
+        linear = f", CPU linear {cfg['cpu_linear']}" if cfg.get("cpu_linear") else ""
+        head = (f"**{cfg.get('target')} + {cfg.get('draft')}** · {cfg.get('workload')}, {cfg.get('n_prompts')} prompts "
+                f"× {cfg.get('repeats', 1)} · {cfg.get('max_new_tokens')} new tokens · {sampling} · γ = {cfg.get('gamma')}"
+                f" · {cfg.get('device_description', cfg.get('device'))}, {cfg.get('dtype')}{linear} · torch "
+                f"{cfg.get('torch')}, transformers {cfg.get('transformers')}"
+                + (f" · commit `{cfg['commit']}`" if cfg.get("commit") else "") + f" · [`{rel}`]({rel})")
+        lines = [head, "", "| method | tokens/s | ms/token | × our AR | × HF assisted | α | tokens/step "
+                 "| per-position acceptance |" + (" equal to greedy AR |" if greedy else ""),
+                 "|---|---:|---:|---:|---:|---:|---:|---|" + ("---|" if greedy else "")]
+        for r in summary:
+            row = [f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),
+                   _bench_cell(r.get("tokens_per_s")), _bench_cell(r.get("ms_per_token"), 0),
+                   _bench_cell(r.get("speedup_vs_ar")), _bench_cell(r.get("speedup_vs_hf_assisted")),
+                   _bench_cell(r.get("alpha")), _bench_cell(r.get("tokens_per_step")),
+                   _bench_cell(r.get("per_position_acceptance"))]
+            if greedy:
+                row.append(r.get("equal_to_ar_runs") or _bench_cell(r.get("greedy_equal_to_ar")))
+            lines.append("| " + " | ".join(row) + " |")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
 def write_scorecard(profile: str = STANDARD, device: str = "cpu", claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """Score every claim for ``profile``, save it as the ``scorecard`` table (CSV + provenance) and its markdown as
     ``scorecard.md`` beside it; returns the scorecard."""
@@ -803,7 +862,7 @@ def replace_block(text: str, name: str, content: str) -> str:
 
 def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, readme: str | Path | None = None,
                   force: bool = False) -> bool:
-    """Rewrite the ``scorecard`` and ``figures`` blocks of README.md from ``card`` (default: :func:`score`) and the
+    """Rewrite the ``scorecard`` and ``figures`` blocks (and ``bench``, where present) of README.md from ``card`` (default: :func:`score`) and the
     figures of ``profile``, atomically; returns True if the file changed.
 
     Only the standard profile rewrites the README (the quick profile runs in CI and must not), unless ``force``.
@@ -818,6 +877,8 @@ def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, rea
     old = path.read_text()
     new = replace_block(old, "scorecard", render_markdown(card, profile))
     new = replace_block(new, "figures", render_figures(profile))
+    if "<!-- bench:start -->" in new:
+        new = replace_block(new, "bench", render_bench(profile))
     if new == old:
         return False
     atomic_write_text(path, new)

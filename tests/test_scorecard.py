@@ -1,6 +1,7 @@
 """The replication scorecard: the claims file, each verdict rule on synthetic tables (every verdict, "not run"
 included), scoring that never crashes, and the README block replacement (atomic, idempotent, standard profile only)."""
 
+import json
 import re
 from pathlib import Path
 
@@ -362,5 +363,27 @@ def test_markers_missing_or_repeated_are_refused(tmp_path):
 
 def test_repository_readme_has_the_blocks():
     text = (ROOT / "README.md").read_text()
-    for name in ("scorecard", "figures"):
+    for name in ("scorecard", "figures", "bench"):
         sc.replace_block(text, name, "x")  # raises if the markers are missing or repeated
+
+
+def test_render_bench_tabulates_each_json_and_names_unreadable_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(sc, "results_dir", lambda profile: tmp_path)
+    assert "No benchmark results" in sc.render_bench("synthetic")
+    cfg = {"target": "t", "draft": "d", "workload": "humaneval", "n_prompts": 2, "repeats": 1, "max_new_tokens": 8,
+           "temperature": 0.0, "gamma": 3, "device_description": "cpu (2 cores)", "dtype": "float32",
+           "commit": "abc123"}
+    summary = [{"method": "ar", "tokens_per_s": 2.0, "ms_per_token": 500.0, "speedup_vs_ar": 1.0,
+                "speedup_vs_hf_assisted": None, "alpha": None, "tokens_per_step": 1.0, "per_position_acceptance": [],
+                "equal_to_ar_runs": "2/2"},
+               {"method": "sd-draft@3", "tokens_per_s": 3.0, "ms_per_token": 333.3, "speedup_vs_ar": 1.5,
+                "speedup_vs_hf_assisted": float("nan"), "alpha": 0.9, "tokens_per_step": 3.2,
+                "per_position_acceptance": [0.9, 0.8], "equal_to_ar_runs": "1/2"}]
+    (tmp_path / "bench_a.json").write_text(json.dumps({"config": cfg, "summary": summary, "runs": []}))
+    (tmp_path / "bench_b.json").write_text("{not json")
+    md = sc.render_bench("synthetic")
+    rows = [ln for ln in md.splitlines() if ln.startswith("| `")]
+    assert rows[0].split(" | ")[1:4] == ["2.00", "500", "1.00"]
+    assert "| 1.50 | — | 0.90 | 3.20 | 0.90 0.80 | 1/2 |" in rows[1]
+    assert "greedy (T = 0)" in md and "commit `abc123`" in md
+    assert "bench_b.json`: unreadable" in md
