@@ -256,7 +256,8 @@ class BenchContext:
             ``lookup_max_ngram`` (prompt lookup, default 3), ``tree`` (``--tree``: sd-tree's expansion),
             ``tree_mode`` (children under sampling for sd-tree and medusa: iid, without_replacement, topk),
             ``medusa_heads`` (``--medusa-heads``: a directory or 'auto'), ``typical_epsilon`` / ``typical_delta``
-            (medusa-typical thresholds, Medusa's defaults 0.09 / 0.3).
+            (medusa-typical thresholds, Medusa's defaults 0.09 / 0.3), ``draft_stop`` (sd-draft-dynamic's draft
+            confidence threshold, default 0.4).
     """
 
     target: Any
@@ -302,6 +303,35 @@ def _sd_draft(ctx, name, gamma):
     from .drafters import DraftModelDrafter
 
     return _our_runner(ctx, DraftModelDrafter(ctx.draft, ctx.vocab_size), gamma)
+
+
+def _draft_stop(options: dict) -> float:
+    v = options.get("draft_stop", 0.4)
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not (0.0 < v < 1.0):
+        raise BenchOptionError(f"--opt draft_stop={options.get('draft_stop')}: must be a number in (0, 1)")
+    return v
+
+
+def _prepare_sd_draft_dynamic(at, gamma, options):
+    _draft_stop(options)
+    if at is None:
+        return max(int(gamma), 8)
+    if not at.isdigit() or int(at) < 1:
+        raise BenchOptionError(f"sd-draft-dynamic@{at}: the text after @ is the maximum draft length, an integer >= 1")
+    return int(at)
+
+
+@register_method("sd-draft-dynamic", needs_draft=True, prepare=_prepare_sd_draft_dynamic)
+def _sd_draft_dynamic(ctx, name, gamma):
+    """our chain speculative decoding, dynamic draft length: up to γ (default 8) draft tokens, stopping after one the
+    draft gives probability < draft_stop (--opt, default 0.4; as transformers' assistant_confidence_threshold)"""
+    from .drafters import DraftModelDrafter
+
+    return _our_runner(ctx, DraftModelDrafter(ctx.draft, ctx.vocab_size, stop_below=_draft_stop(ctx.options)), gamma)
 
 
 @register_method("sd-lookup")

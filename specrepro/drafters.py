@@ -78,15 +78,32 @@ class DraftModelDrafter:
     Each call runs gamma single-token forward passes of the draft, sampling x_i ~ q_i where q_i is the draft's logits
     processed by the same :func:`~specrepro.sampling.logits_to_probs` as the target.
 
+    Dynamic draft length (``stop_below > 0``): ``gamma`` becomes the maximum, and drafting stops after the first token
+    x_i whose own draft probability q_i(x_i) is below ``stop_below`` - a token the draft is unsure of is likely to
+    be rejected, so drafting past it mostly wastes draft forwards (the stopping rule of transformers' assisted
+    generation, ``assistant_confidence_threshold``). It stays exact: whether a block continues after x_i depends
+    only on the draft's own values up to x_i, so, given the tokens emitted so far, the next one is either verified
+    against q_{i+1} by Leviathan's rule or sampled from the target row as the bonus; both give the target's
+    distribution (Leviathan Thm. 3.5 holds position by position). The exactness battery runs it end to end.
+
     Args:
         model: a transformers causal LM sharing the target's tokenizer.
         vocab_size: the target's logits width V; the draft's logits are padded with -inf or cut to it.
+        name: a label for tables.
+        stop_below: confidence threshold in [0, 1); 0 (default) drafts exactly gamma tokens.
+
+    Raises:
+        ValueError: ``stop_below`` outside [0, 1).
     """
 
-    def __init__(self, model, vocab_size: int | None = None, name: str = "draft model"):
+    def __init__(self, model, vocab_size: int | None = None, name: str = "draft model", stop_below: float = 0.0):
+        stop_below = float(stop_below)
+        if not 0.0 <= stop_below < 1.0:  # also refuses NaN
+            raise ValueError(f"stop_below (draft confidence threshold) must be in [0, 1), got {stop_below!r}")
         self.model = model
         self.vocab_size = vocab_size
         self.name = name
+        self.stop_below = stop_below
         self.reset()
 
     def reset(self) -> None:
@@ -107,6 +124,8 @@ class DraftModelDrafter:
             tokens.append(x)
             probs.append(q)
             feed = x.reshape(1)
+            if self.stop_below > 0.0 and float(q[x]) < self.stop_below:
+                break  # dynamic draft length: the draft is unsure of x
         tok = torch.stack(tokens) if tokens else torch.empty(0, dtype=torch.long, device=device)
         # the cache now holds ids + x_1..x_{gamma-1}
         self.cached_ids = torch.cat([ids.cpu(), tok[:-1].cpu()]) if tokens else ids.cpu()

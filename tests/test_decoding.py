@@ -3,8 +3,9 @@ contract (EOS, max_new_tokens, errors), and greedy equality with AR.
 
 Goodness-of-fit: sequences of 3 new tokens sampled end to end by `generate` (real KV caches, rollback, the draft
 model's own cache) against the target's exact 3-token distribution, computed by enumerating every prefix with the
-target. Chi-square with sparse bins pooled, significance level 1e-3 per test; 3 real-rule tests, so a correct loop
-fails one with probability <= 0.3 % for a random seed (seeds are fixed here). Negative controls must fail.
+target. Chi-square with sparse bins pooled, significance level 1e-3 per test; 4 real-rule tests (3 sampling settings
+with a fixed draft length, 1 with the dynamic draft length), so a correct loop fails one with probability <= 0.4 % for
+a random seed (seeds are fixed here). Negative controls must fail.
 """
 
 import functools
@@ -50,6 +51,26 @@ def test_end_to_end_goodness_of_fit(pair, cfg):
     assert pval > LEVEL
 
 
+def test_dynamic_draft_length_goodness_of_fit(pair):
+    """Stopping the draft at an unsure token (DraftModelDrafter(stop_below=...)) keeps the target distribution."""
+    target, draft = pair
+    cfg = CONFIGS["T=1"]
+    drafter = DraftModelDrafter(draft, 8, stop_below=0.15)
+    probe = generate(target, PROMPT, drafter=drafter, gamma=4, max_new_tokens=40, sampling=cfg,
+                     generator=torch.Generator().manual_seed(0))
+    assert min(probe.drafted[:-1]) < 4 and max(probe.drafted) == 4  # it really varies the draft length
+    exact = target_distribution(ToyLM.from_transformer(target, PROMPT), cfg, LENGTH)
+    samples = _run(target, drafter, cfg, N, seed=6, gamma=4)
+    assert gof_test(samples, exact)[1] > LEVEL
+
+
+def test_dynamic_draft_length_refuses_bad_threshold(pair):
+    _, draft = pair
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="stop_below"):
+            DraftModelDrafter(draft, 8, stop_below=bad)
+
+
 class RawQDrafter(DraftModelDrafter):
     """Negative control: samples from the processed q but reports the raw softmax as q (HF issue #47932's bug)."""
 
@@ -88,7 +109,7 @@ def test_greedy_speculative_equals_ar_on_tiny_models(pair):
     ar = generate(target, prompt, max_new_tokens=40).tokens
     corpus = [prompt.tolist() + ar]
     for drafter in (DraftModelDrafter(draft, 8), PromptLookupDrafter(), NGramDrafter(corpus, 8, 2),
-                    DraftModelDrafter(target, 8)):
+                    DraftModelDrafter(target, 8), DraftModelDrafter(draft, 8, stop_below=0.5)):
         for gamma in (1, 2, 5):
             out = generate(target, prompt, drafter=drafter, gamma=gamma, max_new_tokens=40)
             assert out.tokens == ar, (drafter.name, gamma)
