@@ -77,7 +77,7 @@ lab: $(STAMP)  ## open JupyterLab with the project's kernel
 	$(VENV)/bin/jupyter lab notebooks/
 
 bench: $(STAMP)  ## python -m specrepro bench with the qwen-coder pair (see README for options)
-	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-tokens 128
+	$(PY) -m specrepro bench $(BENCH_ARGS)
 
 # The performance benchmark of record (standard profile only): qwen-coder pair, first 10 HumanEval problems, 128 new
 # tokens, greedy (ours vs our AR vs transformers' assisted generation) and nucleus (T=0.8, top-p 0.95), each in one
