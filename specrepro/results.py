@@ -114,12 +114,33 @@ def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", **ex
     return path
 
 
-def load_table(name: str, profile: str = STANDARD):
-    """Read ``<results_dir>/<name>.csv`` back as a DataFrame; None if it does not exist yet."""
+def load_table(name: str, profile: str = STANDARD, **settings):
+    """Read ``<results_dir>/<name>.csv`` back as a DataFrame; None if it does not exist yet.
+
+    With ``settings`` (keyword arguments that were also passed to :func:`save_table`, e.g. ``prompts=2,
+    tokens=24``), the table is returned only if its provenance sidecar recorded the same value for every one of
+    them; a table written under other settings (or before the setting was recorded) is stale and gives None, so a
+    resumed notebook recomputes it instead of reusing numbers measured for a different experiment. Values are
+    compared after a JSON round trip (tuples and lists are equal).
+    """
     import pandas as pd
 
     path = results_dir(profile) / f"{name}.csv"
-    return pd.read_csv(path) if path.exists() else None
+    if not path.exists():
+        return None
+    if settings:
+        sidecar = path.with_suffix(".provenance.json")
+        try:
+            recorded = json.loads(sidecar.read_text())
+        except (OSError, ValueError):
+            return None
+        wanted = json.loads(json.dumps(settings))
+        if any(recorded.get(k, _MISSING) != v for k, v in wanted.items()):
+            return None
+    return pd.read_csv(path)
+
+
+_MISSING = object()
 
 
 def save_figure(fig, name: str, profile: str = STANDARD, device: str = "cpu", **extra) -> Path:

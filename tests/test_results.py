@@ -1,0 +1,53 @@
+"""Result tables: atomic writes, provenance sidecars, and resume keyed by the settings a table was measured under."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from specrepro import results
+
+
+@pytest.fixture
+def tmp_results(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
+    return tmp_path
+
+
+def _table():
+    return pd.DataFrame({"width": [1, 2], "tokens_per_step": [2.5, 3.0]})
+
+
+def test_round_trip_and_sidecar(tmp_results):
+    path = results.save_table(_table(), "t", profile="mine", prompts=2, widths=(1, 2))
+    assert path == tmp_results / "t.csv"
+    pd.testing.assert_frame_equal(results.load_table("t", "mine"), _table())
+    prov = json.loads((tmp_results / "t.provenance.json").read_text())
+    assert prov["prompts"] == 2 and prov["widths"] == [1, 2] and prov["profile"] == "mine"
+    # no temporary files left behind by the atomic write
+    assert sorted(p.name for p in tmp_results.iterdir()) == ["t.csv", "t.provenance.json"]
+
+
+def test_missing_table_is_none(tmp_results):
+    assert results.load_table("absent", "mine") is None
+    assert results.load_table("absent", "mine", prompts=2) is None
+
+
+def test_resume_only_under_the_same_settings(tmp_results):
+    results.save_table(_table(), "t", profile="mine", prompts=2, tokens=24, widths=[1, 2])
+    # same settings (a tuple equals the recorded list): reused
+    assert results.load_table("t", "mine", prompts=2, tokens=24, widths=(1, 2)) is not None
+    assert results.load_table("t", "mine", tokens=24) is not None
+    # a changed setting, or one the sidecar never recorded, makes the table stale
+    assert results.load_table("t", "mine", prompts=2, tokens=64) is None
+    assert results.load_table("t", "mine", prompts=2, depth=8) is None
+
+
+def test_unreadable_sidecar_is_stale(tmp_results):
+    results.save_table(_table(), "t", profile="mine", prompts=2)
+    (tmp_results / "t.provenance.json").write_text("{not json")
+    assert results.load_table("t", "mine", prompts=2) is None
+    # without settings the CSV alone is enough
+    assert results.load_table("t", "mine") is not None
+    (tmp_results / "t.provenance.json").unlink()
+    assert results.load_table("t", "mine", prompts=2) is None
