@@ -45,11 +45,18 @@ def figures_dir(profile: str = STANDARD) -> Path:
     return d
 
 
+# paths a run writes (never inputs to a measurement): excluded from the "-dirty" check of the provenance commit
+_OUTPUT_PATHS = ("data/results", "figures", "notebooks/executed", "build", "README.md")
+
+
 def _git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo_root(), capture_output=True,
                              text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo_root(),
+        # "-dirty" means the code differs from the commit; the outputs themselves (result tables, figures, executed
+        # notebooks, the README's generated blocks) change during every run and do not count
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){p}" for p in _OUTPUT_PATHS)], cwd=repo_root(),
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return (out.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

@@ -51,3 +51,25 @@ def test_unreadable_sidecar_is_stale(tmp_results):
     assert results.load_table("t", "mine") is not None
     (tmp_results / "t.provenance.json").unlink()
     assert results.load_table("t", "mine", prompts=2) is None
+
+
+def test_dirty_means_code_not_outputs(tmp_path, monkeypatch):
+    """Rewriting a committed result table must not mark the table's own provenance '-dirty'; a code edit must."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "specrepro").mkdir()
+    (tmp_path / "data" / "results").mkdir(parents=True)
+    (tmp_path / "specrepro" / "m.py").write_text("x = 1\n")
+    (tmp_path / "data" / "results" / "t.csv").write_text("a\n1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(results, "repo_root", lambda: tmp_path)
+    assert not results._git_commit().endswith("-dirty")
+    (tmp_path / "data" / "results" / "t.csv").write_text("a\n2\n")
+    assert not results._git_commit().endswith("-dirty")
+    (tmp_path / "specrepro" / "m.py").write_text("x = 2\n")
+    assert results._git_commit().endswith("-dirty")
