@@ -85,6 +85,24 @@ def _read_csv(path: Path) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
 
+def _read_table(directory: Path, name: str) -> pd.DataFrame | None:
+    """``<name>.csv``, or the per-run rows of a bench JSON ``<name>.json`` (``python -m specrepro bench --json``:
+    columns method, prompt, repeat, tokens_per_s, ...), or None."""
+    df = _read_csv(directory / f"{name}.csv")
+    if df is None and (directory / f"{name}.json").exists():
+        runs = json.loads((directory / f"{name}.json").read_text()).get("runs")
+        df = pd.DataFrame(runs) if runs else None
+    return df
+
+
+def _bench_provenance(path: Path) -> dict:
+    """The provenance of a bench JSON: its config (commit, target, draft, workload, ...)."""
+    try:
+        return dict(json.loads(path.read_text()).get("config") or {})
+    except (OSError, ValueError):
+        return {}
+
+
 class Tables:
     """The result tables and provenance records of one profile, read lazily and cached.
 
@@ -114,7 +132,7 @@ class Tables:
             if self._frames is not None:
                 self._cache[name] = self._frames.get(name)
             else:
-                self._cache[name] = next((df for df in (_read_csv(d / f"{name}.csv") for d in self.dirs())
+                self._cache[name] = next((df for df in (_read_table(d, name) for d in self.dirs())
                                           if df is not None), None)
         df = self._cache[name]
         return None if df is None else df.copy()
@@ -130,6 +148,9 @@ class Tables:
                         rec = json.loads(path.read_text())
                     except (OSError, ValueError):
                         rec = {}
+                else:
+                    bench = next((p for p in (d / f"{name}.json" for d in self.dirs()) if p.exists()), None)
+                    rec = _bench_provenance(bench) if bench is not None else {}
             self._prov[name] = rec
         return self._prov[name]
 

@@ -411,7 +411,8 @@ _HOW_TO_TRAIN_HEADS = (
     "data = specrepro.medusa.self_distillation_data(model, tokenizer, prompts); "
     "heads, _, _ = specrepro.medusa.get_or_train_heads(model, data)  (cached under <cache>/medusa/heads/<key>/) "
     "or heads.save(DIR); then pass --medusa-heads DIR, or --medusa-heads auto for the newest cached heads of the "
-    "target")
+    "target, or --medusa-heads stdlib to train (once, then cached) heads on the Python standard library's sources "
+    "with specrepro.medusa.get_or_train_stdlib_heads")
 
 
 def _heads_cache_root() -> Path:
@@ -436,16 +437,31 @@ def _read_heads_config(directory) -> dict:
     return cfg
 
 
-def _medusa_choices(at: str | None, n_heads: int):
-    """The static tree for K = ``n_heads`` heads: :data:`~specrepro.medusa.DEFAULT_CHOICES` when it fits (depth <= K)
-    and no ``@N`` is given, else Medusa's accuracy-driven sparse tree of N (default 16) nodes on the paper's
+def _medusa_choices(at: str | None, n_heads: int, accuracies=None):
+    """The static tree for K = ``n_heads`` heads. With the heads' own measured top-i accuracies (``accuracies``,
+    [K][I], from the accuracy.csv that :func:`~specrepro.medusa.get_or_train_stdlib_heads` saves beside them):
+    Medusa's accuracy-driven sparse tree of N (default 16) nodes on them. Without: :data:`~specrepro.medusa.
+    DEFAULT_CHOICES` when it fits (depth <= K) and no ``@N`` is given, else the sparse tree of N nodes on the paper's
     Vicuna-7B head accuracies, restricted to the first K heads."""
     from ..medusa import DEFAULT_CHOICES, PAPER_HEAD_ACCURACY, sparse_tree_from_accuracies
 
+    n_nodes = int(at) if at else 16
+    if accuracies is not None:
+        return sparse_tree_from_accuracies(accuracies, n_nodes)
     if not at and max(len(c) for c in DEFAULT_CHOICES) <= n_heads:
         return DEFAULT_CHOICES
-    n_nodes = int(at) if at else 16
     return sparse_tree_from_accuracies(PAPER_HEAD_ACCURACY[:min(n_heads, len(PAPER_HEAD_ACCURACY))], n_nodes)
+
+
+def _heads_accuracies(directory) -> list | None:
+    """The measured cumulative top-i accuracies [K][I] saved beside heads (accuracy.csv), or None."""
+    f = Path(directory) / "accuracy.csv"
+    if not f.is_file():
+        return None
+    import pandas as pd
+
+    acc = pd.read_csv(f).sort_values("head")
+    return acc[[c for c in acc.columns if c.startswith("top")]].values.tolist()
 
 
 def _prepare_medusa(at, gamma, options):
@@ -458,7 +474,9 @@ def _prepare_medusa(at, gamma, options):
     if not heads:
         raise BenchOptionError(f"the medusa methods need trained Medusa heads for the target: pass --medusa-heads "
                                f"DIR or --medusa-heads auto; {_HOW_TO_TRAIN_HEADS}")
-    if str(heads) == "auto":
+    if str(heads) == "stdlib":
+        k = 4
+    elif str(heads) == "auto":
         root = _heads_cache_root()
         if not any(root.glob("*/config.json")):
             raise BenchOptionError(f"--medusa-heads auto: no cached Medusa heads under {root}; "
@@ -481,6 +499,10 @@ def _load_medusa_heads(ctx: BenchContext):
     where = str(ctx.options.get("medusa_heads"))
 
     def load():
+        if where == "stdlib":
+            from ..medusa import get_or_train_stdlib_heads
+
+            return get_or_train_stdlib_heads(ctx.target, ctx.tokenizer)["heads"]
         if where == "auto":
             fp = base_fingerprint(ctx.target)
             root = _heads_cache_root()
@@ -513,7 +535,8 @@ def _medusa_factory(ctx, name, acceptance_under_sampling: str, proposal_under_sa
 
     _check_tree_attention(ctx.target, name, "target")
     heads = _load_medusa_heads(ctx)
-    choices = _medusa_choices(name.partition("@")[2] or None, heads.n_heads)
+    choices = _medusa_choices(name.partition("@")[2] or None, heads.n_heads,
+                              _heads_accuracies(heads.source_dir) if getattr(heads, "source_dir", None) else None)
     greedy = ctx.sampling.greedy
     # typical acceptance at temperature 0 accepts only the argmax: it is greedy acceptance (Medusa Sec. 3.3.1)
     acceptance = "typical" if acceptance_under_sampling == "typical" else ("greedy" if greedy else "mss")

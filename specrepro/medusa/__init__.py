@@ -35,11 +35,13 @@ distilled draft model (:mod:`specrepro.distill`).
 
 from __future__ import annotations
 
+from .ablation import chain_choices, dense_choices, tree_ablation
 from .decode import (ACCEPTANCE_METHODS, DEFAULT_CHOICES, PAPER_HEAD_ACCURACY, MedusaProposer,
                      expected_acceptance_length, medusa_generate, medusa_step_samples, sparse_tree_from_accuracies,
                      typical_acceptance_verify)
 from .experiments import PAPER_TABLE1, acceleration_table, compare_methods, make_runner
 from .heads import FORMAT_VERSION, HeadMismatchError, MedusaHeads, ResBlock, base_fingerprint, random_heads
+from .stdlib import get_or_train_stdlib_heads, stdlib_distillation_data, stdlib_head_vocab
 from .train import (MedusaTrainConfig, SelfDistillationData, get_or_train_heads, head_topk_accuracy,
                     self_distillation_data, train_medusa_heads)
 
@@ -49,5 +51,6 @@ __all__ = [
     "get_or_train_heads", "head_topk_accuracy", "sparse_tree_from_accuracies", "DEFAULT_CHOICES",
     "expected_acceptance_length", "MedusaProposer", "typical_acceptance_verify", "ACCEPTANCE_METHODS",
     "medusa_generate", "make_runner", "compare_methods", "acceleration_table", "random_heads",
-    "medusa_step_samples", "FORMAT_VERSION",
+    "medusa_step_samples", "FORMAT_VERSION", "stdlib_distillation_data", "stdlib_head_vocab",
+    "get_or_train_stdlib_heads", "chain_choices", "dense_choices", "tree_ablation",
 ]

@@ -104,71 +104,118 @@ class MedusaHeads(nn.Module):
         vocab_size: V.
         n_heads: K >= 1 (Medusa uses 4 or 5; default 4).
         share_lm_head: if True every head projects with the target's frozen LM head (set with
-            :meth:`attach_lm_head`; not saved); otherwise each head has its own trainable projection W2_k
-            (float [V, H]) initialised from the LM head.
+            :meth:`attach_lm_head`; not saved), all K heads in ONE batched product (the LM head's weight is read
+            once per step, which is what a memory-bound CPU step pays for); otherwise each head has its own
+            trainable projection W2_k (float [V', H]) initialised from the LM head.
         base_name, base_fingerprint: identity of the base model (see :func:`base_fingerprint`).
+        vocab_ids: optional long [V'] sorted unique token ids < V, the heads' vocabulary (FR-Spec-style
+            restriction to frequent tokens, :func:`specrepro.cheap_drafts.frequent_token_ids`): the heads only
+            score these tokens and every other token gets logit -inf, i.e. probability 0 under any temperature.
+            A proposal with q = 0 outside V' stays exact under multi-step speculative sampling (the verifier sees
+            the q the children were drawn from), and greedy decoding still equals AR (the target decides). Saved
+            with the heads. Default: the full vocabulary.
 
-    Forward: ``h`` float [..., H] -> logits float [K, ..., V]; row k-1 predicts token t+k+1.
+    Forward: ``h`` float [..., H] -> logits float [K, ..., V]; row k-1 predicts token t+k+1 (with ``vocab_ids``,
+    -inf outside them). :meth:`forward_restricted` returns the [K, ..., V'] logits over ``vocab_ids`` only.
 
     Raises:
-        ValueError: n_heads < 1 or non-positive sizes.
+        ValueError: n_heads < 1, non-positive sizes, or ``vocab_ids`` not sorted unique ids in [0, V).
     """
 
     def __init__(self, hidden_size: int, vocab_size: int, n_heads: int = 4, share_lm_head: bool = False,
-                 base_name: str = "", base_fingerprint: str = ""):
+                 base_name: str = "", base_fingerprint: str = "", vocab_ids: torch.Tensor | None = None):
         super().__init__()
         if n_heads < 1 or hidden_size < 1 or vocab_size < 1:
             raise ValueError(f"need n_heads, hidden_size, vocab_size >= 1, got {n_heads}, {hidden_size}, {vocab_size}")
         self.hidden_size, self.vocab_size, self.n_heads = int(hidden_size), int(vocab_size), int(n_heads)
         self.share_lm_head = bool(share_lm_head)
         self.base_name, self.base_fingerprint = base_name, base_fingerprint
+        if vocab_ids is not None:
+            vocab_ids = torch.as_tensor(vocab_ids, dtype=torch.long).reshape(-1).cpu()
+            if vocab_ids.numel() < 1 or bool((vocab_ids < 0).any()) or bool((vocab_ids >= vocab_size).any()) or \
+                    (vocab_ids.numel() > 1 and not bool((vocab_ids[1:] > vocab_ids[:-1]).all())):
+                raise ValueError(f"vocab_ids must be sorted unique token ids in [0, {vocab_size}), got "
+                                 f"{vocab_ids.numel()} ids")
+            if vocab_ids.numel() == vocab_size:
+                vocab_ids = None  # the whole vocabulary: no restriction
+        # a buffer so it moves with .to(device) and is saved in the state dict
+        self.register_buffer("vocab_ids", vocab_ids, persistent=vocab_ids is not None)
+        n_out = self.vocab_size if vocab_ids is None else int(vocab_ids.numel())
         self.blocks = nn.ModuleList(ResBlock(hidden_size) for _ in range(n_heads))
         if share_lm_head:
             self.projections = None
-            self._shared = None  # a frozen [V, H] weight, attached with attach_lm_head
+            self._shared = None  # a frozen [V', H] weight (the LM head's rows), attached with attach_lm_head
         else:
-            self.projections = nn.ModuleList(nn.Linear(hidden_size, vocab_size, bias=False) for _ in range(n_heads))
+            self.projections = nn.ModuleList(nn.Linear(hidden_size, n_out, bias=False) for _ in range(n_heads))
+
+    @property
+    def n_vocab(self) -> int:
+        """V': the number of tokens the heads score (V without ``vocab_ids``)."""
+        return self.vocab_size if self.vocab_ids is None else int(self.vocab_ids.numel())
 
     @classmethod
-    def from_base(cls, model, n_heads: int = 4, share_lm_head: bool = False) -> "MedusaHeads":
+    def from_base(cls, model, n_heads: int = 4, share_lm_head: bool = False,
+                  vocab_ids: torch.Tensor | None = None) -> "MedusaHeads":
         """Fresh heads for ``model`` (a transformers causal LM): zero-initialised residual blocks, projections copied
-        from (or, with ``share_lm_head``, shared with) the model's LM head."""
+        from (or, with ``share_lm_head``, shared with) the model's LM head (its ``vocab_ids`` rows when given)."""
         w = model.get_output_embeddings().weight
-        heads = cls(w.shape[1], w.shape[0], n_heads, share_lm_head, base_name(model), base_fingerprint(model))
+        heads = cls(w.shape[1], w.shape[0], n_heads, share_lm_head, base_name(model), base_fingerprint(model),
+                    vocab_ids=vocab_ids)
         heads.to(device=w.device, dtype=w.dtype)
         if share_lm_head:
             heads.attach_lm_head(model)
         else:
+            rows = w if heads.vocab_ids is None else w[heads.vocab_ids.to(w.device)]
             with torch.no_grad():
                 for proj in heads.projections:
-                    proj.weight.copy_(w)
+                    proj.weight.copy_(rows)
         return heads
 
     def attach_lm_head(self, model) -> None:
-        """Use ``model``'s LM head weight (float [V, H], frozen, not copied) as the shared projection."""
+        """Use ``model``'s LM head weight (float [V, H], frozen) as the shared projection: the weight itself (not
+        copied) for the full vocabulary, a contiguous copy of its ``vocab_ids`` rows (float [V', H]) otherwise."""
         w = model.get_output_embeddings().weight
         if tuple(w.shape) != (self.vocab_size, self.hidden_size):
             raise HeadMismatchError(f"LM head of shape {tuple(w.shape)} does not fit heads of H={self.hidden_size}, "
                                     f"V={self.vocab_size}")
-        self._shared = w.detach()
+        w = w.detach()
+        self._shared = w if self.vocab_ids is None else w[self.vocab_ids.to(w.device)].contiguous()
+
+    def _apply(self, fn, *args, **kwargs):
+        # keep the attached (unregistered) shared projection on the heads' device and dtype
+        out = super()._apply(fn, *args, **kwargs)
+        if getattr(self, "_shared", None) is not None:
+            self._shared = fn(self._shared)
+        return out
+
+    def forward_restricted(self, h: torch.Tensor) -> torch.Tensor:
+        """Head logits over the heads' vocabulary only: float [..., H] -> float [K, ..., V'] (column j scores token
+        ``vocab_ids[j]``; V' = V and column j = token j without ``vocab_ids``).
+
+        Raises:
+            RuntimeError: shared-LM-head heads used before :meth:`attach_lm_head`.
+        """
+        z = torch.stack([self.blocks[k](h) for k in range(self.n_heads)])  # [K, ..., H]
+        if self.projections is not None:
+            return torch.stack([self.projections[k](z[k]) for k in range(self.n_heads)])
+        if self._shared is None:
+            raise RuntimeError("shared-LM-head Medusa heads need attach_lm_head(model) before use")
+        return z @ self._shared.T  # one product for all K heads: the weight is read once
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        outs = []
-        for k in range(self.n_heads):
-            z = self.blocks[k](h)
-            if self.projections is not None:
-                outs.append(self.projections[k](z))
-            else:
-                if self._shared is None:
-                    raise RuntimeError("shared-LM-head Medusa heads need attach_lm_head(model) before use")
-                outs.append(z @ self._shared.T)
-        return torch.stack(outs)
+        logits = self.forward_restricted(h)
+        if self.vocab_ids is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
+        full[..., self.vocab_ids.to(logits.device)] = logits
+        return full
 
     def config(self) -> dict:
         """The JSON config saved beside the weights."""
         return {"format_version": FORMAT_VERSION, "kind": "medusa_heads", "hidden_size": self.hidden_size,
                 "vocab_size": self.vocab_size, "n_heads": self.n_heads, "share_lm_head": self.share_lm_head,
-                "base_model": self.base_name, "base_fingerprint": self.base_fingerprint}
+                "base_model": self.base_name, "base_fingerprint": self.base_fingerprint,
+                "n_vocab": self.n_vocab}
 
     def save(self, directory: str | Path) -> Path:
         """Write ``heads.safetensors`` and ``config.json`` into ``directory`` (atomically); returns the directory."""
@@ -206,14 +253,16 @@ class MedusaHeads(nn.Module):
                     f"these Medusa heads were trained for base model {cfg['base_model']!r} (fingerprint "
                     f"{cfg['base_fingerprint']}), not for {base_name(model)!r} (fingerprint {fp}); train heads for "
                     f"this model instead")
+        state = load_file(str(d / "heads.safetensors"))
         heads = cls(cfg["hidden_size"], cfg["vocab_size"], cfg["n_heads"], cfg["share_lm_head"], cfg["base_model"],
-                    cfg["base_fingerprint"])
-        heads.load_state_dict(load_file(str(d / "heads.safetensors")))
+                    cfg["base_fingerprint"], vocab_ids=state.get("vocab_ids"))
+        heads.load_state_dict(state)
         if model is not None:
             w = model.get_output_embeddings().weight
             heads.to(device=w.device, dtype=w.dtype)
             if heads.share_lm_head:
                 heads.attach_lm_head(model)
+        heads.source_dir = d  # where they came from (accuracy.csv may lie beside them)
         return heads.eval()
 
 

@@ -45,12 +45,18 @@ class SelfDistillationData:
             norm, ``hidden_states[-1]``) at the position whose next token is ``responses[i][j]``; the LM head on it
             gives the target's distribution of that token, head k on it predicts ``responses[i][j + k]``.
         meta: the generation settings (for cache keys and provenance).
+        teacher_ids, teacher_probs: optional lists of long [R_i, k] / float [R_i, k]: the backbone's k most likely
+            next tokens at each position and their probabilities (softmax of the LM head on ``hidden[i][j]``,
+            descending), the soft targets of self-distillation by KL (Medusa Sec. 3.3.1); None for generated data,
+            whose targets are the generated tokens.
     """
 
     prompts: list
     responses: list
     hidden: list
     meta: dict = field(default_factory=dict)
+    teacher_ids: list | None = None
+    teacher_probs: list | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -61,13 +67,19 @@ class SelfDistillationData:
         n = len(self.responses) - n_eval
         if n < 1 or n_eval < 0:
             raise ValueError(f"cannot hold out {n_eval} of {len(self.responses)} sequences")
-        cut = lambda a, b: SelfDistillationData(self.prompts[a:b], self.responses[a:b], self.hidden[a:b], self.meta)
+        cut = lambda a, b: SelfDistillationData(
+            self.prompts[a:b], self.responses[a:b], self.hidden[a:b], self.meta,
+            None if self.teacher_ids is None else self.teacher_ids[a:b],
+            None if self.teacher_probs is None else self.teacher_probs[a:b])
         return cut(0, n), cut(n, len(self.responses))
 
     def save(self, path: Path) -> None:
         tensors = {}
         for i, (p, r, h) in enumerate(zip(self.prompts, self.responses, self.hidden)):
             tensors[f"prompt.{i}"], tensors[f"response.{i}"], tensors[f"hidden.{i}"] = p, r, h
+        if self.teacher_ids is not None:
+            for i, (ti, tp) in enumerate(zip(self.teacher_ids, self.teacher_probs)):
+                tensors[f"teacher_ids.{i}"], tensors[f"teacher_probs.{i}"] = ti, tp
         atomic_save_safetensors(tensors, path, {"meta": json.dumps(self.meta, sort_keys=True),
                                                  "n": str(len(self.prompts))})
 
@@ -79,8 +91,11 @@ class SelfDistillationData:
             md = f.metadata()
             n = int(md["n"])
             get = f.get_tensor
+            soft = n > 0 and "teacher_ids.0" in f.keys()
             return cls([get(f"prompt.{i}") for i in range(n)], [get(f"response.{i}") for i in range(n)],
-                       [get(f"hidden.{i}") for i in range(n)], json.loads(md["meta"]))
+                       [get(f"hidden.{i}") for i in range(n)], json.loads(md["meta"]),
+                       [get(f"teacher_ids.{i}") for i in range(n)] if soft else None,
+                       [get(f"teacher_probs.{i}") for i in range(n)] if soft else None)
 
 
 @torch.inference_mode()
@@ -199,17 +214,55 @@ def self_distillation_data(target, tokenizer, prompts, *, max_new_tokens: int = 
 
 
 def _head_examples(data: SelfDistillationData, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hidden float [T, H], labels long [T, K]) over every response position; label -100 past the sequence end."""
+    """(hidden float [T, H], labels long [T, K]) over every response position; label -100 past the sequence end.
+
+    Head k's label at position j is token j + k of the response; with teacher distributions (teacher-forced data)
+    it is the backbone's most likely token there instead (what greedy verification accepts)."""
     hs, ls = [], []
-    for r, h in zip(data.responses, data.hidden):
+    tops = data.teacher_ids if data.teacher_ids is not None else [None] * len(data.responses)
+    for r, h, t in zip(data.responses, data.hidden, tops):
         n = r.numel()
+        src = r if t is None else t[:, 0]
         lab = torch.full((n, n_heads), -100, dtype=torch.long)
         for k in range(1, n_heads + 1):
             if n > k:
-                lab[: n - k, k - 1] = r[k:]
+                lab[: n - k, k - 1] = src[k:]
         hs.append(h)
         ls.append(lab)
     return torch.cat(hs), torch.cat(ls)
+
+
+def _soft_head_targets(data: SelfDistillationData, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids long [T, K, k], probs float [T, K, k]): head k's soft target at position j is the backbone's top-k
+    distribution of token j + k (zero probability past the sequence end)."""
+    ids_all, pr_all = [], []
+    for ti, tp in zip(data.teacher_ids, data.teacher_probs):
+        n, k = ti.shape
+        ids = torch.zeros((n, n_heads, k), dtype=torch.long)
+        pr = torch.zeros((n, n_heads, k), dtype=torch.float32)
+        for h in range(1, n_heads + 1):
+            if n > h:
+                ids[: n - h, h - 1] = ti[h:]
+                pr[: n - h, h - 1] = tp[h:].float()
+        ids_all.append(ids)
+        pr_all.append(pr)
+    return torch.cat(ids_all), torch.cat(pr_all)
+
+
+def _soft_loss(logits_r: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor, full_to_r: torch.Tensor):
+    """Per-head cross-entropy to the backbone's (renormalized) top-k distribution, over the heads' vocabulary.
+
+    logits_r float [K, B, V'], ids long [B, K, k], probs float [B, K, k], full_to_r long [V] (-1: not in V').
+    Returns float [K] (mean over positions with a target); equals KL(p || q) up to p's entropy."""
+    col = full_to_r[ids]  # [B, K, k]
+    p = probs * (col >= 0)
+    z = p.sum(-1, keepdim=True)
+    valid = z.squeeze(-1) > 0  # [B, K]
+    p = p / z.clamp_min(1e-12)
+    logq = torch.log_softmax(logits_r.float(), dim=-1).permute(1, 0, 2)  # [B, K, V']
+    ce = -(p * logq.gather(-1, col.clamp_min(0))).sum(-1)  # [B, K]
+    ce = torch.where(valid, ce, torch.zeros_like(ce))
+    return ce.sum(0) / valid.sum(0).clamp_min(1)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -259,14 +312,26 @@ def warmup_cosine(step: int, warm: int, total: int) -> float:
 
 
 def train_medusa_heads(target, data: SelfDistillationData, config: MedusaTrainConfig = MedusaTrainConfig(),
-                       heads: MedusaHeads | None = None, progress: bool = True):
-    """Medusa-1 training on cached hidden states: the backbone is frozen, loss = Σ_k 0.8^k CE_k (Medusa Sec. 3.2.1).
+                       heads: MedusaHeads | None = None, progress: bool = True, *,
+                       vocab_ids: torch.Tensor | None = None, checkpoint: str | Path | None = None,
+                       checkpoint_every: int = 100):
+    """Medusa-1 training on cached hidden states: the backbone is frozen, loss = Σ_k 0.8^k L_k (Medusa Sec. 3.2.1).
+
+    L_k is head k's cross-entropy to the generated token (generated self-distillation data) or, when ``data``
+    carries the backbone's own distributions (``teacher_ids``/``teacher_probs``, teacher-forced data), to the
+    backbone's renormalized top-k distribution of that token (self-distillation by KL, Medusa Sec. 3.3.1), over the
+    heads' vocabulary.
 
     Args:
         target: the base model (for the LM-head initialisation and the fingerprint); not modified.
         data: :class:`SelfDistillationData` (its hidden states are the heads' inputs).
         config: :class:`MedusaTrainConfig`.
         heads: continue training these heads (default: fresh :meth:`MedusaHeads.from_base`).
+        vocab_ids: the fresh heads' vocabulary (see :class:`MedusaHeads`); default the full vocabulary.
+        checkpoint: a directory for resumable training: every ``checkpoint_every`` optimizer steps the heads, the
+            optimizer and the loss rows are written there atomically, and a call with the same directory resumes from
+            the last one (positions are shuffled by the seeded generator, replayed on resume, so a resumed run takes
+            the same batches as an uninterrupted one).
 
     Returns:
         (heads in eval mode, losses: pandas DataFrame with columns step, loss (the weighted sum), loss_head1..K,
@@ -278,13 +343,22 @@ def train_medusa_heads(target, data: SelfDistillationData, config: MedusaTrainCo
     import pandas as pd
     from tqdm.auto import tqdm
 
-    heads = heads or MedusaHeads.from_base(target, config.n_heads, config.share_lm_head)
+    heads = heads or MedusaHeads.from_base(target, config.n_heads, config.share_lm_head, vocab_ids=vocab_ids)
     X, Y = _head_examples(data, heads.n_heads)
     if X.shape[0] == 0:
         raise ValueError("no training positions in the self-distillation data")
-    dev = next(iter(heads.blocks.parameters())).device
-    X = X.to(dev, next(iter(heads.blocks.parameters())).dtype)
-    gen = torch.Generator().manual_seed(config.seed)
+    soft = data.teacher_ids is not None
+    p0 = next(iter(heads.blocks.parameters()))
+    dev = p0.device
+    X = X.to(dev, p0.dtype)
+    if soft:
+        TI, TP = _soft_head_targets(data, heads.n_heads)
+        full_to_r = torch.full((heads.vocab_size,), -1, dtype=torch.long)
+        if heads.vocab_ids is None:
+            full_to_r = torch.arange(heads.vocab_size)
+        else:
+            full_to_r[heads.vocab_ids.cpu()] = torch.arange(heads.n_vocab)
+        full_to_r = full_to_r.to(dev)
     steps_per_epoch = math.ceil(X.shape[0] / config.batch_size)
     total = steps_per_epoch * config.epochs
     if config.max_steps is not None:
@@ -294,34 +368,64 @@ def train_medusa_heads(target, data: SelfDistillationData, config: MedusaTrainCo
     warm = max(1, int(config.warmup * total))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warm, total))
     lam = torch.tensor([config.decay ** k for k in range(1, heads.n_heads + 1)], device=dev)
-    heads.train()
     rows, step = [], 0
-    bar = tqdm(total=total, desc="Medusa-1 training", disable=not progress)
-    while step < total:
+    ckpt = Path(checkpoint) / "checkpoint.pt" if checkpoint is not None else None
+    if ckpt is not None and ckpt.exists():
+        state = torch.load(ckpt, map_location=dev, weights_only=False)
+        heads.load_state_dict(state["heads"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        rows, step = state["rows"], int(state["step"])
+    heads.train()
+    gen = torch.Generator().manual_seed(config.seed)
+    epoch = 0
+    perm = torch.randperm(X.shape[0], generator=gen)
+    while (epoch + 1) * steps_per_epoch <= step:  # replay the shuffles of the epochs already done
         perm = torch.randperm(X.shape[0], generator=gen)
-        for s in range(0, X.shape[0], config.batch_size):
-            if step >= total:
-                break
-            idx = perm[s: s + config.batch_size]
-            x, y = X[idx], Y[idx].to(dev)
+        epoch += 1
+    bar = tqdm(total=total, initial=step, desc="Medusa-1 training", disable=not progress)
+    while step < total:
+        s = (step - epoch * steps_per_epoch) * config.batch_size
+        if s >= X.shape[0]:
+            perm = torch.randperm(X.shape[0], generator=gen)
+            epoch += 1
+            continue
+        idx = perm[s: s + config.batch_size]
+        x = X[idx]
+        if soft:
+            ce = _soft_loss(heads.forward_restricted(x), TI[idx].to(dev), TP[idx].to(dev), full_to_r)
+        else:
+            y = Y[idx].to(dev)
             logits = heads(x)  # [K, B, V]
             ce = torch.stack([nn.functional.cross_entropy(logits[k].float(), y[:, k], ignore_index=-100)
                               if bool((y[:, k] >= 0).any()) else logits.new_zeros(()) for k in range(heads.n_heads)])
-            loss = (lam * ce).sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            rows.append({"step": step, "loss": loss.item(), "lr": float(sched.get_last_lr()[0]),
-                         **{f"loss_head{k + 1}": ce[k].item() for k in range(heads.n_heads)}})
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+        loss = (lam * ce).sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        rows.append({"step": step, "loss": loss.item(), "lr": float(sched.get_last_lr()[0]),
+                     **{f"loss_head{k + 1}": ce[k].item() for k in range(heads.n_heads)}})
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if ckpt is not None and (step % checkpoint_every == 0 or step == total):
+            _atomic_torch_save({"heads": heads.state_dict(), "optimizer": opt.state_dict(),
+                                "scheduler": sched.state_dict(), "rows": rows, "step": step}, ckpt)
     bar.close()
     heads.eval()
     for p in heads.parameters():
         p.requires_grad_(False)
     return heads, pd.DataFrame(rows)
+
+
+def _atomic_torch_save(obj, path: Path) -> None:
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
 
 
 def get_or_train_heads(target, data: SelfDistillationData, config: MedusaTrainConfig = MedusaTrainConfig(),
