@@ -30,7 +30,7 @@ EXECUTED := $(patsubst notebooks/%.ipynb,$(EXECUTED_DIR)/%.ipynb,$(NOTEBOOKS))
 QUICK_EXECUTED := $(patsubst notebooks/%.ipynb,notebooks/executed/quick/%.ipynb,$(NOTEBOOKS))
 # the bench of record (standard profile only; see bench-results below)
 BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_greedy.json data/results/bench_qwen_nucleus.json \
-    data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json)
+    data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; not yet timed here, estimated 1.5-2.5 h
 # on 2 cores: one AR and one speculative run of 128 tokens per problem plus a teacher-forced check per divergence)
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
@@ -139,6 +139,13 @@ data/results/bench_qwen_t1_block.json: | $(STAMP)
 data/results/bench_qwen_dynamic_probe.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 5 --max-new-tokens 64 --seed 0 \
 	    --methods ar,sd-draft@3,sd-draft@6,sd-draft-dynamic@6 --temperature 0 --json $@
+
+# Medusa-1 on the 1.5B target against the draft-model chain (fp32 and int8 draft), prompt lookup and AR, greedy, 20
+# prompts (issue 19). --medusa-heads stdlib trains the heads on the Python standard library the first time (about
+# 30 min on 2 cores, then cached under ~/.cache/specrepro/medusa/heads/); the bench's run takes about 50 min.
+data/results/bench_qwen_medusa.json: | $(STAMP)
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 128 --seed 0 \
+	    --methods ar,sd-draft@4,sd-draft-int8@4,sd-lookup@4,medusa --medusa-heads stdlib --temperature 0 --json $@
 
 clean-results:  ## delete build/ (quick and full profile outputs); committed standard results stay
 	rm -rf build

@@ -154,7 +154,7 @@ def stdlib_head_vocab(target, tokenizer, n: int | None, always=()) -> torch.Tens
 
 
 def get_or_train_stdlib_heads(target, tokenizer, *, n_heads: int = 4, head_vocab: int | None = 32768,
-                              share_lm_head: bool = True, n_tokens: int = 24576, chunk_tokens: int = 512,
+                              share_lm_head: bool = True, n_tokens: int = 32768, chunk_tokens: int = 512,
                               n_eval_seq: int = 4, epochs: int = 2, batch_size: int = 64, lr: float = 1e-3,
                               seed: int = 0, max_steps: int | None = None, progress: bool = True, cache: bool = True):
     """Medusa-1 heads for ``target`` trained on :func:`stdlib_distillation_data`, from the cache or trained now.
