@@ -145,7 +145,7 @@ data/results/bench_qwen_dynamic_probe.json: | $(STAMP)
 # 30 min on 2 cores, then cached under ~/.cache/specrepro/medusa/heads/); the bench's run takes about 50 min.
 data/results/bench_qwen_medusa.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 128 --seed 0 \
-	    --methods ar,sd-draft@4,sd-draft-int8@4,sd-lookup@4,medusa --medusa-heads stdlib --temperature 0 --json $@
+	    --methods ar,sd-draft@4,sd-draft-int8@4,sd-lookup@4,medusa@8 --medusa-heads stdlib --temperature 0 --json $@
 
 clean-results:  ## delete build/ (quick and full profile outputs); committed standard results stay
 	rm -rf build
