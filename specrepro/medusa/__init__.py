@@ -17,6 +17,14 @@ What this package is (Cai et al. 2024, "Medusa", arXiv 2401.10774):
   (Medusa Sec. 3.2.1), on cached hidden states; :func:`get_or_train_heads` caches trained heads under
   ``specrepro.models.cache_dir()`` keyed by the base model, the data and the hyper-parameters, so ``make reproduce``
   does not retrain.
+* Heads for any target, trained offline on a CPU (:mod:`specrepro.medusa.stdlib`): the target reads the Python
+  standard library's sources (teacher forcing, ~20x faster than generating), heads fitted to its own top-k
+  distributions by KL, optionally over a restricted vocabulary (``vocab_ids``: frequent tokens only, q = 0 elsewhere,
+  still exact) through the shared LM head in one batched product (:func:`get_or_train_stdlib_heads`);
+  the chain / dense / sparse tree ablation (:func:`tree_ablation`).
+* Medusa-2 (:mod:`specrepro.medusa.medusa2`): heads and LoRA adapters on the backbone trained jointly (peft), the
+  backbone distilled towards the original model; its quality cost (:func:`quality_cost`). Medusa-2 changes the
+  target: decoding is exact with respect to the fine-tuned backbone only.
 * Trees: per-head top-i accuracies (:func:`head_topk_accuracy`), Medusa's accuracy-driven sparse tree built greedily
   from them (:func:`sparse_tree_from_accuracies`, Medusa Sec. 3.3.3) and a default tree built the same way from the
   paper's Vicuna-7B accuracies (the recipe behind Medusa's ``mc_sim_7b_63``), sized for a small CPU model.
@@ -29,7 +37,7 @@ What this package is (Cai et al. 2024, "Medusa", arXiv 2401.10774):
   distribution-preserving) and exact MSS through :func:`specrepro.trees.verify_tree`; :func:`medusa_generate` is the
   decoding loop that takes any of them (tree attention and cache bookkeeping from :mod:`specrepro.tree_attention`).
 
-What it is not: Medusa-2 (joint fine-tuning of the backbone), a tree implementation (:mod:`specrepro.trees`) or a
+What it is not: a tree implementation (:mod:`specrepro.trees`) or a
 distilled draft model (:mod:`specrepro.distill`).
 """
 
@@ -41,6 +49,7 @@ from .decode import (ACCEPTANCE_METHODS, DEFAULT_CHOICES, PAPER_HEAD_ACCURACY, M
                      typical_acceptance_verify)
 from .experiments import PAPER_TABLE1, acceleration_table, compare_methods, make_runner
 from .heads import FORMAT_VERSION, HeadMismatchError, MedusaHeads, ResBlock, base_fingerprint, random_heads
+from .medusa2 import Medusa2Config, get_or_train_medusa2, load_medusa2, medusa2_sequences, quality_cost, train_medusa2
 from .stdlib import get_or_train_stdlib_heads, stdlib_distillation_data, stdlib_head_vocab
 from .train import (MedusaTrainConfig, SelfDistillationData, get_or_train_heads, head_topk_accuracy,
                     self_distillation_data, train_medusa_heads)
@@ -52,5 +61,6 @@ __all__ = [
     "expected_acceptance_length", "MedusaProposer", "typical_acceptance_verify", "ACCEPTANCE_METHODS",
     "medusa_generate", "make_runner", "compare_methods", "acceleration_table", "random_heads",
     "medusa_step_samples", "FORMAT_VERSION", "stdlib_distillation_data", "stdlib_head_vocab",
-    "get_or_train_stdlib_heads", "chain_choices", "dense_choices", "tree_ablation",
+    "get_or_train_stdlib_heads", "chain_choices", "dense_choices", "tree_ablation", "Medusa2Config", "train_medusa2",
+    "get_or_train_medusa2", "load_medusa2", "quality_cost", "medusa2_sequences",
 ]
