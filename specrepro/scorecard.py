@@ -366,6 +366,18 @@ def _cost_ratio(tables: Tables, n: int) -> tuple[float, str] | None:
     return at / one, tables.provenance("cost_curves").get("device", "this device")
 
 
+def _tree_nodes(rows: pd.DataFrame) -> int:
+    """The largest token tree a method's runs verified (bench runs list per-step ``depths`` and ``drafted`` nodes;
+    a chain has no depths > 0): 0 for chains and AR."""
+    if "depths" not in rows or "drafted" not in rows:
+        return 0
+    best = 0
+    for depths, drafted in zip(rows["depths"], rows["drafted"]):
+        if isinstance(depths, (list, tuple)) and any(int(d) > 0 for d in depths) and isinstance(drafted, (list, tuple)):
+            best = max(best, max((int(x) for x in drafted), default=0))
+    return best
+
+
 def _explain(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tables) -> str:
     """What a speed ratio is made of: tokens per target step against the time of a step relative to the baseline's
     step (speedup ≈ tokens per step / step-time ratio), and for a chain the measured cost of verifying γ + 1 tokens."""
@@ -379,7 +391,13 @@ def _explain(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tables)
         parts.append(f"{tps / base_tps:.2f}× the tokens per target step, each step {step_ratio:.2f}× as long")
     if "alpha" in method_rows and np.isfinite(_num(method_rows["alpha"])).any():
         parts.append(f"α = {np.nanmean(_num(method_rows['alpha'])):.2f}")
-    if "gamma" in method_rows and np.isfinite(_num(method_rows["gamma"])).all():
+    tree_nodes = _tree_nodes(method_rows)
+    if tree_nodes:
+        ratio = _cost_ratio(tables, tree_nodes + 1)
+        if ratio is not None:
+            parts.append(f"verifying a {tree_nodes}-node tree ({tree_nodes + 1} tokens) costs {ratio[0]:.1f}× a "
+                         f"1-token forward on {ratio[1]}")
+    elif "gamma" in method_rows and np.isfinite(_num(method_rows["gamma"])).all():
         gamma = int(np.nanmax(_num(method_rows["gamma"])))
         ratio = _cost_ratio(tables, gamma + 1) if gamma >= 1 else None
         if ratio is not None:

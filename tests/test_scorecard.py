@@ -473,3 +473,11 @@ def test_a_smaller_profile_without_a_draft_model_scores_without_error():
     assert set(card["verdict"]) <= set(sc.VERDICTS)
     assert (card.loc[card["id"] == "lev-t2-t0", "verdict"] == NOT_RUN).all()
     assert (card.loc[card["id"] == "lev-eq1", "verdict"] != NOT_RUN).all()
+
+
+def test_tree_runs_are_explained_by_their_tree_size():
+    rows = pd.DataFrame({"depths": [[0, 3, 2], [0, 3]], "drafted": [[0, 8, 8], [0, 8]]})
+    assert sc._tree_nodes(rows) == 8
+    chain = pd.DataFrame({"depths": [[], []], "drafted": [[4, 4], [4]]})
+    assert sc._tree_nodes(chain) == 0
+    assert sc._tree_nodes(pd.DataFrame({"gamma": [3]})) == 0
