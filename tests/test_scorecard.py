@@ -437,8 +437,12 @@ def test_committed_tables_score_without_error_and_match_the_committed_scorecard(
     card = committed_card
     claims = sc.load_claims()
     assert list(card["id"]) == list(claims["id"])
-    measured = claims["rule"] != "not_attempted"
-    assert (card.loc[measured.to_numpy(), "verdict"] != NOT_RUN).all(), card[card["verdict"] == NOT_RUN]["id"].tolist()
+    measured = (claims["rule"] != "not_attempted").to_numpy()
+    # a measured claim is "not run" only while its table is not yet in the record (a notebook section added since
+    # the last standard rerun); any other "not run" is a bug
+    pending = card["verdict"].eq(NOT_RUN) & card["reason"].astype(str).str.contains("not written")
+    assert (card.loc[measured, "verdict"].ne(NOT_RUN) | pending[measured]).all(), \
+        card[(card["verdict"] == NOT_RUN) & ~pending]["id"].tolist()
     committed = pd.read_csv(record_dir("results") / "scorecard.csv", keep_default_na=False)
     assert list(committed["id"]) == list(card["id"]), "regenerate data/results/scorecard.csv (make reproduce)"
     assert list(committed["verdict"]) == list(card["verdict"])
