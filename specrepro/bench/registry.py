@@ -171,7 +171,7 @@ class BenchContext:
         options: extra settings for methods (``--opt key=value`` on the command line; all values may be strings):
             ``lookup_max_ngram`` (prompt lookup, default 3), ``tree`` (``--tree``: sd-tree's expansion),
             ``tree_mode`` (children under sampling for sd-tree and medusa: iid, without_replacement, topk),
-            ``medusa_heads`` (``--medusa-heads``: a directory or 'auto'), ``typical_epsilon`` / ``typical_delta``
+            ``medusa_heads`` (``--medusa-heads``: a directory, 'auto' or 'stdlib'), ``typical_epsilon`` / ``typical_delta``
             (medusa-typical thresholds, Medusa's defaults 0.09 / 0.3), ``draft_stop`` (sd-draft-dynamic's draft
             confidence threshold, default 0.4); the cheap drafts': ``int8_backend`` (int8 draft copies, one of
             :data:`specrepro.cheap_drafts.INT8_BACKENDS`, default ``torch``), ``draft_vocab`` (tokens the FR-Spec

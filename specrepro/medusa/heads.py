@@ -115,6 +115,9 @@ class MedusaHeads(nn.Module):
             the q the children were drawn from), and greedy decoding still equals AR (the target decides). Saved
             with the heads. Default: the full vocabulary.
 
+    Heads returned by :meth:`load` (or trained by :func:`~specrepro.medusa.get_or_train_stdlib_heads`) carry
+    ``source_dir``, the directory they live in (an ``accuracy.csv`` there gives the bench its tree).
+
     Forward: ``h`` float [..., H] -> logits float [K, ..., V]; row k-1 predicts token t+k+1 (with ``vocab_ids``,
     -inf outside them). :meth:`forward_restricted` returns the [K, ..., V'] logits over ``vocab_ids`` only.
 

@@ -79,8 +79,8 @@ def medusa2_sequences(tokenizer, n_train: int, n_eval: int, chunk_tokens: int = 
     ``n_eval`` files held out.
 
     Returns:
-        (train, held_out): lists of long [chunk_tokens] tensors, and the file names in ``.files`` of neither (see
-        the returned dict): ``{"train": [...], "eval": [...], "files": [...]}``.
+        dict: ``train`` (list of ``n_train`` long [chunk_tokens] tensors), ``eval`` (list of ``n_eval`` long
+        [chunk_tokens] tensors, from other files), ``files`` (the source file name of each chunk, train first).
 
     Raises:
         ValueError: too few long-enough files.
@@ -151,7 +151,8 @@ def train_medusa2(base, heads: MedusaHeads, train_seqs, config: Medusa2Config = 
         raise ValueError("Medusa-2 training needs at least one sequence")
     model = _peft_model(_plain_copy(base), config)
     heads = copy.deepcopy(heads)
-    heads.attach_lm_head(base) if heads.share_lm_head else None
+    if heads.share_lm_head:
+        heads.attach_lm_head(base)
     for p in heads.parameters():
         p.requires_grad_(True)
     device = next(base.parameters()).device
