@@ -122,8 +122,10 @@ def render_bench(profile: str = STANDARD) -> str:
     (pair, workload, prompts, tokens, sampling, γ, hardware, dtype, CPU linear path, library versions, commit).
 
     Columns: median tokens/s and ms/token, speedup over our AR and over transformers' assisted generation (ratios of
-    the same interleaved run), α, tokens per target step, per-position acceptance, and (greedy) whether every output
-    equals greedy AR. A file that cannot be read is named with the error rather than skipped silently.
+    the same interleaved run; over transformers' AR and its assisted generation with the int8 draft where the run has
+    them), α, tokens per target step, per-position acceptance, the hardware-aware prediction, the free-draft bound and
+    measured / predicted where the run measured costs (fixed-γ chains), and (greedy) whether every output equals
+    greedy AR. A file that cannot be read is named with the error rather than skipped silently.
     """
     rdir = record_dir("results") if profile == STANDARD else results_dir(profile)
     root = repo_root()
@@ -148,15 +150,27 @@ def render_bench(profile: str = STANDARD) -> str:
                 f"γ = {cfg.get('gamma')} · {cfg.get('device_description', cfg.get('device'))}, {cfg.get('dtype')}{linear} · torch "
                 f"{cfg.get('torch')}, transformers {cfg.get('transformers')}"
                 + (f" · commit `{cfg['commit']}`" if cfg.get("commit") else "") + f" · [`{rel}`]({rel})")
-        lines = [head, "", "| method | tokens/s | ms/token | × our AR [95% CI] | × HF assisted [95% CI] | α | tokens/step "
-                 "| per-position acceptance |" + (" equal to greedy AR |" if greedy else ""),
-                 "|---|---:|---:|---:|---:|---:|---:|---|" + ("---|" if greedy else "")]
+        # transformers baselines beyond hf-assisted get a column only where the file has them
+        extra = [(key, title) for key, title in (("speedup_vs_hf_ar", "× HF AR [95% CI]"),
+                                                 ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"))
+                 if any(key in r for r in summary)]
+        predicted = any(r.get("predicted_speedup") is not None for r in summary)
+        pred_head = " predicted × AR (hardware-aware) | free-draft bound | measured / predicted |" if predicted else ""
+        lines = [head, "", "| method | tokens/s | ms/token | × our AR [95% CI] | × HF assisted [95% CI] |"
+                 + "".join(f" {title} |" for _, title in extra) + " α | tokens/step | per-position acceptance |"
+                 + pred_head + (" equal to greedy AR |" if greedy else ""),
+                 "|---|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---|" + ("---:|" * 3 if predicted else "")
+                 + ("---|" if greedy else "")]
         for r in summary:
             row = [f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),
                    _bench_cell(r.get("tokens_per_s")), _bench_cell(r.get("ms_per_token"), 0),
                    _ratio_cell(r, "speedup_vs_ar"), _ratio_cell(r, "speedup_vs_hf_assisted"),
+                   *[_ratio_cell(r, key) for key, _ in extra],
                    _bench_cell(r.get("alpha")), _bench_cell(r.get("tokens_per_step")),
                    _bench_cell(r.get("per_position_acceptance"))]
+            if predicted:
+                row += [_bench_cell(r.get("predicted_speedup")), _bench_cell(r.get("free_draft_bound")),
+                        _bench_cell(r.get("measured_over_predicted"))]
             if greedy:
                 row.append(r.get("equal_to_ar_runs") or _bench_cell(r.get("greedy_equal_to_ar")))
             lines.append("| " + " | ".join(row) + " |")

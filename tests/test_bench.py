@@ -534,3 +534,76 @@ def test_cli_help_shows_defaults(capsys):
         assert default in out, default
     assert "(default: None)" not in out and "(default: False)" not in out
     assert "\n  ar                 our KV-cached" in raw and "\nexamples:\n" in raw  # the epilog keeps its layout
+
+
+def test_bench_predicts_fixed_gamma_chains_from_costs_it_measured(tiny_with_tokenizer, one_thread):
+    """Issue 18: each fixed-γ chain gets the hardware-aware prediction, the free-draft bound and Eq. (1) at its own
+    α from costs measured before timing; methods the model does not describe (AR, dynamic γ, trees) get none."""
+    import math
+
+    from specrepro import theory
+
+    model, tok = tiny_with_tokenizer
+    res = run_bench(models=(model, model, tok), prompts=["def f(x):\n", "class A:\n"],
+                    methods="sd-draft@2,sd-draft-dynamic@3,sd-tree@2x1", max_new_tokens=8, warmup=False,
+                    progress=False)
+    s = res.summary.set_index("method")
+    cm = res.config["cost_model"]
+    assert set(cm["draft_ms_per_token"]) == {"sd-draft@2"} and sorted(cm["target_ms"]) == [1, 2, 3]
+    assert all(v > 0 for v in cm["target_ms"].values()) and cm["draft_ms_per_token"]["sd-draft@2"] > 0
+    row = s.loc["sd-draft@2"]
+    curve = theory.CostCurve(list(cm["target_ms"]), list(cm["target_ms"].values()))
+    t_d = cm["draft_ms_per_token"]["sd-draft@2"]
+    expect = theory.hardware_aware_speedup(row["alpha"], 2, curve, lambda n: t_d * n)
+    assert math.isclose(row["predicted_speedup"], expect, rel_tol=1e-9)
+    assert math.isclose(row["free_draft_bound"], theory.free_draft_bound(row["alpha"], 2, curve), rel_tol=1e-9)
+    assert row["predicted_speedup"] < row["free_draft_bound"]  # a draft that costs something predicts less
+    assert math.isclose(row["measured_over_predicted"], row["speedup_vs_ar"] / row["predicted_speedup"])
+    for other in ("ar", "sd-draft-dynamic@3", "sd-tree@2x1"):
+        assert math.isnan(s.loc[other, "predicted_speedup"])
+    assert "predicted_speedup" in res.table().columns
+
+
+def test_bench_without_predict_measures_nothing(tiny_with_tokenizer, one_thread):
+    model, tok = tiny_with_tokenizer
+    res = run_bench(models=(model, model, tok), prompts=["def f(x):\n"], methods="sd-draft@2", max_new_tokens=4,
+                    warmup=False, progress=False, predict=False)
+    assert res.config["cost_model"] is None and "predicted_speedup" not in res.summary
+
+
+def test_int8_tree_and_transformers_baselines_in_one_bench(tiny_with_tokenizer, one_thread):
+    """sd-tree-int8 (the int8 draft expands the token tree) equals greedy AR, and each transformers baseline in the
+    run gets its own paired-ratio column."""
+    model, tok = tiny_with_tokenizer
+    res = run_bench(models=(model, model, tok), prompts=["def f(x):\n", "class A:\n"],
+                    methods="sd-tree-int8@2x1x1,sd-draft-int8@2,hf-ar,hf-assisted-int8", max_new_tokens=8,
+                    warmup=False, progress=False)
+    s = res.summary.set_index("method")
+    assert s["greedy_equal_to_ar"].all()
+    assert s.loc["sd-tree-int8@2x1x1", "gamma"] == 3 and s.loc["sd-tree-int8@2x1x1", "tokens_per_step"] > 1
+    for col in ("speedup_vs_hf_ar", "speedup_vs_hf_ar_lo", "speedup_vs_hf_assisted_int8"):
+        assert col in s.columns
+    assert s.loc["hf-ar", "speedup_vs_hf_ar"] == 1.0
+
+
+def test_render_bench_shows_predictions_and_extra_baselines(tmp_path, monkeypatch):
+    import json
+
+    import specrepro.report as report
+
+    summary = [
+        {"method": "ar", "exact": True, "tokens_per_s": 3.0, "ms_per_token": 333.0, "speedup_vs_ar": 1.0,
+         "speedup_vs_hf_ar": 1.02, "speedup_vs_hf_ar_lo": 0.99, "speedup_vs_hf_ar_hi": 1.05,
+         "predicted_speedup": None, "per_position_acceptance": []},
+        {"method": "sd-draft-int8@4", "exact": True, "tokens_per_s": 9.0, "ms_per_token": 111.0, "speedup_vs_ar": 3.0,
+         "speedup_vs_ar_lo": 2.7, "speedup_vs_ar_hi": 3.1, "speedup_vs_hf_ar": 3.1, "alpha": 0.9,
+         "tokens_per_step": 4.0, "predicted_speedup": 3.2, "free_draft_bound": 4.1, "measured_over_predicted": 0.94,
+         "per_position_acceptance": [0.9, 0.9, 0.9, 0.9]},
+    ]
+    (tmp_path / "bench_x.json").write_text(json.dumps({"config": {"temperature": 0.8, "top_p": 0.95},
+                                                       "summary": summary}))
+    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    text = report.render_bench("quick")
+    assert "× HF AR [95% CI]" in text and "1.02 [0.99, 1.05]" in text
+    assert "free-draft bound" in text and "| 3.20 | 4.10 | 0.94 |" in text
+    assert "int8 draft" not in text.split("\n")[2]  # no hf-assisted-int8 column: the run had no such method

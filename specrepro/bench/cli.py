@@ -87,6 +87,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                         "typical_delta=0.3 (medusa-typical); a key none of the chosen methods reads is refused")
     p.add_argument("--json", dest="json_path", metavar="OUT", help="write the results as JSON")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up call per method")
+    p.add_argument("--no-predict", action="store_true",
+                   help="skip the cost measurement before timing (target forward time for n = 1..γ+1 tokens, each "
+                        "fixed-γ chain's draft ms per token) and the hardware-aware prediction beside each chain")
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
@@ -123,7 +126,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
               n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
               top_p=args.top_p, top_k=args.top_k, seed=args.seed, device=args.device, dtype=args.dtype,
               repeats=args.repeats, json_path=args.json_path, chat=args.chat, warmup=not args.no_warmup,
-              options=opts, tree=args.tree, medusa_heads=args.medusa_heads, print_table=True)
+              options=opts, tree=args.tree, medusa_heads=args.medusa_heads, print_table=True,
+              predict=not args.no_predict)
     if args.json_path:
         print(f"wrote {args.json_path}")
     return 0

@@ -23,13 +23,21 @@ from .options import (MAX_TREE_NODES, BenchOptionError, default_expansion, draft
 from .registry import BenchContext, register_method
 
 
-def _our_runner(ctx: BenchContext, drafter, gamma: int):
+def _our_runner(ctx: BenchContext, drafter, gamma: int, predict: bool = True):
+    """A runner of :func:`specrepro.decoding.generate` with ``drafter`` (None: AR) at a fixed ``gamma``.
+
+    ``predict``: the method drafts exactly γ tokens per step with token verification, so Leviathan's model with the
+    measured cost curves (:func:`specrepro.theory.hardware_aware_speedup`) predicts its speedup; the bench then
+    measures ``drafter``'s cost per token (``run.cost_drafter``) before timing. False for dynamic or mixed drafters
+    and block verification, whose tokens per step the i.i.d. formula does not give.
+    """
     from ..decoding import generate
 
     def run(ids, generator):
         return generate(ctx.target, ids, drafter=drafter, gamma=gamma, max_new_tokens=ctx.max_new_tokens,
                         sampling=ctx.sampling, generator=generator, eos_token_id=ctx.eos_token_id)
 
+    run.cost_drafter = drafter if (predict and drafter is not None) else None
     return run
 
 
@@ -80,7 +88,7 @@ def _sd_draft_dynamic(ctx, name, gamma):
     from ..drafters import DraftModelDrafter
 
     drafter = DraftModelDrafter(ctx.draft, ctx.vocab_size, stop_below=draft_stop_option(ctx.options))
-    return _our_runner(ctx, drafter, gamma)
+    return _our_runner(ctx, drafter, gamma, predict=False)
 
 
 @register_method("sd-lookup")
@@ -204,7 +212,8 @@ def _sd_hybrid(ctx, name, gamma):
 
     lookup = PromptLookupDrafter(max_ngram=lookup_max_ngram_option(ctx.options),
                                  min_ngram=hybrid_min_ngram_option(ctx.options))
-    return _our_runner(ctx, HybridDrafter(lookup, cheap_drafter(ctx, draft_kind_option(ctx.options))), gamma)
+    return _our_runner(ctx, HybridDrafter(lookup, cheap_drafter(ctx, draft_kind_option(ctx.options))), gamma,
+                       predict=False)
 
 
 #: sd-draft-auto's largest draft length when no ``@γ`` is given
@@ -246,7 +255,7 @@ def _sd_draft_auto(ctx, name, gamma):
     inner = cheap_drafter(ctx, kind)
     curve, t_draft = ctx.shared(f"auto_costs:{kind}:{gamma}", lambda: auto_gamma_costs(ctx, inner, gamma))
     drafter = AutoGammaDrafter(inner, curve, t_draft, name=f"{inner.name}, auto γ <= {gamma}")
-    run = _our_runner(ctx, drafter, gamma)
+    run = _our_runner(ctx, drafter, gamma, predict=False)
     run.gamma = gamma
     run.cost_curve, run.t_draft_ms = curve, t_draft  # for the notebook: the costs the choice was made from
     return run
@@ -378,6 +387,30 @@ def _sd_tree(ctx, name, gamma):
     _check_tree_attention(ctx.draft, name, "draft")
     mode = "topk" if ctx.sampling.greedy else tree_mode_option(ctx.options)
     proposer = DraftTreeProposer(ctx.draft, list(widths), mode, ctx.vocab_size)
+
+    def loop(ids, prop, generator):
+        return tree_generate(ctx.target, ids, prop, max_new_tokens=ctx.max_new_tokens, sampling=ctx.sampling,
+                             generator=generator, eos_token_id=ctx.eos_token_id)
+
+    run = _tree_runner(ctx, proposer, loop)
+    run.gamma = len(widths)
+    return run
+
+
+@register_method("sd-tree-int8", needs_draft=True, prepare=_prepare_sd_tree)
+def _sd_tree_int8(ctx, name, gamma):
+    """our token-tree speculative decoding with the int8 copy of the draft (as sd-draft-int8) expanding the tree
+    (sd-tree-int8@2x1x1x1 or --tree); the tree's q come from the int8 logits, so multi-step speculative sampling
+    stays exact"""
+    from ..trees import DraftTreeProposer, tree_generate
+
+    at = name.partition("@")[2] or ctx.options.get("tree")
+    widths = parse_tree_spec(at) if at else default_expansion(gamma)
+    model = _int8_draft(ctx)
+    _check_tree_attention(ctx.target, name, "target")
+    _check_tree_attention(model, name, "int8 draft")
+    mode = "topk" if ctx.sampling.greedy else tree_mode_option(ctx.options)
+    proposer = DraftTreeProposer(model, list(widths), mode, ctx.vocab_size)
 
     def loop(ids, prop, generator):
         return tree_generate(ctx.target, ids, prop, max_new_tokens=ctx.max_new_tokens, sampling=ctx.sampling,

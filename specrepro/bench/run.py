@@ -68,13 +68,15 @@ class BenchResult:
         df = self.summary.copy()
         df["per_position_acceptance"] = df["per_position_acceptance"].map(
             lambda xs: " ".join("-" if (x is None or not math.isfinite(x)) else f"{x:.2f}" for x in xs) if xs else "")
-        for col in ("speedup_vs_ar", "speedup_vs_hf_assisted"):
+        for col in ("speedup_vs_ar", "speedup_vs_hf_assisted", "speedup_vs_hf_ar", "speedup_vs_hf_assisted_int8"):
             if f"{col}_lo" in df:  # the 95% interval beside the median, as printed text
                 df[f"{col}_95ci"] = [f"[{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
                                      for lo, hi in zip(df[f"{col}_lo"], df[f"{col}_hi"])]
         cols = ["method", "gamma", "exact", "n_prompts", "tokens_per_s", "ms_per_token", "speedup_vs_ar",
-                "speedup_vs_ar_95ci", "speedup_vs_hf_assisted", "speedup_vs_hf_assisted_95ci", "alpha",
-                "tokens_per_step", "drafted_per_step", "per_position_acceptance", "greedy_equal_to_ar"]
+                "speedup_vs_ar_95ci", "speedup_vs_hf_assisted", "speedup_vs_hf_assisted_95ci", "speedup_vs_hf_ar",
+                "speedup_vs_hf_ar_95ci", "speedup_vs_hf_assisted_int8", "speedup_vs_hf_assisted_int8_95ci", "alpha",
+                "tokens_per_step", "drafted_per_step", "per_position_acceptance", "greedy_equal_to_ar",
+                "predicted_speedup", "free_draft_bound", "measured_over_predicted"]
         return df[[c for c in cols if c in df.columns]].set_index("method").round(3)
 
 
@@ -83,6 +85,12 @@ def _gamma_label(spec: MethodSpec, gamma: int):
     if spec.uses_gamma:
         return gamma
     return None if spec.needs_draft else 0
+
+
+#: transformers' methods that, when run, get a paired-ratio column of their own beside ``speedup_vs_ar`` and
+#: ``speedup_vs_hf_assisted`` (``speedup_vs_hf_ar``: is our AR as fast as transformers' own greedy ``generate``?;
+#: ``speedup_vs_hf_assisted_int8``: our loop against transformers' with the same int8 draft)
+OTHER_BASELINES = ("hf-ar", "hf-assisted-int8")
 
 
 def _summarize(runs, resolved, greedy: bool, seed: int = 0):
@@ -105,6 +113,7 @@ def _summarize(runs, resolved, greedy: bool, seed: int = 0):
         eq = d["equal_to_baseline"].dropna()
         vs_ar = paired_speedup(runs, label, "ar", seed=seed) if "ar" in methods else {}
         vs_hf = paired_speedup(runs, label, "hf-assisted", seed=seed) if "hf-assisted" in methods else {}
+        vs_other = {base: paired_speedup(runs, label, base, seed=seed) for base in OTHER_BASELINES if base in methods}
         nan = float("nan")
         rows.append({
             "method": label, "family": spec.family, "gamma": _gamma_label(spec, gamma), "exact": spec.exact,
@@ -117,6 +126,8 @@ def _summarize(runs, resolved, greedy: bool, seed: int = 0):
             "speedup_vs_hf_assisted": vs_hf.get("speedup", nan),
             "speedup_vs_hf_assisted_lo": vs_hf.get("speedup_lo", nan),
             "speedup_vs_hf_assisted_hi": vs_hf.get("speedup_hi", nan),
+            **{f"speedup_vs_{base.replace('-', '_')}{end}": vs.get(f"speedup{end}", nan)
+               for base, vs in vs_other.items() for end in ("", "_lo", "_hi")},
             "alpha": float(np.mean(alpha_terms)) if alpha_terms else nan,
             "tokens_per_step": float(d["new_tokens"].sum() / steps) if has_steps else nan,
             "accepted_per_step": float(sum(accepted) / steps) if has_steps and drafted else
@@ -190,6 +201,7 @@ def run_bench(
     medusa_heads: str | Path | None = None,
     progress: bool = True,
     print_table: bool = False,
+    predict: bool = True,
 ) -> BenchResult:
     """Benchmark decoding methods on one workload, interleaved prompt by prompt.
 
@@ -218,6 +230,10 @@ def run_bench(
             :meth:`specrepro.medusa.MedusaHeads.save` (or cached by :func:`specrepro.medusa.get_or_train_heads`), or
             ``"auto"`` for the newest cached heads trained for the target. Same as ``options["medusa_heads"]``.
         print_table: print :meth:`BenchResult.table` to stdout.
+        predict: before timing, measure the target's forward time over n = 1..γmax + 1 new tokens and each
+            fixed-γ chain method's draft time per token (:func:`measure_costs`), and give each such method its
+            hardware-aware predicted speedup, free-draft bound and Eq. (1) ideal at its measured α
+            (:func:`add_predictions`).
 
     Returns:
         :class:`BenchResult`: ``runs`` has one row per timed call, the columns of
@@ -229,7 +245,8 @@ def run_bench(
         ratio, percentile bootstrap over prompts), alpha (mean Σ min(p, q) over verified positions, Leviathan
         Def. 3.1), tokens_per_step, accepted_per_step, drafted_per_step, loop_ms, per_position_acceptance
         (P(accept position i | positions < i accepted); per depth for trees), greedy_equal_to_ar (greedy only; None
-        under sampling).
+        under sampling); with ``predict``, for fixed-γ chain methods also predicted_tokens_per_step (Leviathan
+        Eq. 1), free_draft_bound, predicted_speedup (hardware-aware) and measured_over_predicted.
 
     Raises:
         BenchOptionError: see :func:`validate_options`; also an unknown pair or both ``pair`` and ``target``, a
@@ -279,6 +296,7 @@ def run_bench(
     resolved = [(label, spec, int(getattr(runners[label], "gamma", g))) for label, spec, g in resolved]
 
     labels = [label for label, _, _ in resolved]
+    costs = measure_costs(ctx, runners, {label: g for label, _, g in resolved}, encoded) if predict else None
     warm = None
     if warmup:  # untimed: first-call costs (allocations, kernel selection, lazy imports) stay out of the timings
         wctx = dataclasses.replace(ctx, max_new_tokens=min(8, max_new_tokens))  # shares ctx's built resources
@@ -289,6 +307,8 @@ def run_bench(
     gammas = {label: _gamma_label(spec, g) for label, spec, g in resolved}
     runs.insert(runs.columns.get_loc("method") + 1, "gamma", runs["method"].map(gammas))
     summary = _summarize(runs, resolved, sampling.greedy, seed=seed)
+    if costs is not None:
+        summary = add_predictions(summary, costs)
     from ..results import git_commit, device_description
 
     config = {
@@ -302,6 +322,10 @@ def run_bench(
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
         "eos_token_id": ctx.eos_token_id, "options": ctx.options,
         "timing": "CUDA events + synchronize" if dev.startswith("cuda") else "time.perf_counter",
+        "cost_model": None if costs is None else {
+            "prefix_len": costs["prefix_len"], "repeats": costs["repeats"],
+            "target_ms": dict(zip((int(n) for n in costs["target"].n), (float(m) for m in costs["target"].ms))),
+            "draft_ms_per_token": costs["draft_ms"]},
     }
     result = BenchResult(summary=summary, runs=runs, config=config)
     if json_path is not None:
@@ -319,6 +343,89 @@ def run_bench(
                     print(f"note: {label} is not distribution-preserving (exact = False): under sampling its "
                           f"outputs do not follow the target's distribution")
     return result
+
+
+#: timed forward passes per point of the bench's cost measurement (after one warm-up)
+COST_REPEATS = 5
+
+
+def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
+                  repeats: int = COST_REPEATS) -> dict | None:
+    """The costs the bench's predictions use, measured in the benchmark's own process before any timed run.
+
+    The target's KV-cached forward time over n = 1..γmax + 1 new tokens (:func:`specrepro.theory.measure_cost_curve`)
+    and, for each runner with a ``cost_drafter`` (fixed-γ chains, see ``_our_runner``), that drafter's time per
+    drafted token (:func:`specrepro.cheap_drafts.measure_draft_step_ms`), both on a random prefix as long as the
+    median prompt plus half the new tokens (the mean context of a run), medians in ms. Random ids come from a
+    generator seeded with ``ctx.seed`` (the cost of a dense forward does not depend on the ids).
+
+    Args:
+        ctx: the bench's context; runners: label -> runner; gammas: label -> the method's γ; encoded: the prompts'
+            token ids (long tensors [L]); repeats: timed calls per point after one warm-up.
+
+    Returns:
+        None when no runner has a ``cost_drafter`` (nothing to predict), else a dict: ``target`` (a
+        :class:`~specrepro.theory.CostCurve`, ms), ``draft_ms`` (label -> ms per drafted token), ``prefix_len``,
+        ``repeats``, ``gammas`` (label -> γ).
+    """
+    import numpy as np
+
+    from ..cheap_drafts import measure_draft_step_ms
+    from ..theory import measure_cost_curve
+
+    chains = {label: run for label, run in runners.items() if getattr(run, "cost_drafter", None) is not None}
+    if not chains:
+        return None
+    gammas = {label: int(gammas[label]) for label in chains}
+    prefix_len = int(np.median([int(e.numel()) for e in encoded])) + ctx.max_new_tokens // 2
+    gen = torch.Generator().manual_seed(int(ctx.seed))
+    target = measure_cost_curve(ctx.target, ns=tuple(range(1, max(gammas.values()) + 2)), prefix_len=prefix_len,
+                                repeats=repeats, generator=gen)
+    draft_ms = {label: measure_draft_step_ms(run.cost_drafter, ctx.vocab_size, prefix_len=prefix_len,
+                                             repeats=repeats, generator=gen) for label, run in chains.items()}
+    return {"target": target, "draft_ms": draft_ms, "prefix_len": prefix_len, "repeats": repeats, "gammas": gammas}
+
+
+def add_predictions(summary, costs: dict):
+    """Leviathan's model with measured costs beside each fixed-γ chain method's measured speedup.
+
+    For each method in ``costs["draft_ms"]``, at its measured α and γ: ``predicted_tokens_per_step`` = E[tokens]
+    (Leviathan Eq. 1), ``free_draft_bound`` (:func:`specrepro.theory.free_draft_bound`: the same α and verification
+    curve with a draft that costs nothing), ``predicted_speedup`` (:func:`specrepro.theory.hardware_aware_speedup`:
+    E[tokens] · t_target(1) / (γ · t_draft + t_target(γ + 1)), no loop overheads) and ``measured_over_predicted``
+    (the median paired speedup over AR divided by the prediction: 1 = the model explains the measurement; below 1 =
+    loop overheads or a slower machine during the run). Other methods get NaN.
+
+    Args:
+        summary: the bench summary (one row per method, with ``alpha``, ``gamma``, ``speedup_vs_ar``).
+        costs: :func:`measure_costs`'s dict.
+
+    Returns:
+        a copy of ``summary`` with those four columns and ``draft_ms_per_token``.
+    """
+    from ..theory import expected_tokens, free_draft_bound, hardware_aware_speedup
+
+    out = summary.copy()
+    nan = float("nan")
+    cols = {k: [] for k in ("draft_ms_per_token", "predicted_tokens_per_step", "free_draft_bound",
+                            "predicted_speedup", "measured_over_predicted")}
+    for _, row in out.iterrows():
+        label, alpha = row["method"], row.get("alpha", nan)
+        t_draft = costs["draft_ms"].get(label)
+        if t_draft is None or not math.isfinite(alpha):
+            for k in cols:
+                cols[k].append(nan if k != "draft_ms_per_token" or t_draft is None else t_draft)
+            continue
+        g = int(costs["gammas"][label])
+        pred = hardware_aware_speedup(alpha, g, costs["target"], lambda n, t=t_draft: t * n)
+        cols["draft_ms_per_token"].append(float(t_draft))
+        cols["predicted_tokens_per_step"].append(float(expected_tokens(alpha, g)))
+        cols["free_draft_bound"].append(free_draft_bound(alpha, g, costs["target"]))
+        cols["predicted_speedup"].append(pred)
+        cols["measured_over_predicted"].append(float(row["speedup_vs_ar"]) / pred)
+    for k, v in cols.items():
+        out[k] = v
+    return out
 
 
 def _factory_name(label: str, spec: MethodSpec) -> str:
