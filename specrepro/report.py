@@ -3,7 +3,8 @@
 What this file is: everything that turns a scored card (:func:`specrepro.scorecard.score`) and the result files of
 a profile into text or images for people: :func:`render_markdown` (the scorecard table, headed by the number of
 distinct claims and of each verdict), :func:`render_figures` (the README's key figures with their provenance),
-:func:`render_bench` (the benchmark-of-record tables), :func:`write_scorecard` (the ``scorecard`` table and
+:func:`render_bench` (the benchmark-of-record tables), :func:`render_targets` (issue 18's performance
+targets checked on them), :func:`write_scorecard` (the ``scorecard`` table and
 ``scorecard.md``), :func:`replace_block` / :func:`update_readme` (README.md between its markers, atomically, only
 under ``make reproduce`` unless forced) and :func:`plot_verdicts`.
 
@@ -23,8 +24,8 @@ from .results import (STANDARD, atomic_write_text, figures_dir, record_dir, repo
                       writes_record)
 from .scorecard import VERDICTS, EXACT, INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, TREND, score
 
-__all__ = ["KEY_FIGURES", "VERDICT_COLORS", "render_markdown", "render_figures", "render_bench", "write_scorecard",
-           "replace_block", "update_readme", "plot_verdicts"]
+__all__ = ["KEY_FIGURES", "VERDICT_COLORS", "render_markdown", "render_figures", "render_bench", "render_targets",
+           "write_scorecard", "replace_block", "update_readme", "plot_verdicts"]
 
 #: the three figures on the README's front page: (file stem, caption)
 KEY_FIGURES = (
@@ -178,6 +179,30 @@ def render_bench(profile: str = STANDARD) -> str:
     return "\n".join(parts)
 
 
+def render_targets(profile: str = STANDARD) -> str:
+    """Markdown for the README's performance-targets block: each target of
+    :data:`specrepro.bench.targets.TARGETS` (issue 18) checked against the profile's bench JSON files
+    (:func:`specrepro.bench.targets.check_targets`): status, the measured ratio with its 95% interval over prompts,
+    the method (best of several by the median, said so), the prompts and the file."""
+    from .bench.targets import check_targets
+
+    rdir = record_dir("results") if profile == STANDARD else results_dir(profile)
+    table = check_targets(rdir)
+    counts = table["status"].value_counts()
+    head = (f"{len(table)} targets: " + " · ".join(f"{int(counts.get(s, 0))} {s}" for s in
+                                                  ("met", "met on the median", "missed", "not run")) + ". "
+            "**met**: the whole 95% interval over prompts clears the target; **met on the median**: the median does, "
+            "the interval does not rule out a miss; a prediction ratio has no interval, so it is judged on the median.")
+    lines = [head, "", "| target | status | measured [95% CI] | method | prompts | bench file |",
+             "|---|---|---|---|---:|---|"]
+    for r in table.to_dict(orient="records"):
+        n = r["n_prompts"]
+        status = r["status"] if r["status"] != "missed" else "**missed**"
+        lines.append(f"| {_cell(r['target'])} | {status} | {_cell(r['measured'])} | {_cell(r['method'])} | "
+                     f"{'' if n is None or n != n else int(n)} | `{r['file']}.json` |")
+    return "\n".join(lines) + "\n"
+
+
 def write_scorecard(profile: str = STANDARD, device: str = "cpu", claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """Score every claim for ``profile`` (:func:`specrepro.scorecard.score`), save it as the ``scorecard`` table (CSV
     + provenance) and its markdown as ``scorecard.md`` beside it; returns the scorecard."""
@@ -222,6 +247,8 @@ def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, rea
     new = replace_block(new, "figures", render_figures(profile))
     if "<!-- bench:start -->" in new:
         new = replace_block(new, "bench", render_bench(profile))
+    if "<!-- targets:start -->" in new:
+        new = replace_block(new, "targets", render_targets(profile))
     if "<!-- battery:start -->" in new:
         new = replace_block(new, "battery", render_battery(profile))
     if new == old:
