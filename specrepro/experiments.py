@@ -22,7 +22,7 @@ from .sampling import SamplingConfig
 from .theory import (expected_tokens, hardware_aware_speedup, measure_alpha, operations_factor,
                      speedup_decomposition, walltime_improvement)
 
-__all__ = ["leviathan_table1", "alpha_table", "speed_table", "summarize_speed", "limit_table", "encode"]
+__all__ = ["leviathan_table1", "alpha_table", "speed_table", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
 
 #: Leviathan et al. 2023, Table 1: (alpha, gamma) -> (operations factor, speed), c = c_hat = 0.
 LEVIATHAN_TABLE1 = {(0.6, 2): (1.53, 1.96), (0.7, 3): (1.58, 2.53), (0.8, 2): (1.23, 2.44), (0.8, 5): (1.63, 3.69),
@@ -226,3 +226,36 @@ def limit_table(summary: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd.
                          "n_prompts": row.get("n_prompts", np.nan), "verification_share": shares[0],
                          "draft_share": shares[1], "overhead_share": shares[2], "unexplained_share": shares[3]})
     return pd.DataFrame(rows)
+
+
+def best_measured_drafts(summary, temperature: float = 0.0) -> pd.DataFrame:
+    """Our measured (α, c) per draft model, to mark on Leviathan's computed figures (notebook 02): for each draft
+    model of a :func:`summarize_speed` table (rows with c > 0: n-gram and prompt-lookup drafts, c = 0, are left out)
+    at ``temperature``, the γ with the highest measured speedup (a best of the γ measured, with that γ's own
+    interval).
+
+    Args:
+        summary: notebook 04's ``leviathan_table2_speedup`` table (or None); tables written before intervals were
+            recorded give NaN bounds.
+        temperature: the temperature whose rows are used (when the table has a ``temperature`` column).
+
+    Returns:
+        one row per draft: label ("<draft>, best of N γ: γ = g (c = ...)"), draft, alpha, c, best_gamma, n_gammas,
+        speedup, speedup_lo, speedup_hi; empty (same columns) when the table is None or has no draft model.
+    """
+    cols = ["label", "draft", "alpha", "c", "best_gamma", "n_gammas", "speedup", "speedup_lo", "speedup_hi"]
+    if summary is None or not len(summary) or "c" not in summary:
+        return pd.DataFrame(columns=cols)
+    d = summary
+    if "temperature" in d:
+        d = d[np.isclose(d["temperature"].astype(float), float(temperature))]
+    d = d[(d["gamma"] > 0) & (d["c"] > 0)].assign(draft=lambda x: x["method"].astype(str).str.rsplit(" γ=", n=1).str[0])
+    rows = []
+    for name, g in d.groupby("draft", sort=False):
+        best = g.loc[g["measured_speedup"].idxmax()]
+        rows.append({"label": f"{name}, best of {len(g)} γ: γ = {int(best['gamma'])} (c = {best['c']:.2f})",
+                     "draft": name, "alpha": float(best["alpha"]), "c": float(best["c"]),
+                     "best_gamma": int(best["gamma"]), "n_gammas": len(g), "speedup": float(best["measured_speedup"]),
+                     "speedup_lo": float(best.get("measured_speedup_lo", np.nan)),
+                     "speedup_hi": float(best.get("measured_speedup_hi", np.nan))})
+    return pd.DataFrame(rows, columns=cols)

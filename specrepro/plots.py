@@ -280,7 +280,8 @@ def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8,
         ax.set(title=f"c = {c:g}", xlabel="γ (draft length)")
         integer_ticks(ax, "x")
     axes[0].set_ylabel("walltime improvement (Thm 3.8, ×)")
-    axes[0].plot([], [], marker="o", mfc="none", color="0.3", linestyle="none", label="optimal γ (ringed)")
+    axes[0].plot([], [], marker="o", mfc="none", color="0.3", linestyle="none",
+                 label=f"best γ in 1..{int(max_gamma)} (ringed)")
     fig.tight_layout()
     legend_outside(fig)
     return fig

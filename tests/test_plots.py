@@ -14,7 +14,7 @@ from matplotlib.container import ErrorbarContainer  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from specrepro import plots  # noqa: E402
-from specrepro.experiments import leviathan_table1, limit_table, summarize_speed  # noqa: E402
+from specrepro.experiments import best_measured_drafts, leviathan_table1, limit_table, summarize_speed  # noqa: E402
 from specrepro.theory import (CostCurve, expected_tokens, free_draft_bound, hardware_aware_speedup,  # noqa: E402
                               optimal_gamma)
 
@@ -258,3 +258,19 @@ def test_limit_table_needs_the_ar_row():
     summary = summarize_speed(_runs(), t_target, {}).assign(temperature=0.0)
     with pytest.raises(ValueError):
         limit_table(summary[summary["gamma"] > 0], t_target, {})
+
+
+def test_best_measured_drafts_keeps_draft_models_and_their_best_gamma():
+    summary = pd.DataFrame({
+        "method": ["AR", "d γ=1", "d γ=2", "int8 d γ=2", "bigram γ=3", "d γ=2"],
+        "gamma": [0, 1, 2, 2, 3, 2], "alpha": [np.nan, 0.9, 0.88, 0.85, 0.15, 0.8], "c": [0, 0.4, 0.4, 0.2, 0, 0.4],
+        "measured_speedup": [1.0, 1.3, 1.4, 1.7, 0.9, 1.2], "measured_speedup_lo": [1, 1.2, 1.3, 1.5, 0.8, 1.1],
+        "measured_speedup_hi": [1, 1.4, 1.5, 1.9, 1.0, 1.3], "temperature": [0, 0, 0, 0, 0, 1]})
+    best = best_measured_drafts(summary).set_index("draft")
+    assert list(best.index) == ["d", "int8 d"]
+    assert best.loc["d", "best_gamma"] == 2 and best.loc["d", "n_gammas"] == 2
+    assert best.loc["d", "alpha"] == pytest.approx(0.88) and best.loc["d", "speedup_hi"] == pytest.approx(1.5)
+    assert "best of 2 γ" in best.loc["d", "label"]
+    assert best_measured_drafts(None).empty
+    old = summary.drop(columns=["measured_speedup_lo", "measured_speedup_hi", "temperature"])
+    assert np.isnan(best_measured_drafts(old)["speedup_lo"]).all()
