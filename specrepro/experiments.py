@@ -170,7 +170,8 @@ def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd
     return agg.reset_index()
 
 
-def limit_table(summary: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd.DataFrame:
+def limit_table(summary: pd.DataFrame, t_target: Callable, t_draft: dict, min_gap: float = float(np.log(1.1))
+                ) -> pd.DataFrame:
     """The limit drawn (issue 18): beside each measured speedup, the ladder of predictions of
     :func:`~specrepro.theory.speedup_decomposition` at the method's measured α and mean drafted tokens per step, and
     the share of the gap between Leviathan's ideal and the measurement that each cost explains.
@@ -179,22 +180,26 @@ def limit_table(summary: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd.
     verification as cheap as one step) >= ``free_draft`` (the measured verification curve t_target(γ + 1), draft
     free: :func:`~specrepro.theory.free_draft_bound`) >= ``hardware_aware`` (+ γ · t_draft(1)) >= ``with_overhead``
     (+ the measured per-step loop overhead of the method and of AR; equals ``summarize_speed``'s
-    ``predicted_speedup_hardware``). The gap log(tokens_per_step / measured) splits into the shares
-    ``verification_share`` (log tokens_per_step / free_draft), ``draft_share`` (log free_draft / hardware_aware),
-    ``overhead_share`` (log hardware_aware / with_overhead) and ``unexplained_share`` (log with_overhead /
-    measured; negative when we measure more than the model predicts); the four sum to 1.
+    ``predicted_speedup_hardware``). Each step down is a factor: ``verification_factor`` = free_draft /
+    tokens_per_step, ``draft_factor`` = hardware_aware / free_draft, ``overhead_factor`` = with_overhead /
+    hardware_aware, ``unexplained_factor`` = measured / with_overhead (above 1: we measure more than the model
+    predicts); their product is measured / tokens_per_step. The shares split the gap log(tokens_per_step /
+    measured) the same way (``verification_share`` = -log verification_factor / gap, ...; the four sum to 1); they
+    are NaN where the gap is below ``min_gap`` (a measurement at or above Leviathan's ideal has no gap to split).
 
     Args:
         summary: :func:`summarize_speed` output, optionally several concatenated with a ``temperature`` column (each
             temperature must hold its AR row, gamma 0).
         t_target: target cost curve n -> ms (e.g. :class:`~specrepro.theory.CostCurve`).
         t_draft: method name -> draft cost curve n -> ms, or None (free draft: n-gram, prompt lookup).
+        min_gap: the smallest log gap (default log 1.1) whose shares are reported.
 
     Returns:
         one row per speculative method (gamma > 0): temperature (if given), method, draft (the method name without
         its " γ=..." suffix), gamma, alpha, drafted_per_step, c, tokens_per_step, free_draft, hardware_aware,
-        with_overhead, measured, measured_lo, measured_hi (95% interval), n_prompts, verification_share,
-        draft_share, overhead_share, unexplained_share.
+        with_overhead, measured, measured_lo, measured_hi (95% interval), n_prompts, verification_factor,
+        draft_factor, overhead_factor, unexplained_factor, verification_share, draft_share, overhead_share,
+        unexplained_share.
 
     Raises:
         ValueError: a temperature without its AR row.
@@ -214,17 +219,20 @@ def limit_table(summary: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd.
             ladder = speedup_decomposition(a, g, t_target, t_draft.get(row["method"]), overhead_ms=over,
                                            ar_overhead_ms=ar_overhead)
             measured = float(row["measured_speedup"])
-            logs = np.log([ladder["tokens_per_step"], ladder["free_draft"], ladder["hardware_aware"],
-                           ladder["with_overhead"], measured])
-            total = logs[0] - logs[-1]
-            shares = np.diff(-logs) / total if abs(total) > 1e-12 else np.full(4, np.nan)
+            levels = np.array([ladder["tokens_per_step"], ladder["free_draft"], ladder["hardware_aware"],
+                               ladder["with_overhead"], measured])
+            factors = levels[1:] / levels[:-1]  # each cost's factor; their product is measured / tokens_per_step
+            total = float(np.log(levels[0] / measured))
+            shares = -np.log(factors) / total if total >= min_gap else np.full(4, np.nan)
             rows.append({**({"temperature": temp} if temp is not None else {}), "method": row["method"],
                          "draft": str(row["method"]).rsplit(" γ=", 1)[0], "gamma": int(row["gamma"]), "alpha": a,
                          "drafted_per_step": g, "c": float(row.get("c", np.nan)), **ladder, "measured": measured,
                          "measured_lo": float(row.get("measured_speedup_lo", np.nan)),
                          "measured_hi": float(row.get("measured_speedup_hi", np.nan)),
-                         "n_prompts": row.get("n_prompts", np.nan), "verification_share": shares[0],
-                         "draft_share": shares[1], "overhead_share": shares[2], "unexplained_share": shares[3]})
+                         "n_prompts": row.get("n_prompts", np.nan), "verification_factor": factors[0],
+                         "draft_factor": factors[1], "overhead_factor": factors[2], "unexplained_factor": factors[3],
+                         "verification_share": shares[0], "draft_share": shares[1], "overhead_share": shares[2],
+                         "unexplained_share": shares[3]})
     return pd.DataFrame(rows)
 
 

@@ -251,6 +251,19 @@ def test_limit_table_ladder_matches_summarize_speed_and_shares_sum_to_one():
     assert lookup["draft_share"] == pytest.approx(0.0)  # a free draft costs nothing
     shares = limits[["verification_share", "draft_share", "overhead_share", "unexplained_share"]].sum(axis=1)
     assert np.allclose(shares, 1.0)
+    product = limits[["verification_factor", "draft_factor", "overhead_factor", "unexplained_factor"]].prod(axis=1)
+    assert np.allclose(product, limits["measured"] / limits["tokens_per_step"])
+    assert lookup["draft_factor"] == pytest.approx(1.0)
+
+
+def test_limit_table_leaves_shares_out_where_there_is_no_gap():
+    t_target, t_draft = CostCurve([1, 2, 3, 4], [100, 100, 100, 100]), CostCurve([1, 2], [1, 1])
+    drafts = {"draft γ=2": t_draft}
+    summary = summarize_speed(_runs(), t_target, drafts)
+    summary.loc[summary["method"] == "draft γ=2", "measured_speedup"] = 5.0  # above Leviathan's ideal
+    limits = limit_table(summary, t_target, drafts).set_index("method")
+    assert np.isnan(limits.loc["draft γ=2", "verification_share"])
+    assert limits.loc["draft γ=2", "unexplained_factor"] > 1
 
 
 def test_limit_table_needs_the_ar_row():
