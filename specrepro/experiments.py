@@ -20,9 +20,9 @@ from .decoding import default_eos_ids, generate
 from .harness import per_run_table, run_interleaved, speedup_table
 from .sampling import SamplingConfig
 from .theory import (expected_tokens, hardware_aware_speedup, measure_alpha, operations_factor,
-                     walltime_improvement)
+                     speedup_decomposition, walltime_improvement)
 
-__all__ = ["leviathan_table1", "alpha_table", "speed_table", "summarize_speed", "encode"]
+__all__ = ["leviathan_table1", "alpha_table", "speed_table", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
 
 #: Leviathan et al. 2023, Table 1: (alpha, gamma) -> (operations factor, speed), c = c_hat = 0.
 LEVIATHAN_TABLE1 = {(0.6, 2): (1.53, 1.96), (0.7, 3): (1.58, 2.53), (0.8, 2): (1.23, 2.44), (0.8, 5): (1.63, 3.69),
@@ -168,3 +168,102 @@ def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd
     agg["predicted_speedup_constant_c"] = const_pred
     agg["predicted_speedup_hardware"] = hw_pred
     return agg.reset_index()
+
+
+def limit_table(summary: pd.DataFrame, t_target: Callable, t_draft: dict, min_gap: float = float(np.log(1.1))
+                ) -> pd.DataFrame:
+    """The limit drawn (issue 18): beside each measured speedup, the ladder of predictions of
+    :func:`~specrepro.theory.speedup_decomposition` at the method's measured α and mean drafted tokens per step, and
+    the share of the gap between Leviathan's ideal and the measurement that each cost explains.
+
+    The ladder, each rung a speedup over AR: ``tokens_per_step`` (Leviathan Eq. 1, the c = 0 ideal with a
+    verification as cheap as one step) >= ``free_draft`` (the measured verification curve t_target(γ + 1), draft
+    free: :func:`~specrepro.theory.free_draft_bound`) >= ``hardware_aware`` (+ γ · t_draft(1)) >= ``with_overhead``
+    (+ the measured per-step loop overhead of the method and of AR; equals ``summarize_speed``'s
+    ``predicted_speedup_hardware``). Each step down is a factor: ``verification_factor`` = free_draft /
+    tokens_per_step, ``draft_factor`` = hardware_aware / free_draft, ``overhead_factor`` = with_overhead /
+    hardware_aware, ``unexplained_factor`` = measured / with_overhead (above 1: we measure more than the model
+    predicts); their product is measured / tokens_per_step. The shares split the gap log(tokens_per_step /
+    measured) the same way (``verification_share`` = -log verification_factor / gap, ...; the four sum to 1); they
+    are NaN where the gap is below ``min_gap`` (a measurement at or above Leviathan's ideal has no gap to split).
+
+    Args:
+        summary: :func:`summarize_speed` output, optionally several concatenated with a ``temperature`` column (each
+            temperature must hold its AR row, gamma 0).
+        t_target: target cost curve n -> ms (e.g. :class:`~specrepro.theory.CostCurve`).
+        t_draft: method name -> draft cost curve n -> ms, or None (free draft: n-gram, prompt lookup).
+        min_gap: the smallest log gap (default log 1.1) whose shares are reported.
+
+    Returns:
+        one row per speculative method (gamma > 0): temperature (if given), method, draft (the method name without
+        its " γ=..." suffix), gamma, alpha, drafted_per_step, c, tokens_per_step, free_draft, hardware_aware,
+        with_overhead, measured, measured_lo, measured_hi (95% interval), n_prompts, verification_factor,
+        draft_factor, overhead_factor, unexplained_factor, verification_share, draft_share, overhead_share,
+        unexplained_share.
+
+    Raises:
+        ValueError: a temperature without its AR row.
+    """
+    groups = summary.groupby("temperature", sort=False) if "temperature" in summary else [(None, summary)]
+    rows = []
+    for temp, d in groups:
+        ar = d[d["gamma"] == 0]
+        if ar.empty:
+            raise ValueError(f"limit_table: no AR row (gamma 0) at temperature {temp}")
+        ar_overhead = float(ar["overhead_ms"].iloc[0]) if np.isfinite(ar["overhead_ms"].iloc[0]) else 0.0
+        for _, row in d[d["gamma"] > 0].iterrows():
+            g = float(row["drafted_per_step"]) if np.isfinite(row["drafted_per_step"]) else float(row["gamma"])
+            a = float(row["alpha"]) if np.isfinite(row["alpha"]) else 0.0
+            a = min(max(a, 0.0), 1.0)
+            over = float(row["overhead_ms"]) if np.isfinite(row["overhead_ms"]) else 0.0
+            ladder = speedup_decomposition(a, g, t_target, t_draft.get(row["method"]), overhead_ms=over,
+                                           ar_overhead_ms=ar_overhead)
+            measured = float(row["measured_speedup"])
+            levels = np.array([ladder["tokens_per_step"], ladder["free_draft"], ladder["hardware_aware"],
+                               ladder["with_overhead"], measured])
+            factors = levels[1:] / levels[:-1]  # each cost's factor; their product is measured / tokens_per_step
+            total = float(np.log(levels[0] / measured))
+            shares = -np.log(factors) / total if total >= min_gap else np.full(4, np.nan)
+            rows.append({**({"temperature": temp} if temp is not None else {}), "method": row["method"],
+                         "draft": str(row["method"]).rsplit(" γ=", 1)[0], "gamma": int(row["gamma"]), "alpha": a,
+                         "drafted_per_step": g, "c": float(row.get("c", np.nan)), **ladder, "measured": measured,
+                         "measured_lo": float(row.get("measured_speedup_lo", np.nan)),
+                         "measured_hi": float(row.get("measured_speedup_hi", np.nan)),
+                         "n_prompts": row.get("n_prompts", np.nan), "verification_factor": factors[0],
+                         "draft_factor": factors[1], "overhead_factor": factors[2], "unexplained_factor": factors[3],
+                         "verification_share": shares[0], "draft_share": shares[1], "overhead_share": shares[2],
+                         "unexplained_share": shares[3]})
+    return pd.DataFrame(rows)
+
+
+def best_measured_drafts(summary, temperature: float = 0.0) -> pd.DataFrame:
+    """Our measured (α, c) per draft model, to mark on Leviathan's computed figures (notebook 02): for each draft
+    model of a :func:`summarize_speed` table (rows with c > 0: n-gram and prompt-lookup drafts, c = 0, are left out)
+    at ``temperature``, the γ with the highest measured speedup (a best of the γ measured, with that γ's own
+    interval).
+
+    Args:
+        summary: notebook 04's ``leviathan_table2_speedup`` table (or None); tables written before intervals were
+            recorded give NaN bounds.
+        temperature: the temperature whose rows are used (when the table has a ``temperature`` column).
+
+    Returns:
+        one row per draft: label ("<draft>, best of N γ: γ = g (c = ...)"), draft, alpha, c, best_gamma, n_gammas,
+        speedup, speedup_lo, speedup_hi; empty (same columns) when the table is None or has no draft model.
+    """
+    cols = ["label", "draft", "alpha", "c", "best_gamma", "n_gammas", "speedup", "speedup_lo", "speedup_hi"]
+    if summary is None or not len(summary) or "c" not in summary:
+        return pd.DataFrame(columns=cols)
+    d = summary
+    if "temperature" in d:
+        d = d[np.isclose(d["temperature"].astype(float), float(temperature))]
+    d = d[(d["gamma"] > 0) & (d["c"] > 0)].assign(draft=lambda x: x["method"].astype(str).str.rsplit(" γ=", n=1).str[0])
+    rows = []
+    for name, g in d.groupby("draft", sort=False):
+        best = g.loc[g["measured_speedup"].idxmax()]
+        rows.append({"label": f"{name}, best of {len(g)} γ: γ = {int(best['gamma'])} (c = {best['c']:.2f})",
+                     "draft": name, "alpha": float(best["alpha"]), "c": float(best["c"]),
+                     "best_gamma": int(best["gamma"]), "n_gammas": len(g), "speedup": float(best["measured_speedup"]),
+                     "speedup_lo": float(best.get("measured_speedup_lo", np.nan)),
+                     "speedup_hi": float(best.get("measured_speedup_hi", np.nan))})
+    return pd.DataFrame(rows, columns=cols)

@@ -27,12 +27,17 @@ from .scorecard import VERDICTS, EXACT, INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, T
 __all__ = ["KEY_FIGURES", "VERDICT_COLORS", "render_markdown", "render_figures", "render_bench", "render_targets",
            "write_scorecard", "replace_block", "update_readme", "plot_verdicts"]
 
-#: the three figures on the README's front page: (file stem, caption)
+#: the figures on the README's front page: (file stem, caption)
 KEY_FIGURES = (
     ("fig_exactness_tv_vs_n", "Exactness (notebook 01): TV distance to the target vs samples N. The exact sampler "
                               "falls like 1/√N, the negative controls plateau."),
     ("fig_speedup_vs_gamma_predicted_vs_measured", "Speedup vs γ (notebook 04): Leviathan's constant-c prediction, "
-                                                   "the hardware-aware prediction and the measured speedup."),
+                                                   "the hardware-aware prediction and the measured speedup with its "
+                                                   "95% interval, for the draft and its int8 copy, beside the "
+                                                   "paper's Table 2 speedups (T5-XXL on a TPU-v4)."),
+    ("fig_speedup_limit_ladder", "The limit drawn (notebook 04): per draft and γ, Leviathan's tokens per step, the "
+                                 "free-draft bound, the hardware-aware prediction (+ draft cost, + loop overhead) and "
+                                 "the measured speedup with its 95% interval."),
     ("fig_tokens_per_step_vs_tree_width", "Token trees (notebook 05): verified tokens per step vs tree width, ours "
                                           "beside SpecInfer's Table 2."),
 )
