@@ -102,6 +102,9 @@ $(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb profiles/$(PROFILE).yaml $(SOURCES) |
 	$(PY) -m specrepro.nbclean $@.partial.ipynb
 	mv $@.partial.ipynb $@
 
+# Notebook 02 marks the drafts' measured (α, c) of notebook 04's table on Leviathan's Fig. 3 and 4: it runs after 04.
+$(EXECUTED_DIR)/02_leviathan_theory.ipynb: $(EXECUTED_DIR)/04_leviathan_speedup.ipynb
+
 # The scorecard reads the other notebooks' tables (and data/claims.csv) and renders the bench JSON into the README:
 # it runs after them, and again when one reruns.
 $(EXECUTED_DIR)/08_scorecard.ipynb: data/claims.csv $(filter-out %/08_scorecard.ipynb,$(EXECUTED)) $(BENCH_RESULTS)
