@@ -168,8 +168,8 @@ def tree_width_summary(runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
         each prompt's verified tokens per step, percentile-bootstrap interval, :func:`specrepro.harness.bootstrap_ci`),
         ms_per_token / _lo / _hi (median over prompts of each prompt's wall ms per generated token, draft and
         target included; runs are sequential, not interleaved, so drift between widths is not paired away),
-        nodes_per_step, paper (SpecInfer Table 2, Alpaca, LLaMA-7B/68M: only for shape "paper" and widths 1-5, else
-        NaN).
+        nodes_per_step, paper (SpecInfer Table 2, Alpaca, LLaMA-7B/68M: only for shape "paper" at depth 8 and widths
+        1-5, else NaN).
     """
     from .harness import bootstrap_ci
 
@@ -180,8 +180,8 @@ def tree_width_summary(runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
         per_prompt = d.groupby("prompt", sort=False)
         tps = bootstrap_ci(per_prompt["tokens_per_step"].mean().to_numpy(), np.mean, seed=seed)
         ms = bootstrap_ci(per_prompt["ms_per_token"].median().to_numpy(), np.median, seed=seed)
-        paper = SPECINFER_TABLE2.get(int(w), (np.nan, np.nan))[0 if dec == "greedy" else 1] \
-            if shape == "paper" else np.nan
+        same_tree = shape == "paper" and ("depth" not in d or (d["depth"] == 8).all())  # SpecInfer: depth 8
+        paper = SPECINFER_TABLE2.get(int(w), (np.nan, np.nan))[0 if dec == "greedy" else 1] if same_tree else np.nan
         rows.append({"shape": shape, "decoding": dec, "width": int(w),
                      "tree": d["tree"].iloc[0] if "tree" in d else "", "n_prompts": int(d["prompt"].nunique()),
                      "tokens_per_step": tps[0], "tokens_per_step_lo": tps[1], "tokens_per_step_hi": tps[2],

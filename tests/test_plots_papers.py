@@ -268,6 +268,8 @@ def test_tree_width_summary_intervals_and_paper_column():
     paper = s[s["shape"] == "paper"].set_index(["decoding", "width"])["paper"]
     assert paper[("greedy", 2)] == SPECINFER_TABLE2[2][0] and paper[("stochastic", 1)] == SPECINFER_TABLE2[1][1]
     assert s.loc[s["shape"] == "root", "paper"].isna().all()
+    shallow = tree_width_summary(pd.DataFrame(rows).assign(depth=4))  # the paper's trees have depth 8
+    assert shallow["paper"].isna().all()
 
 
 def test_k_sweep_runs_and_summary():
