@@ -242,8 +242,10 @@ def fig_specinfer_tree_width(summary, *, title: str | None = None):
         integer_ticks(ax, "x")
     if title:
         fig.suptitle(title, fontsize=9)
-    return _finish(fig, axes, "Left: SpecInfer Table 2 (§6.4, trees ⟨1,1,k,1,1,1,1,1⟩, LLaMA-7B + LLaMA-68M on "
-                              "Alpaca, GPU) beside ours. Right: SpecInfer's per-token latency vs width is not "
+    left = ("Left: SpecInfer Table 2 (§6.4, trees ⟨1,1,k,1,1,1,1,1⟩, LLaMA-7B + LLaMA-68M on Alpaca, GPU) beside "
+            "ours." if len(paper) else "Left: SpecInfer Table 2 is not drawn: its trees ⟨1,1,k,1,1,1,1,1⟩ have depth "
+            "8, these another depth (or no tree of SpecInfer's shape was run).")
+    return _finish(fig, axes, left + " Right: SpecInfer's per-token latency vs width is not "
                               "transcribed in our paper notes, so ours only; our tree runs are sequential (not "
                               "interleaved with each other), so machine drift between widths is not paired away. "
                               "Error bars: 95% percentile-bootstrap intervals over prompts.", ncol=2)

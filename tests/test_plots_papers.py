@@ -210,6 +210,11 @@ def test_fig_specinfer_tree_width_paper_shape_only():
     fig = plots.fig_specinfer_tree_width(s[s["shape"] == "paper"])
     assert len(errorbars(fig.axes[0])) == 2
     assert has_point(fig.axes[0], 1, 3.1)  # unshifted when one shape
+    caption = " ".join(t.get_text() for t in fig.texts)
+    assert "beside ours" in caption
+    no_paper = plots.fig_specinfer_tree_width(s[s["shape"] == "paper"].assign(paper=np.nan))
+    assert "is not drawn" in " ".join(t.get_text() for t in no_paper.texts)
+    assert not any(has_point(no_paper.axes[0], w, g) for w, (g, _) in SPECINFER_TABLE2.items())
 
 
 def test_fig_medusa_dense_vs_sparse():
