@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["repo_root", "results_dir", "figures_dir", "record_dir", "read_dirs", "writes_record", "provenance",
-           "save_table", "load_table", "save_figure", "atomic_write_text", "atomic_save_safetensors",
+           "save_table", "load_table", "save_figure", "add_footer", "atomic_write_text", "atomic_save_safetensors",
            "device_description", "git_commit", "RECORD_ENV"]
 
 STANDARD = "standard"
@@ -204,14 +204,24 @@ def load_table(name: str, profile: str = STANDARD, **settings):
 _MISSING = object()
 
 
+def add_footer(fig, text: str):
+    """Put ``text`` (small, grey, right-aligned) just below everything already drawn on ``fig`` - tick labels, axis
+    labels, legends and captions placed under the axes - so it overlaps none of them (a fixed position such as
+    y = -0.02 collides with x labels of some layouts). Returns the Text artist."""
+    fig.canvas.draw()  # lay out (tight/constrained layout) so the extents below are final
+    bb = fig.get_tightbbox(fig.canvas.get_renderer())  # inches, figure origin
+    w, h = fig.get_figwidth(), fig.get_figheight()
+    y = min(0.0, bb.y0 / h) - 0.06 / h  # a small gap (0.06 in) below the lowest artist
+    return fig.text(max(bb.x1 / w, 0.5), y, text, ha="right", va="top", fontsize=6, color="0.5")
+
+
 def save_figure(fig, name: str, profile: str = STANDARD, device: str = "cpu", **extra) -> Path:
     """Save ``fig`` as PNG and PDF under ``figures_dir(profile)`` with a provenance footer and sidecar.
 
     The footer names the commit, profile and device so a figure carries where it came from. Returns the PNG path.
     """
     prov = provenance(profile, device, **extra)
-    fig.text(0.99, -0.02, f"specrepro {prov['commit']} · profile {profile} · {prov['device']}", ha="right",
-             va="top", fontsize=6, color="0.5")
+    add_footer(fig, f"specrepro {prov['commit']} · profile {profile} · {prov['device']}")
     out = figures_dir(profile) / name
     meta = {"Title": name, "Subject": json.dumps(prov, sort_keys=True)}
     for ext in ("png", "pdf"):

@@ -24,13 +24,42 @@ from .sampling import SamplingConfig
 from .tree_attention import tree_forward
 from .trees import DraftTreeProposer, TokenTree, TreeTemplate, tree_generate
 
-__all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "topk_success_table", "tree_width_table", "naive_vs_mss_table",
-           "tree_cost_table", "choose_tree", "tree_vs_chain_speed"]
+__all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "TREE_SHAPES", "expansion_widths", "topk_success_table",
+           "tree_width_table", "tree_width_summary", "naive_vs_mss_table", "tree_cost_table", "choose_tree",
+           "tree_vs_chain_speed"]
 
 #: SpecInfer Table 2, Alpaca, LLaMA-7B target / LLaMA-68M draft, depth 8: width -> (greedy, stochastic)
 SPECINFER_TABLE2 = {1: (2.95, 1.79), 2: (3.07, 2.11), 3: (3.21, 2.26), 4: (3.33, 2.32), 5: (3.43, 2.38)}
 #: SpecInfer Table 3, Alpaca, width 5: naive sampling -> MSS average verified tokens per step
 SPECINFER_TABLE3 = {"naive": 1.87, "mss": 2.38}
+
+
+#: Table 2 tree shapes: "paper" = SpecInfer's ⟨1,1,k,1,...,1⟩ (Sec. 6.4: the branching at the third token),
+#: "root" = ⟨k,1,...,1⟩ (k chains branching at the first token; the shape :func:`choose_tree` ranks)
+TREE_SHAPES = ("paper", "root")
+
+
+def expansion_widths(width: int, depth: int, shape: str = "paper") -> list[int]:
+    """The expansion ⟨k1..km⟩ (:meth:`specrepro.trees.TreeTemplate.expansion`) of a Table 2 tree.
+
+    Args:
+        width: k >= 1, the branching factor. depth: m >= 1 levels.
+        shape: "paper" = ⟨1,1,k,1,...,1⟩ (SpecInfer Sec. 6.4; the branch sits at level min(3, depth)),
+            "root" = ⟨k,1,...,1⟩.
+
+    Returns:
+        list of ``depth`` ints, e.g. (3, 8, "paper") -> [1, 1, 3, 1, 1, 1, 1, 1] (2 + 3·6 = 20 nodes).
+
+    Raises:
+        ValueError: unknown shape, width or depth < 1.
+    """
+    if shape not in TREE_SHAPES:
+        raise ValueError(f"unknown tree shape {shape!r}; expected one of {TREE_SHAPES}")
+    if int(width) < 1 or int(depth) < 1:
+        raise ValueError(f"width and depth must be >= 1, got {width}, {depth}")
+    widths = [1] * int(depth)
+    widths[min(2, int(depth) - 1) if shape == "paper" else 0] = int(width)
+    return widths
 
 
 def _encode(tokenizer, text):
@@ -84,7 +113,8 @@ def _row(out, **kw):
     acc = np.asarray(out.accepted)
     return dict(kw, tokens=len(out.tokens), steps=out.n_steps, tokens_per_step=out.tokens_per_step,
                 mean_accepted=float(acc.mean()) if acc.size else np.nan, nodes_per_step=float(np.mean(out.drafted)),
-                seconds=out.times["total"], tokens_per_s=out.tokens_per_s,
+                seconds=out.times["total"], ms_per_token=1000 * out.times["total"] / max(1, len(out.tokens)),
+                tokens_per_s=out.tokens_per_s,
                 draft_ms_per_step=1000 * out.times.get("draft", 0.0) / max(1, out.n_steps),
                 target_ms_per_step=1000 * out.times.get("target", 0.0) / max(1, out.n_steps),
                 accepted=" ".join(map(str, acc.tolist())))
@@ -92,17 +122,23 @@ def _row(out, **kw):
 
 def tree_width_table(target, draft, tokenizer, prompts, widths=(1, 2, 3, 4, 5), depth: int = 8,
                      max_new_tokens: int = 32, seed: int = 0, decodings=("greedy", "stochastic"),
-                     progress: bool = True) -> pd.DataFrame:
+                     shape: str = "root", progress: bool = True) -> pd.DataFrame:
     """SpecInfer Table 2 analogue: average verified tokens per step vs tree width at a given depth.
 
-    A tree of width w is the expansion ⟨w, 1, ..., 1⟩ (``depth`` levels: w branches at the root, each a chain), so
-    N = w · depth nodes. Greedy decoding expands the draft's top-w tokens (point masses) and verifies with
-    VerifyGreedy; stochastic decoding (T = 1) samples w i.i.d. children and verifies with MSS.
+    A tree of width w is the expansion :func:`expansion_widths` ``(w, depth, shape)``: ``shape="paper"`` is
+    SpecInfer's ⟨1,1,w,1,...,1⟩ (Sec. 6.4; N = 2 + w·(depth − 2) nodes at depth >= 3), ``shape="root"`` is
+    ⟨w,1,...,1⟩ (w chains from the root, N = w·depth). Greedy decoding expands the draft's top-w tokens (point
+    masses) and verifies with VerifyGreedy; stochastic decoding (T = 1) samples w i.i.d. children and verifies with
+    MSS. Runs are sequential (not interleaved with AR): their times are indicative.
 
     Returns:
-        one row per (decoding, width, prompt) with tokens_per_step (= accepted path length + 1 per step, the
-        paper's "verified tokens per step"), mean_accepted, nodes_per_step, timings (draft_ms_per_step,
-        target_ms_per_step), tokens_per_s and ``accepted`` (the per-step accepted path lengths, space-separated).
+        one row per (decoding, width, prompt) with shape, tree (e.g. "⟨1,1,3,1⟩"), tokens_per_step (= accepted
+        path length + 1 per step, the paper's "verified tokens per step"), mean_accepted, nodes_per_step, timings
+        (seconds, ms_per_token, draft_ms_per_step, target_ms_per_step), tokens_per_s and ``accepted`` (the
+        per-step accepted path lengths, space-separated).
+
+    Raises:
+        ValueError: unknown shape.
     """
     from tqdm.auto import tqdm
 
@@ -111,10 +147,46 @@ def tree_width_table(target, draft, tokenizer, prompts, widths=(1, 2, 3, 4, 5), 
     jobs = [(p, d, w) for p in prompts for d in decodings for w in widths]
     for prompt, dec, w in tqdm(jobs, desc="tree widths", disable=not progress):
         cfg = SamplingConfig(0.0 if dec == "greedy" else 1.0)
-        prop = DraftTreeProposer(draft, [w] + [1] * (depth - 1), "topk" if dec == "greedy" else "iid", vocab)
+        expansion = expansion_widths(w, depth, shape)
+        prop = DraftTreeProposer(draft, expansion, "topk" if dec == "greedy" else "iid", vocab)
         out = tree_generate(target, _encode(tokenizer, prompt.text), prop, max_new_tokens=max_new_tokens,
                             sampling=cfg, generator=_gen(seed, target.device), eos_token_id=default_eos_ids(target, tokenizer))
-        rows.append(_row(out, decoding=dec, width=w, depth=depth, prompt=prompt.id))
+        rows.append(_row(out, decoding=dec, width=w, depth=depth, prompt=prompt.id, shape=shape,
+                         tree="⟨" + ",".join(map(str, expansion)) + "⟩"))
+    return pd.DataFrame(rows)
+
+
+def tree_width_summary(runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Table 2 rows with 95% intervals over prompts, and SpecInfer's numbers beside the paper-shaped trees.
+
+    Args:
+        runs: :func:`tree_width_table` rows (one or both shapes; rows without a ``shape`` column count as "root").
+        seed: seed of the bootstrap resampling.
+
+    Returns:
+        one row per (shape, decoding, width): tree, n_prompts, tokens_per_step / _lo / _hi (mean over prompts of
+        each prompt's verified tokens per step, percentile-bootstrap interval, :func:`specrepro.harness.bootstrap_ci`),
+        ms_per_token / _lo / _hi (median over prompts of each prompt's wall ms per generated token, draft and
+        target included; runs are sequential, not interleaved, so drift between widths is not paired away),
+        nodes_per_step, paper (SpecInfer Table 2, Alpaca, LLaMA-7B/68M: only for shape "paper" at depth 8 and widths
+        1-5, else NaN).
+    """
+    from .harness import bootstrap_ci
+
+    runs = runs if "shape" in runs.columns else runs.assign(shape="root")
+    runs = runs.assign(ms_per_token=1000 * runs["seconds"] / runs["tokens"].clip(lower=1))
+    rows = []
+    for (shape, dec, w), d in runs.groupby(["shape", "decoding", "width"], sort=True):
+        per_prompt = d.groupby("prompt", sort=False)
+        tps = bootstrap_ci(per_prompt["tokens_per_step"].mean().to_numpy(), np.mean, seed=seed)
+        ms = bootstrap_ci(per_prompt["ms_per_token"].median().to_numpy(), np.median, seed=seed)
+        same_tree = shape == "paper" and ("depth" not in d or (d["depth"] == 8).all())  # SpecInfer: depth 8
+        paper = SPECINFER_TABLE2.get(int(w), (np.nan, np.nan))[0 if dec == "greedy" else 1] if same_tree else np.nan
+        rows.append({"shape": shape, "decoding": dec, "width": int(w),
+                     "tree": d["tree"].iloc[0] if "tree" in d else "", "n_prompts": int(d["prompt"].nunique()),
+                     "tokens_per_step": tps[0], "tokens_per_step_lo": tps[1], "tokens_per_step_hi": tps[2],
+                     "ms_per_token": ms[0], "ms_per_token_lo": ms[1], "ms_per_token_hi": ms[2],
+                     "nodes_per_step": float(d["nodes_per_step"].mean()), "paper": paper})
     return pd.DataFrame(rows)
 
 
@@ -198,6 +270,8 @@ def choose_tree(width_runs: pd.DataFrame, target_cost: pd.DataFrame, draft_cost:
     def interp(cost, n):
         return float(np.interp(n, cost["fed_tokens"], cost["ms"]))
 
+    if "shape" in width_runs.columns:  # the ranking is over ⟨w,1,...,1⟩ trees: w·d nodes at depth d
+        width_runs = width_runs[width_runs["shape"] == "root"]
     runs = width_runs[width_runs["decoding"] == decoding]
     rows = []
     for w, grp in runs.groupby("width"):

@@ -43,7 +43,7 @@ distilled draft model (:mod:`specrepro.distill`).
 
 from __future__ import annotations
 
-from .ablation import chain_choices, dense_choices, tree_ablation
+from .ablation import chain_choices, dense_choices, tree_ablation, tree_kind
 from .decode import (ACCEPTANCE_METHODS, DEFAULT_CHOICES, PAPER_HEAD_ACCURACY, MedusaProposer,
                      expected_acceptance_length, medusa_generate, medusa_step_samples, sparse_tree_from_accuracies,
                      typical_acceptance_verify)
@@ -61,6 +61,6 @@ __all__ = [
     "expected_acceptance_length", "MedusaProposer", "typical_acceptance_verify", "ACCEPTANCE_METHODS",
     "medusa_generate", "make_runner", "compare_methods", "acceleration_table", "random_heads",
     "medusa_step_samples", "FORMAT_VERSION", "stdlib_distillation_data", "stdlib_head_vocab",
-    "get_or_train_stdlib_heads", "chain_choices", "dense_choices", "tree_ablation", "Medusa2Config", "train_medusa2",
-    "get_or_train_medusa2", "load_medusa2", "quality_cost", "medusa2_sequences",
+    "get_or_train_stdlib_heads", "chain_choices", "dense_choices", "tree_ablation", "tree_kind", "Medusa2Config",
+    "train_medusa2", "get_or_train_medusa2", "load_medusa2", "quality_cost", "medusa2_sequences",
 ]

@@ -19,7 +19,7 @@ import torch
 
 from .decode import MedusaProposer, expected_acceptance_length, medusa_generate
 
-__all__ = ["chain_choices", "dense_choices", "tree_ablation"]
+__all__ = ["chain_choices", "dense_choices", "tree_kind", "tree_ablation"]
 
 
 def chain_choices(depth: int) -> list[list[int]]:
@@ -48,6 +48,24 @@ def dense_choices(topk: Sequence[int]) -> list[list[int]]:
     return out
 
 
+def tree_kind(choices) -> str:
+    """What a Medusa tree is: "chain" (every head's top-1, :func:`chain_choices`), "dense" (a Cartesian product of
+    per-depth top-k, :func:`dense_choices`) or "sparse" (anything else, e.g.
+    :func:`~specrepro.medusa.sparse_tree_from_accuracies`).
+
+    Raises:
+        ValueError: empty ``choices``.
+    """
+    paths = {tuple(int(r) for r in c) for c in choices}
+    if not paths:
+        raise ValueError("a tree needs at least one node")
+    depth = max(len(c) for c in paths)
+    if paths == {tuple(c) for c in chain_choices(depth)}:
+        return "chain"
+    topk = [1 + max(c[d] for c in paths if len(c) > d) for d in range(depth)]
+    return "dense" if paths == {tuple(c) for c in dense_choices(topk)} else "sparse"
+
+
 @torch.no_grad()
 def tree_ablation(target, tokenizer, heads, prompts, trees: dict, *, max_new_tokens: int = 64, accuracies=None,
                   cost_ms: Callable[[int], float] | None = None, head_ms: float = 0.0, progress: bool = True):
@@ -69,8 +87,9 @@ def tree_ablation(target, tokenizer, heads, prompts, trees: dict, *, max_new_tok
 
     Returns:
         (runs, summary): runs has one row per (tree, prompt): tree, nodes, prompt, tokens, steps, tokens_per_step;
-        summary one row per tree: tree, nodes, tokens_per_step (mean over prompts), tokens_per_step_lo/_hi (95%
-        percentile bootstrap over prompts, :func:`specrepro.harness.bootstrap_ci`), n_prompts,
+        summary one row per tree: tree, kind (:func:`tree_kind`), nodes, tokens_per_step (mean over prompts),
+        tokens_per_step_lo/_hi (95% percentile bootstrap over prompts, :func:`specrepro.harness.bootstrap_ci`),
+        n_prompts,
         predicted_tokens_per_step, predicted_speedup (NaN where not computable).
 
     Raises:
@@ -106,7 +125,7 @@ def tree_ablation(target, tokenizer, heads, prompts, trees: dict, *, max_new_tok
         est, lo, hi = bootstrap_ci(g["tokens_per_step"].to_numpy(), statistic=np.mean)
         pred = 1.0 + expected_acceptance_length(choices, accuracies) if accuracies is not None else float("nan")
         speed = est * cost_ms(1) / (cost_ms(len(choices) + 1) + head_ms) if cost_ms is not None else float("nan")
-        summary.append({"tree": name, "nodes": len(choices), "tokens_per_step": est, "tokens_per_step_lo": lo,
-                        "tokens_per_step_hi": hi, "n_prompts": int(g["prompt"].nunique()),
+        summary.append({"tree": name, "kind": tree_kind(choices), "nodes": len(choices), "tokens_per_step": est,
+                        "tokens_per_step_lo": lo, "tokens_per_step_hi": hi, "n_prompts": int(g["prompt"].nunique()),
                         "predicted_tokens_per_step": pred, "predicted_speedup": speed})
     return runs, pd.DataFrame(summary)

@@ -117,7 +117,8 @@ def acceleration_table(df, baseline: str):
     """Medusa Table 1 columns per method from a :func:`compare_methods` table: acceleration rate (tokens per step),
     overhead (ms per step / the baseline's ms per step), predicted speedup = rate / overhead, and the measured
     speedup (the harness's paired per-prompt tokens/s ratio, median over prompts, with its 95% bootstrap interval
-    ``speedup_measured_lo``/``_hi``; :func:`specrepro.harness.paired_speedup`), with the paper's Table 1 values
+    ``speedup_measured_lo``/``_hi``; :func:`specrepro.harness.paired_speedup`), tokens/s (median over prompts of each
+    prompt's median, with its 95% bootstrap interval ``tokens_per_s_lo``/``_hi``), with the paper's Table 1 values
     beside the Medusa rows, labelled ``paper_medusa2_*``: they are Medusa-2's (backbone fine-tuned), not Medusa-1's.
 
     Raises:
@@ -125,7 +126,7 @@ def acceleration_table(df, baseline: str):
     """
     import pandas as pd
 
-    from ..harness import paired_speedup
+    from ..harness import bootstrap_ci, paired_speedup
 
     if baseline not in set(df["method"]):
         raise KeyError(f"baseline {baseline!r} not among the methods {sorted(set(df['method']))}")
@@ -137,12 +138,14 @@ def acceleration_table(df, baseline: str):
         ms_step = (g["ms_per_step"] * g["steps"]).sum() / max(1, g["steps"].sum())
         base_ms = (base["ms_per_step"] * base["steps"]).sum() / max(1, base["steps"].sum())
         overhead = ms_step / base_ms
+        tps = bootstrap_ci(g.groupby(level="prompt", sort=False)["tokens_per_s"].median().to_numpy())
         sp = paired_speedup(df, name, baseline) if name != baseline else \
             {"speedup": 1.0, "speedup_lo": 1.0, "speedup_hi": 1.0, "n_prompts": int(g.index.nunique())}
         rows.append({"method": name, "acceleration_rate": rate, "overhead": overhead,
                      "speedup_rate_over_overhead": rate / overhead, "speedup_measured": sp["speedup"],
                      "speedup_measured_lo": sp["speedup_lo"], "speedup_measured_hi": sp["speedup_hi"],
-                     "n_prompts": sp["n_prompts"], "tokens_per_s": float(g["tokens_per_s"].median()),
+                     "n_prompts": sp["n_prompts"], "tokens_per_s": tps[0], "tokens_per_s_lo": tps[1],
+                     "tokens_per_s_hi": tps[2],
                      # the paper's Table 1 rows are Medusa-2 (backbone fine-tuned): labelled so, not Medusa-1's
                      "paper_medusa2_acceleration_rate": PAPER_TABLE1["acceleration_rate"] if "Medusa" in name
                      else float("nan"),
