@@ -323,7 +323,7 @@ def run_bench(
         "eos_token_id": ctx.eos_token_id, "options": ctx.options,
         "timing": "CUDA events + synchronize" if dev.startswith("cuda") else "time.perf_counter",
         "cost_model": None if costs is None else {
-            "prefix_len": costs["prefix_len"], "repeats": costs["repeats"],
+            "prefix_len": costs["prefix_len"], "repeats": costs["repeats"], "rounds": costs["rounds"],
             "target_ms": dict(zip((int(n) for n in costs["target"].n), (float(m) for m in costs["target"].ms))),
             "draft_ms_per_token": costs["draft_ms"]},
     }
@@ -345,12 +345,13 @@ def run_bench(
     return result
 
 
-#: timed forward passes per point of the bench's cost measurement (after one warm-up)
-COST_REPEATS = 5
+#: timed forward passes per point and round of the bench's cost measurement (after one warm-up), and rounds
+COST_REPEATS = 3
+COST_ROUNDS = 3
 
 
 def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
-                  repeats: int = COST_REPEATS) -> dict | None:
+                  repeats: int = COST_REPEATS, rounds: int = COST_ROUNDS) -> dict | None:
     """The costs the bench's predictions use, measured in the benchmark's own process before any timed run.
 
     The target's KV-cached forward time over n = 1..γmax + 1 new tokens (:func:`specrepro.theory.measure_cost_curve`)
@@ -361,17 +362,18 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
 
     Args:
         ctx: the bench's context; runners: label -> runner; gammas: label -> the method's γ; encoded: the prompts'
-            token ids (long tensors [L]); repeats: timed calls per point after one warm-up.
+            token ids (long tensors [L]); repeats: timed calls per point after one warm-up; rounds: passes over
+            every point after one untimed pass, their median reported.
 
     Returns:
         None when no runner has a ``cost_drafter`` (nothing to predict), else a dict: ``target`` (a
         :class:`~specrepro.theory.CostCurve`, ms), ``draft_ms`` (label -> ms per drafted token), ``prefix_len``,
-        ``repeats``, ``gammas`` (label -> γ).
+        ``repeats``, ``rounds``, ``gammas`` (label -> γ).
     """
     import numpy as np
 
     from ..cheap_drafts import measure_draft_step_ms
-    from ..theory import measure_cost_curve
+    from ..theory import CostCurve, measure_cost_curve
 
     chains = {label: run for label, run in runners.items() if getattr(run, "cost_drafter", None) is not None}
     if not chains:
@@ -379,11 +381,21 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
     gammas = {label: int(gammas[label]) for label in chains}
     prefix_len = int(np.median([int(e.numel()) for e in encoded])) + ctx.max_new_tokens // 2
     gen = torch.Generator().manual_seed(int(ctx.seed))
-    target = measure_cost_curve(ctx.target, ns=tuple(range(1, max(gammas.values()) + 2)), prefix_len=prefix_len,
-                                repeats=repeats, generator=gen)
-    draft_ms = {label: measure_draft_step_ms(run.cost_drafter, ctx.vocab_size, prefix_len=prefix_len,
-                                             repeats=repeats, generator=gen) for label, run in chains.items()}
-    return {"target": target, "draft_ms": draft_ms, "prefix_len": prefix_len, "repeats": repeats, "gammas": gammas}
+    ns = tuple(range(1, max(gammas.values()) + 2))
+    # one untimed round first (the first forwards after loading run slow), then `rounds` rounds, each over every n
+    # and every draft, and the median over rounds: a drift of the machine's speed during the measurement (a bench of
+    # record measured while another job started showed a curve falling with n) hits every point alike
+    measure_cost_curve(ctx.target, ns=ns, prefix_len=prefix_len, repeats=1, generator=gen)
+    curves, drafts = [], {label: [] for label in chains}
+    for _ in range(rounds):
+        curves.append(measure_cost_curve(ctx.target, ns=ns, prefix_len=prefix_len, repeats=repeats, generator=gen).ms)
+        for label, run in chains.items():
+            drafts[label].append(measure_draft_step_ms(run.cost_drafter, ctx.vocab_size, prefix_len=prefix_len,
+                                                       repeats=repeats, generator=gen))
+    target = CostCurve(list(ns), list(np.median(np.stack(curves), axis=0)))
+    draft_ms = {label: float(np.median(v)) for label, v in drafts.items()}
+    return {"target": target, "draft_ms": draft_ms, "prefix_len": prefix_len, "repeats": repeats, "rounds": rounds,
+            "gammas": gammas}
 
 
 def add_predictions(summary, costs: dict):
