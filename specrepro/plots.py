@@ -117,6 +117,15 @@ def leviathan_table2():
     return pd.DataFrame(list(LEVIATHAN_TABLE2), columns=list(LEVIATHAN_TABLE2_COLUMNS))
 
 
+def unique_handles(axes) -> tuple[list, list]:
+    """The legend entries of every axes in ``axes``, each label once (its first handle): ``(handles, labels)``."""
+    pairs = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            pairs.setdefault(lab, h)
+    return list(pairs.values()), list(pairs)
+
+
 def legend_outside(target, handles=None, labels=None, **kwargs):
     """A legend placed to the right of the axes (``target`` an Axes) or of every axes (``target`` a Figure), where it
     cannot cover data; ``save_figure``'s tight bounding box keeps it in the saved file. Returns the Legend (None if
@@ -124,12 +133,7 @@ def legend_outside(target, handles=None, labels=None, **kwargs):
     from matplotlib.figure import Figure
 
     if handles is None:
-        axes = target.axes if isinstance(target, Figure) else [target]
-        pairs = {}
-        for ax in axes:
-            for h, lab in zip(*ax.get_legend_handles_labels()):
-                pairs.setdefault(lab, h)
-        labels, handles = list(pairs), list(pairs.values())
+        handles, labels = unique_handles(target.axes if isinstance(target, Figure) else [target])
     if not handles:
         return None
     kwargs.setdefault("fontsize", 8)
@@ -435,12 +439,7 @@ def legend_below(fig, axes, ncol: int | None = None, **kwargs):
     """
     import numpy as np
 
-    handles, labels = [], []
-    for ax in np.atleast_1d(axes).ravel():
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
+    handles, labels = unique_handles(np.atleast_1d(axes).ravel())
     if not handles:
         return None
     y = _lowest_y(fig)

@@ -379,14 +379,20 @@ def _prepare_sd_tree(at, gamma, options):
 @register_method("sd-tree", needs_draft=True, prepare=_prepare_sd_tree)
 def _sd_tree(ctx, name, gamma):
     """our token-tree speculative decoding, SpecInfer expansion tree from the draft model (sd-tree@2x2x1x1 or --tree)"""
+    return _draft_tree_runner(ctx, name, gamma, ctx.draft, "draft")
+
+
+def _draft_tree_runner(ctx: BenchContext, name: str, gamma: int, model, which: str):
+    """The runner of an expansion tree (``name@K1xK2x...``, --tree, or ⟨2,1,...,1⟩ of depth ``gamma``) drafted by
+    ``model`` and verified by the target with tree attention (SpecInfer); ``which`` names the model in errors."""
     from ..trees import DraftTreeProposer, tree_generate
 
     at = name.partition("@")[2] or ctx.options.get("tree")
     widths = parse_tree_spec(at) if at else default_expansion(gamma)
     _check_tree_attention(ctx.target, name, "target")
-    _check_tree_attention(ctx.draft, name, "draft")
+    _check_tree_attention(model, name, which)
     mode = "topk" if ctx.sampling.greedy else tree_mode_option(ctx.options)
-    proposer = DraftTreeProposer(ctx.draft, list(widths), mode, ctx.vocab_size)
+    proposer = DraftTreeProposer(model, list(widths), mode, ctx.vocab_size)
 
     def loop(ids, prop, generator):
         return tree_generate(ctx.target, ids, prop, max_new_tokens=ctx.max_new_tokens, sampling=ctx.sampling,
@@ -402,23 +408,7 @@ def _sd_tree_int8(ctx, name, gamma):
     """our token-tree speculative decoding with the int8 copy of the draft (as sd-draft-int8) expanding the tree
     (sd-tree-int8@2x1x1x1 or --tree); the tree's q come from the int8 logits, so multi-step speculative sampling
     stays exact"""
-    from ..trees import DraftTreeProposer, tree_generate
-
-    at = name.partition("@")[2] or ctx.options.get("tree")
-    widths = parse_tree_spec(at) if at else default_expansion(gamma)
-    model = _int8_draft(ctx)
-    _check_tree_attention(ctx.target, name, "target")
-    _check_tree_attention(model, name, "int8 draft")
-    mode = "topk" if ctx.sampling.greedy else tree_mode_option(ctx.options)
-    proposer = DraftTreeProposer(model, list(widths), mode, ctx.vocab_size)
-
-    def loop(ids, prop, generator):
-        return tree_generate(ctx.target, ids, prop, max_new_tokens=ctx.max_new_tokens, sampling=ctx.sampling,
-                             generator=generator, eos_token_id=ctx.eos_token_id)
-
-    run = _tree_runner(ctx, proposer, loop)
-    run.gamma = len(widths)
-    return run
+    return _draft_tree_runner(ctx, name, gamma, _int8_draft(ctx), "int8 draft")
 
 
 @register_method("sd-tree-merge", needs_draft=True)
