@@ -129,8 +129,8 @@ bench: $(STAMP)  ## python -m specrepro bench with the qwen-coder pair (see READ
 bench-results: $(BENCH_RESULTS)
 
 data/results/bench_qwen_greedy.json: | $(STAMP)
-	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --methods ar,hf-ar,sd-draft@4,sd-draft-int8@4,hf-assisted,hf-assisted-int8 \
-	    --temperature 0 --json $@
+	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --methods ar,hf-ar,sd-draft@4,sd-draft-int8@4,sd-draft-auto@8,hf-assisted,hf-assisted-int8 \
+	    --opt draft_kind=int8 --temperature 0 --json $@
 
 data/results/bench_qwen_nucleus.json: | $(STAMP)
 	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --methods ar,sd-draft-int8@4 --temperature 0.8 --top-p 0.95 \

@@ -13,7 +13,9 @@ ordinary proposal source whose q is exactly the distribution its tokens were sam
   standard library's own ``.py`` sources (on every machine, disjoint from the benchmark prompts), tokenized with the
   pair's tokenizer; the counts are cached per tokenizer and corpus. The drafter that uses the head is
   :class:`~specrepro.drafters.PrunedHeadDrafter`.
-* :func:`measure_draft_step_ms`: the time of one drafted token of any drafter (for the per-step γ choice).
+* :func:`measure_draft_step_ms`: the time of one drafted token of any drafter (for the per-step γ choice), and
+  :func:`measure_chain_costs`: the target's cost curve with the drafters' token costs, warmed up and taken as the
+  median of several rounds (the bench's predictions and ``sd-draft-auto`` both use it).
 
 What it is not: a quantized *target* (the target's logits define p and stay in the model's own dtype), or a kernel
 library: every int8 kernel comes from torch or torchao.
@@ -33,7 +35,7 @@ from typing import Iterable, Sequence
 import torch
 
 __all__ = ["INT8_BACKENDS", "check_int8_backend", "quantize_draft", "quantize_linear", "stdlib_sources",
-           "token_frequencies", "frequent_token_ids", "pruned_head", "measure_draft_step_ms"]
+           "token_frequencies", "frequent_token_ids", "pruned_head", "measure_draft_step_ms", "measure_chain_costs"]
 
 #: int8 backends of :func:`quantize_draft`:
 #:
@@ -347,29 +349,75 @@ def pruned_head(model, kept_ids: torch.Tensor) -> torch.nn.Linear:
 
 @torch.inference_mode()
 def measure_draft_step_ms(drafter, vocab: int, prefix_len: int = 200, repeats: int = 5,
-                          generator: torch.Generator | None = None) -> float:
-    """Median time of one drafted token of ``drafter`` (ms): ``propose(ids, 1)`` with greedy processing on a random
-    ``prefix_len``-token prefix whose draft KV cache is already filled, so each timed call is one forward of the
-    draft over one new token plus its head and sampling (t_draft(1) of the cost model, :mod:`specrepro.theory`).
+                          generator: torch.Generator | None = None, sampling=None) -> float:
+    """Median time of one drafted token of ``drafter`` (ms): ``propose(ids, 1)`` on a random ``prefix_len``-token
+    prefix whose draft KV cache is already filled, so each timed call is one forward of the draft over one new token
+    plus its head, its logits processing under ``sampling`` and its draw (t_draft(1) of the cost model,
+    :mod:`specrepro.theory`).
 
     Args:
         drafter: a :mod:`specrepro.drafters` drafter with a KV-cached model (draft model, pruned head, int8).
         vocab: ids are drawn from [0, vocab).
         prefix_len: length of the random prefix (tokens); repeats: timed calls after one warm-up.
+        generator: draws the random prefix and, under sampling, the drafted tokens.
+        sampling: the :class:`~specrepro.sampling.SamplingConfig` the run drafts under (a top-p run sorts the
+            vocabulary for every drafted token, which a greedy measurement would leave out); None = greedy.
 
     Returns:
         milliseconds (float).
     """
     from .sampling import GREEDY
 
+    sampling = GREEDY if sampling is None else sampling
     ids = torch.randint(0, vocab, (prefix_len + 1,), generator=generator)
     drafter.reset()
-    drafter.propose(ids, 1, GREEDY, None)  # fills the cache with the prefix (and warms up)
+    drafter.propose(ids, 1, sampling, generator)  # fills the cache with the prefix (and warms up)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        drafter.propose(ids, 1, GREEDY, None)  # the cache is cropped to the prefix: one new token each time
+        drafter.propose(ids, 1, sampling, generator)  # the cache is cropped to the prefix: one new token each time
         times.append(1000.0 * (time.perf_counter() - t0))
     drafter.reset()
     times.sort()
     return float(times[len(times) // 2])
+
+
+def measure_chain_costs(target, drafters: dict, ns: Sequence[int], vocab: int, prefix_len: int = 200,
+                        repeats: int = 3, rounds: int = 3, generator: torch.Generator | None = None, sampling=None):
+    """The costs of Leviathan's model with measured curves, robust to a machine whose speed drifts.
+
+    The target's KV-cached forward time over each n in ``ns`` new tokens (:func:`specrepro.theory.measure_cost_curve`)
+    and each drafter's time per drafted token (:func:`measure_draft_step_ms` under ``sampling``), on random
+    ``prefix_len``-token prefixes: one untimed pass first (the first forwards after loading run slow), then
+    ``rounds`` passes over every point and every drafter, and the median over the rounds (a drift during the
+    measurement then hits every point alike instead of bending the curve).
+
+    Args:
+        target: a transformers causal LM; drafters: label -> drafter; ns: token counts of the target curve;
+        vocab: random ids are drawn from [0, vocab); repeats: timed calls per point and round (after a warm-up);
+        generator: seeds the random ids (the cost of a dense forward does not depend on them) and draws.
+
+    Returns:
+        ``(CostCurve, {label: ms per drafted token})``, times in ms.
+
+    Raises:
+        ValueError: ``rounds`` or ``repeats`` < 1, or ``ns`` empty.
+    """
+    import numpy as np
+
+    from .theory import CostCurve, measure_cost_curve
+
+    if int(rounds) < 1 or int(repeats) < 1 or not len(ns):
+        raise ValueError(f"measure_chain_costs needs rounds >= 1, repeats >= 1 and some ns; got {rounds}, {repeats}, "
+                         f"{list(ns)}")
+    ns = tuple(int(n) for n in ns)
+    measure_cost_curve(target, ns=ns, prefix_len=prefix_len, repeats=1, generator=generator)  # untimed pass
+    curves, drafts = [], {label: [] for label in drafters}
+    for _ in range(int(rounds)):
+        curves.append(measure_cost_curve(target, ns=ns, prefix_len=prefix_len, repeats=int(repeats),
+                                         generator=generator).ms)
+        for label, drafter in drafters.items():
+            drafts[label].append(measure_draft_step_ms(drafter, vocab, prefix_len=prefix_len, repeats=int(repeats),
+                                                       generator=generator, sampling=sampling))
+    curve = CostCurve(list(ns), list(np.median(np.stack(curves), axis=0)))
+    return curve, {label: float(np.median(v)) for label, v in drafts.items()}

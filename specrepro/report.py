@@ -25,6 +25,7 @@ from .results import (STANDARD, atomic_write_text, figures_dir, record_dir, repo
 from .scorecard import VERDICTS, EXACT, INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, TREND, score
 
 __all__ = ["KEY_FIGURES", "VERDICT_COLORS", "render_markdown", "render_figures", "render_bench", "render_targets",
+           "targets_table", "prediction_gaps",
            "write_scorecard", "replace_block", "update_readme", "plot_verdicts"]
 
 #: the figures on the README's front page: (file stem, caption)
@@ -184,15 +185,36 @@ def render_bench(profile: str = STANDARD) -> str:
     return "\n".join(parts)
 
 
+def _bench_dir(profile: str) -> Path:
+    return record_dir("results") if profile == STANDARD else results_dir(profile)
+
+
+def targets_table(profile: str = STANDARD) -> pd.DataFrame:
+    """Issue 18's performance targets checked against the profile's bench JSON files (the record in the standard
+    profile): :func:`specrepro.bench.targets.check_targets`, one row per target with its status and ``why``."""
+    from .bench.targets import check_targets
+
+    return check_targets(_bench_dir(profile))
+
+
+def prediction_gaps(profile: str = STANDARD) -> pd.DataFrame:
+    """For every bench JSON of the profile that measured a cost model, each fixed-γ chain's measured / predicted
+    speedup split into factors (:func:`specrepro.bench.targets.prediction_gap`), with a ``file`` column; empty when
+    no bench file has a cost model. Raises json.JSONDecodeError on a corrupt file."""
+    from .bench.targets import prediction_gap
+
+    frames = [prediction_gap(json.loads(f.read_text())).assign(file=f.name)
+              for f in sorted(_bench_dir(profile).glob("bench_*.json"))]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def render_targets(profile: str = STANDARD) -> str:
     """Markdown for the README's performance-targets block: each target of
     :data:`specrepro.bench.targets.TARGETS` (issue 18) checked against the profile's bench JSON files
     (:func:`specrepro.bench.targets.check_targets`): status, the measured ratio with its 95% interval over prompts,
     the method (best of several by the median, said so), the prompts and the file."""
-    from .bench.targets import check_targets
-
-    rdir = record_dir("results") if profile == STANDARD else results_dir(profile)
-    table = check_targets(rdir)
+    table = targets_table(profile)
     counts = table["status"].value_counts()
     head = (f"{len(table)} targets: " + " · ".join(f"{int(counts.get(s, 0))} {s}" for s in
                                                   ("met", "met on the median", "missed", "not run")) + ". "
@@ -205,6 +227,11 @@ def render_targets(profile: str = STANDARD) -> str:
         status = r["status"] if r["status"] != "missed" else "**missed**"
         lines.append(f"| {_cell(r['target'])} | {status} | {_cell(r['measured'])} | {_cell(r['method'])} | "
                      f"{'' if n is None or n != n else int(n)} | `{r['file']}.json` |")
+    why = [r for r in table.to_dict(orient="records") if r.get("why")]
+    if why:
+        lines += ["", "Why, for each target not clearly met (from the run's cost model and step timings; "
+                  "`specrepro.bench.targets.prediction_gap`, notebook 08):", ""]
+        lines += [f"- *{r['target']}*: {r['why']}" for r in why]
     return "\n".join(lines) + "\n"
 
 

@@ -449,3 +449,31 @@ def test_measure_alpha_knows_the_new_drafters(pair):
         expected = float(p[i, int(prop.tokens[0])]) if prop.tokens.numel() else model[i]
         assert hybrid[i] == pytest.approx(expected, abs=1e-6)
     assert hybrid != model  # the lookup proposed somewhere (after "1 5" comes "2")
+
+
+def test_measure_chain_costs_times_every_point_and_drafter_under_the_runs_sampling(monkeypatch):
+    """The shared cost measurement of the bench and sd-draft-auto: one curve point per n, one cost per drafter, the
+    drafter timed under the sampling it is given (not always greedy), bad sizes refused."""
+    import specrepro.cheap_drafts as cd
+
+    model = tiny_lm(vocab=16)
+    seen = []
+
+    class Spy(DraftModelDrafter):
+        def propose(self, ids, gamma, sampling, generator):
+            seen.append(sampling)
+            return super().propose(ids, gamma, sampling, generator)
+
+    nucleus = SamplingConfig(0.8, top_p=0.95)
+    gen = torch.Generator().manual_seed(0)
+    curve, draft_ms = cd.measure_chain_costs(model, {"a": Spy(model, 16), "b": DraftModelDrafter(model, 16)},
+                                             ns=range(1, 4), vocab=16, prefix_len=8, repeats=2, rounds=3,
+                                             generator=gen, sampling=nucleus)
+    assert list(curve.n) == [1, 2, 3] and all(v > 0 for v in curve.ms)
+    assert set(draft_ms) == {"a", "b"} and all(v > 0 for v in draft_ms.values())
+    assert seen and all(s is nucleus for s in seen)  # 3 rounds x (1 warm-up + 2 timed) calls, all under nucleus
+    assert len(seen) == 3 * 3
+    for bad in ({"rounds": 0}, {"repeats": 0}, {"ns": []}):
+        kw = dict(ns=range(1, 3), vocab=16, prefix_len=8, repeats=1, rounds=1) | bad
+        with pytest.raises(ValueError, match="measure_chain_costs"):
+            cd.measure_chain_costs(model, {}, **kw)

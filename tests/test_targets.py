@@ -91,3 +91,80 @@ def test_render_targets_block(tmp_path, monkeypatch):
     text = report.render_targets("quick")
     assert "| nucleus (T = 0.8, top-p 0.95): ≥ 1.6× our AR | **missed** | 1.40 [1.20, 1.60]×" in text
     assert "0 met · 0 met on the median · 1 missed · 7 not run" in text
+
+
+def test_int8_target_counts_the_cost_model_gamma_only_when_it_drafts_with_int8(tmp_path):
+    from specrepro.bench.targets import draft_kind_of
+
+    assert draft_kind_of("sd-draft-int8@4") == "int8" and draft_kind_of("sd-tree-int8@2x1") == "int8"
+    assert draft_kind_of("sd-draft-int8-pruned@4") == "int8-pruned" and draft_kind_of("sd-draft@4") == "fp32"
+    assert draft_kind_of("sd-draft-auto@8", {"draft_kind": "int8"}) == "int8"
+    assert draft_kind_of("sd-draft-auto@8") == "fp32" and draft_kind_of("hf-assisted-int8") is None
+    summary = [_row("sd-draft-int8@4", speedup_vs_hf_assisted_int8=0.9, speedup_vs_hf_assisted_int8_lo=0.8,
+                    speedup_vs_hf_assisted_int8_hi=1.0),
+               _row("sd-draft-auto@8", speedup_vs_hf_assisted_int8=1.3, speedup_vs_hf_assisted_int8_lo=1.2,
+                    speedup_vs_hf_assisted_int8_hi=1.4)]
+    for kind, status, method in (("int8", MET, "sd-draft-auto@8"), ("fp32", MISSED, "sd-draft-int8@4")):
+        (tmp_path / "bench_qwen_greedy.json").write_text(json.dumps(
+            {"config": {"n_prompts": 20, "options": {"draft_kind": kind}}, "summary": summary, "runs": []}))
+        t = check_targets(tmp_path).set_index("id").loc["greedy-vs-hf-assisted-int8"]
+        assert t["status"] == status and t["method"].startswith(method)
+
+
+def _gap_run(tmp_path):
+    """A chain whose costs were measured (t_target(1) = 100 ms, t_target(5) = 120 ms, 20 ms per draft token) and whose
+    loop ran slower than that: target 150 ms, draft 4 x 30 ms, 30 ms overhead per step; AR 110 ms per step."""
+    runs = []
+    for i in range(10):
+        runs.append({"method": "ar", "prompt": f"p{i}", "repeat": 0, "tokens_per_s": 9.0, "loop_ms": 110.0,
+                     "target_ms": 105.0, "draft_ms": None, "overhead_ms": 5.0})
+        runs.append({"method": "sd-draft-int8@4", "prompt": f"p{i}", "repeat": 0, "tokens_per_s": 12.0,
+                     "loop_ms": 300.0, "target_ms": 150.0, "draft_ms": 30.0, "overhead_ms": 30.0})
+    predicted = 3.4 * 100 / (4 * 20 + 120)
+    summary = [_row("ar", speedup_vs_ar=1.0),
+               _row("sd-draft-int8@4", gamma=4, alpha=0.8, tokens_per_step=3.2, predicted_tokens_per_step=3.4,
+                    drafted_per_step=4.0, speedup_vs_ar=1.2, speedup_vs_ar_lo=1.1, speedup_vs_ar_hi=1.3,
+                    predicted_speedup=predicted, measured_over_predicted=1.2 / predicted)]
+    data = {"config": {"n_prompts": 10, "cost_model": {"target_ms": {"1": 100.0, "2": 105.0, "3": 110.0, "4": 115.0,
+                                                                     "5": 120.0},
+                                                       "draft_ms_per_token": {"sd-draft-int8@4": 20.0}}},
+            "summary": summary, "runs": runs}
+    (tmp_path / "bench_qwen_greedy.json").write_text(json.dumps(data))
+    return data, predicted
+
+
+def test_prediction_gap_splits_measured_over_predicted_into_factors_that_multiply_back(tmp_path):
+    from specrepro.bench.targets import prediction_gap
+
+    data, predicted = _gap_run(tmp_path)
+    g = prediction_gap(data).iloc[0]
+    assert g["model_step_ms"] == pytest.approx(200.0) and g["loop_step_ms"] == pytest.approx(300.0)
+    assert g["loop_draft_ms"] == pytest.approx(120.0) and g["model_draft_ms"] == pytest.approx(80.0)
+    assert g["tokens_factor"] == pytest.approx(3.2 / 3.4) and g["step_factor"] == pytest.approx(200 / 300)
+    assert g["ar_factor"] == pytest.approx(1.1)
+    product = g["tokens_factor"] * g["step_factor"] * g["ar_factor"] * g["rest_factor"]
+    assert product == pytest.approx(g["measured_over_predicted"])
+    assert "draft 120 vs 80" in g["why"] and "loop overhead 30 vs 0" in g["why"]
+    assert prediction_gap({"config": {}, "summary": data["summary"], "runs": []}).empty  # no cost model, no rows
+
+
+def test_a_missed_target_says_why_from_the_cost_model(tmp_path):
+    _gap_run(tmp_path)
+    t = check_targets(tmp_path).set_index("id")
+    assert t.loc["greedy-vs-ar", "status"] == MISSED  # 1.2 < 1.8
+    why = t.loc["greedy-vs-ar", "why"]
+    assert "drafts 4.0 tokens per step and keeps 3.20" in why and "best γ <= 4" in why
+    assert t.loc["greedy-predicted", "status"] == MISSED and "step 300 ms measured vs 200 ms" in \
+        t.loc["greedy-predicted", "why"]
+    assert t.loc["ar-vs-hf-ar", "why"] == ""  # not run: nothing to explain
+
+
+def test_render_targets_lists_why_for_targets_not_clearly_met(tmp_path, monkeypatch):
+    import specrepro.report as report
+
+    _gap_run(tmp_path)
+    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    text = report.render_targets("quick")
+    assert "Why, for each target not clearly met" in text and "- *greedy: ≥ 1.8× our AR*: sd-draft-int8@4 drafts" in text
+    gaps = report.prediction_gaps("quick")
+    assert list(gaps["file"]) == ["bench_qwen_greedy.json"]

@@ -229,20 +229,20 @@ def _prepare_sd_draft_auto(at, gamma, options):
     return int(at)
 
 
-def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int = 200, repeats: int = 3):
+def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int = 200, repeats: int = 3,
+                     rounds: int = 3):
     """The fixed costs sd-draft-auto chooses γ from, measured once per benchmark before any timed run: the target's
-    forward time over n = 1..max_gamma+1 new tokens on a ``prefix_len``-token prefix
-    (:func:`~specrepro.theory.measure_cost_curve`) and ``drafter``'s time per drafted token
-    (:func:`~specrepro.cheap_drafts.measure_draft_step_ms`), medians in ms, random ids from a generator seeded with
-    ``ctx.seed``. Returns ``(CostCurve, t_draft_ms)``."""
-    from ..cheap_drafts import measure_draft_step_ms
-    from ..theory import measure_cost_curve
+    forward time over n = 1..max_gamma+1 new tokens on a ``prefix_len``-token prefix and ``drafter``'s time per
+    drafted token under the run's sampling (:func:`~specrepro.cheap_drafts.measure_chain_costs`: one untimed pass,
+    then the median of ``rounds``), ms, random ids from a generator seeded with ``ctx.seed``. Returns
+    ``(CostCurve, t_draft_ms)``."""
+    from ..cheap_drafts import measure_chain_costs
 
-    gen = torch.Generator().manual_seed(int(ctx.seed))
-    curve = measure_cost_curve(ctx.target, ns=tuple(range(1, max_gamma + 2)), prefix_len=prefix_len,
-                               repeats=repeats, generator=gen)
-    t_draft = measure_draft_step_ms(drafter, ctx.vocab_size, prefix_len=prefix_len, repeats=repeats, generator=gen)
-    return curve, t_draft
+    curve, t_draft = measure_chain_costs(ctx.target, {"draft": drafter}, ns=range(1, max_gamma + 2),
+                                         vocab=ctx.vocab_size, prefix_len=prefix_len, repeats=repeats, rounds=rounds,
+                                         generator=torch.Generator().manual_seed(int(ctx.seed)),
+                                         sampling=ctx.sampling)
+    return curve, t_draft["draft"]
 
 
 @register_method("sd-draft-auto", needs_draft=True, prepare=_prepare_sd_draft_auto)

@@ -356,9 +356,10 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
 
     The target's KV-cached forward time over n = 1..γmax + 1 new tokens (:func:`specrepro.theory.measure_cost_curve`)
     and, for each runner with a ``cost_drafter`` (fixed-γ chains, see ``_our_runner``), that drafter's time per
-    drafted token (:func:`specrepro.cheap_drafts.measure_draft_step_ms`), both on a random prefix as long as the
-    median prompt plus half the new tokens (the mean context of a run), medians in ms. Random ids come from a
-    generator seeded with ``ctx.seed`` (the cost of a dense forward does not depend on the ids).
+    drafted token under the run's sampling (its logits processing included), both on a random prefix as long as the
+    median prompt plus half the new tokens (the mean context of a run), medians in ms
+    (:func:`specrepro.cheap_drafts.measure_chain_costs`: one untimed pass, then the median of ``rounds``). Random
+    ids come from a generator seeded with ``ctx.seed`` (the cost of a dense forward does not depend on the ids).
 
     Args:
         ctx: the bench's context; runners: label -> runner; gammas: label -> the method's γ; encoded: the prompts'
@@ -372,28 +373,17 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
     """
     import numpy as np
 
-    from ..cheap_drafts import measure_draft_step_ms
-    from ..theory import CostCurve, measure_cost_curve
+    from ..cheap_drafts import measure_chain_costs
 
     chains = {label: run for label, run in runners.items() if getattr(run, "cost_drafter", None) is not None}
     if not chains:
         return None
     gammas = {label: int(gammas[label]) for label in chains}
     prefix_len = int(np.median([int(e.numel()) for e in encoded])) + ctx.max_new_tokens // 2
-    gen = torch.Generator().manual_seed(int(ctx.seed))
-    ns = tuple(range(1, max(gammas.values()) + 2))
-    # one untimed round first (the first forwards after loading run slow), then `rounds` rounds, each over every n
-    # and every draft, and the median over rounds: a drift of the machine's speed during the measurement (a bench of
-    # record measured while another job started showed a curve falling with n) hits every point alike
-    measure_cost_curve(ctx.target, ns=ns, prefix_len=prefix_len, repeats=1, generator=gen)
-    curves, drafts = [], {label: [] for label in chains}
-    for _ in range(rounds):
-        curves.append(measure_cost_curve(ctx.target, ns=ns, prefix_len=prefix_len, repeats=repeats, generator=gen).ms)
-        for label, run in chains.items():
-            drafts[label].append(measure_draft_step_ms(run.cost_drafter, ctx.vocab_size, prefix_len=prefix_len,
-                                                       repeats=repeats, generator=gen))
-    target = CostCurve(list(ns), list(np.median(np.stack(curves), axis=0)))
-    draft_ms = {label: float(np.median(v)) for label, v in drafts.items()}
+    target, draft_ms = measure_chain_costs(
+        ctx.target, {label: run.cost_drafter for label, run in chains.items()},
+        ns=range(1, max(gammas.values()) + 2), vocab=ctx.vocab_size, prefix_len=prefix_len, repeats=repeats,
+        rounds=rounds, generator=torch.Generator().manual_seed(int(ctx.seed)), sampling=ctx.sampling)
     return {"target": target, "draft_ms": draft_ms, "prefix_len": prefix_len, "repeats": repeats, "rounds": rounds,
             "gammas": gammas}
 

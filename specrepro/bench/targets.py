@@ -23,7 +23,8 @@ import pandas as pd
 
 from ..harness import paired_speedup
 
-__all__ = ["Target", "TARGETS", "MET", "MET_MEDIAN", "MISSED", "NOT_RUN", "check_targets"]
+__all__ = ["Target", "TARGETS", "MET", "MET_MEDIAN", "MISSED", "NOT_RUN", "check_targets", "prediction_gap",
+           "draft_kind_of"]
 
 MET, MET_MEDIAN, MISSED, NOT_RUN = "met", "met on the median", "missed", "not run"
 
@@ -42,6 +43,8 @@ class Target:
         column: the summary column (``speedup_vs_ar``, ``speedup_vs_hf_assisted``, ...) for at_least / within.
         methods: method-name prefixes the target may pick from ("best of" them, by the median).
         threshold: the number the target names.
+        draft: when set (``"int8"``), only methods drafting with that draft count: ``sd-*-int8*`` by name, and
+            ``sd-draft-auto`` / ``sd-hybrid`` when the run's ``--opt draft_kind`` names it.
     """
 
     id: str
@@ -51,6 +54,7 @@ class Target:
     threshold: float
     column: str = "speedup_vs_ar"
     methods: tuple[str, ...] = ("sd-",)
+    draft: str | None = None
 
 
 #: Issue 18's targets, bench of record: qwen2.5-coder-1.5b + 0.5b, >= 20 HumanEval prompts x 128 tokens, one
@@ -60,7 +64,7 @@ TARGETS: tuple[Target, ...] = (
     Target("greedy-vs-hf-assisted", "greedy: ≥ 1.3× transformers' assisted generation (its default fp32 draft)",
            "bench_qwen_greedy", "at_least", 1.3, "speedup_vs_hf_assisted"),
     Target("greedy-vs-hf-assisted-int8", "greedy: ≥ 1.1× transformers' assisted generation given our int8 draft",
-           "bench_qwen_greedy", "at_least", 1.1, "speedup_vs_hf_assisted_int8", ("sd-draft-int8",)),
+           "bench_qwen_greedy", "at_least", 1.1, "speedup_vs_hf_assisted_int8", ("sd-",), "int8"),
     Target("nucleus-vs-ar", "nucleus (T = 0.8, top-p 0.95): ≥ 1.6× our AR", "bench_qwen_nucleus", "at_least", 1.6),
     Target("ar-vs-hf-ar", "our AR within 5% of transformers' greedy generate", "bench_qwen_greedy", "within", 0.05,
            "speedup_vs_hf_ar", ("ar",)),
@@ -85,9 +89,128 @@ def _picks(summary: list[dict], prefixes) -> list[dict]:
     return [r for r in summary if any(str(r["method"]).startswith(p) for p in prefixes)]
 
 
+def draft_kind_of(method: str, options: dict | None = None) -> str | None:
+    """The draft a bench method drafts with: ``int8`` / ``int8-pruned`` / ``pruned`` / ``fp32`` from its name
+    (``sd-draft-int8@4``, ``sd-tree-int8@2x1``), the run's ``draft_kind`` option for ``sd-draft-auto`` and
+    ``sd-hybrid`` (default fp32); None for our methods without a draft model (AR, lookup) and for transformers'
+    own methods (``hf-*``: not ours to pick for a target)."""
+    base = str(method).split("@", 1)[0]
+    if not base.startswith("sd-"):
+        return None
+    if base in ("sd-draft-auto", "sd-hybrid"):
+        return str((options or {}).get("draft_kind", "fp32"))
+    for kind in ("int8-pruned", "int8", "pruned"):
+        if base.endswith("-" + kind):
+            return kind
+    return "fp32" if base in ("sd-draft", "sd-tree", "sd-draft-dynamic", "sd-draft-block") else None
+
+
+def _median(runs: pd.DataFrame, method: str, column: str) -> float:
+    if runs.empty or column not in runs:
+        return float("nan")
+    v = pd.to_numeric(runs.loc[runs["method"] == method, column], errors="coerce").dropna()
+    return float(v.median()) if len(v) else float("nan")
+
+
+def prediction_gap(data: dict) -> pd.DataFrame:
+    """Where each fixed-γ chain's measured speedup parts from the hardware-aware prediction, from one bench JSON.
+
+    The prediction (:func:`specrepro.bench.run.add_predictions`) is E[tokens] · t_target(1) / (γ · t_draft +
+    t_target(γ + 1)) with the costs measured before the timed runs (``config.cost_model``, ms). The timed runs record
+    where each step's time went (:func:`specrepro.harness.run_interleaved`: ``loop_ms`` per step after the prefill,
+    ``target_ms`` per step, ``draft_ms`` per drafted token, ``overhead_ms`` per step). measured / predicted is the
+    product of four factors, each 1 when the model holds:
+
+    * ``tokens_factor`` = measured tokens per step / Leviathan Eq. 1 at the run's pooled α (acceptances not i.i.d.);
+    * ``step_factor`` = the model's step (γ · t_draft + t_target(γ + 1)) / the chain's median measured step;
+    * ``ar_factor`` = AR's median measured step / t_target(1) (a slow AR step raises the measured speedup);
+    * ``rest_factor`` = what is left: the prefill (the same for both, it dilutes every speedup) and the spread of
+      per-prompt ratios around the product of medians.
+
+    Returns:
+        one row per chain with a prediction: method, gamma, alpha, tokens_per_step, predicted_tokens_per_step,
+        model_target_ms, loop_target_ms, model_draft_ms (γ · t_draft), loop_draft_ms (draft_ms × drafted per step),
+        loop_overhead_ms, model_step_ms, loop_step_ms, ar_model_ms (t_target(1)), ar_loop_ms, the four factors,
+        measured_over_predicted, and ``why`` (one line naming them). Empty when the run has no cost model.
+    """
+    cost = (data.get("config") or {}).get("cost_model") or {}
+    target_ms = {int(k): float(v) for k, v in (cost.get("target_ms") or {}).items()}
+    draft_ms = cost.get("draft_ms_per_token") or {}
+    runs = pd.DataFrame(data.get("runs") or [])
+    rows = []
+    for r in data.get("summary") or []:
+        m = r["method"]
+        if m not in draft_ms or not _fin(r.get("measured_over_predicted")) or not target_ms:
+            continue
+        g = int(r["gamma"])
+        t1, tv = target_ms.get(1, float("nan")), target_ms.get(g + 1, float("nan"))
+        mdraft = g * float(draft_ms[m])
+        drafted = r.get("drafted_per_step") if _fin(r.get("drafted_per_step")) else g
+        out = {"method": m, "gamma": g, "alpha": r.get("alpha"), "tokens_per_step": r.get("tokens_per_step"),
+               "predicted_tokens_per_step": r.get("predicted_tokens_per_step"),
+               "model_target_ms": tv, "loop_target_ms": _median(runs, m, "target_ms"),
+               "model_draft_ms": mdraft, "loop_draft_ms": _median(runs, m, "draft_ms") * drafted,
+               "loop_overhead_ms": _median(runs, m, "overhead_ms"),
+               "model_step_ms": mdraft + tv, "loop_step_ms": _median(runs, m, "loop_ms"),
+               "ar_model_ms": t1, "ar_loop_ms": _median(runs, "ar", "loop_ms"),
+               "measured_over_predicted": r["measured_over_predicted"]}
+        out["tokens_factor"] = (out["tokens_per_step"] / out["predicted_tokens_per_step"]
+                                if _fin(out["tokens_per_step"]) and _fin(out["predicted_tokens_per_step"])
+                                else float("nan"))
+        out["step_factor"] = out["model_step_ms"] / out["loop_step_ms"]
+        out["ar_factor"] = out["ar_loop_ms"] / t1
+        known = out["tokens_factor"] * out["step_factor"] * out["ar_factor"]
+        out["rest_factor"] = out["measured_over_predicted"] / known if _fin(known) and known else float("nan")
+        out["why"] = (f"{m}: tokens/step {out['tokens_per_step']:.2f} vs Eq. 1 {out['predicted_tokens_per_step']:.2f} "
+                      f"(×{out['tokens_factor']:.2f}); step {out['loop_step_ms']:.0f} ms measured vs "
+                      f"{out['model_step_ms']:.0f} ms modelled (×{out['step_factor']:.2f}: target "
+                      f"{out['loop_target_ms']:.0f} vs {tv:.0f}, draft {out['loop_draft_ms']:.0f} vs {mdraft:.0f}, "
+                      f"loop overhead {out['loop_overhead_ms']:.0f} vs 0); AR step {out['ar_loop_ms']:.0f} vs "
+                      f"t_target(1) {t1:.0f} ms (×{out['ar_factor']:.2f}); prefill and spread "
+                      f"×{out['rest_factor']:.2f}")
+        rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def _tree_vs_chain_why(runs: pd.DataFrame, summary: list[dict], tree: str, chain: str) -> str:
+    by = {r["method"]: r for r in summary}
+    parts = []
+    for m in (tree, chain):
+        r = by.get(m, {})
+        tps, drafted = r.get("tokens_per_step"), r.get("drafted_per_step")
+        step, tgt = _median(runs, m, "loop_ms"), _median(runs, m, "target_ms")
+        parts.append(f"{m}: {tps:.2f} tokens per step, {drafted:.1f} drafted, step {step:.0f} ms (target {tgt:.0f})"
+                     if _fin(tps) and _fin(drafted) and _fin(step) and _fin(tgt) else f"{m}: no step record")
+    return "; ".join(parts)
+
+
+def _at_least_why(data: dict, r: dict) -> str:
+    """What the cost model says about a chain that did not clearly clear a speed target: its draft length, tokens per
+    step and, where the run measured costs, the prediction at its γ and at the model's best γ for its α among the
+    draft lengths whose verification the run measured (no extrapolation of the target's cost curve)."""
+    from ..theory import CostCurve, hardware_aware_speedup
+
+    parts = []
+    if _fin(r.get("drafted_per_step")) and _fin(r.get("tokens_per_step")):
+        parts.append(f"{r['method']} drafts {r['drafted_per_step']:.1f} tokens per step and keeps "
+                     f"{r['tokens_per_step']:.2f}")
+    cost = (data.get("config") or {}).get("cost_model") or {}
+    t_d = (cost.get("draft_ms_per_token") or {}).get(r["method"])
+    if t_d is not None and cost.get("target_ms") and _fin(r.get("alpha")) and _fin(r.get("gamma")):
+        pts = sorted((int(k), float(v)) for k, v in cost["target_ms"].items())
+        curve = CostCurve([n for n, _ in pts], [v for _, v in pts])
+        pred = {g: float(hardware_aware_speedup(r["alpha"], g, curve, lambda n: float(t_d)))
+                for g in range(1, pts[-1][0])}  # only γ whose verification (γ + 1 tokens) was measured
+        best = max(pred, key=pred.get)
+        g = int(r["gamma"])
+        parts.append(f"cost model at α = {r['alpha']:.2f}: {pred.get(g, float('nan')):.2f}× at γ = {g}, best γ <= "
+                     f"{pts[-1][0] - 1} (the measured curve) is {best} at {pred[best]:.2f}×")
+    return "; ".join(parts)
+
+
 def _check_one(t: Target, data: dict | None) -> dict:
     out = {"id": t.id, "target": t.text, "file": t.file, "status": NOT_RUN, "measured": "", "method": "",
-           "n_prompts": None}
+           "n_prompts": None, "why": ""}
     if data is None:
         out["measured"] = f"{t.file}.json not in the record"
         return out
@@ -95,6 +218,9 @@ def _check_one(t: Target, data: dict | None) -> dict:
     out["n_prompts"] = (data.get("config") or {}).get("n_prompts")
     if t.kind in ("at_least", "within"):
         rows = [r for r in _picks(summary, t.methods) if _fin(r.get(t.column))]
+        if t.draft is not None:
+            options = (data.get("config") or {}).get("options") or {}
+            rows = [r for r in rows if draft_kind_of(r["method"], options) == t.draft]
         if not rows:
             out["measured"] = f"no {'/'.join(t.methods)}* method with {t.column} in the run"
             return out
@@ -108,6 +234,8 @@ def _check_one(t: Target, data: dict | None) -> dict:
             ok = abs(est - 1) <= t.threshold
             sure = _fin(lo) and _fin(hi) and 1 - t.threshold <= lo and hi <= 1 + t.threshold
         out["status"] = (MET if sure else MET_MEDIAN) if ok else MISSED
+        if out["status"] != MET:
+            out["why"] = _at_least_why(data, r)
         return out
     if t.kind == "predicted":
         rows = [r for r in summary if _fin(r.get("measured_over_predicted"))]
@@ -120,6 +248,8 @@ def _check_one(t: Target, data: dict | None) -> dict:
         out["measured"] = "measured / predicted: " + "; ".join(parts)
         ok = all(abs(r["measured_over_predicted"] - 1) <= t.threshold for r in rows)
         out["status"] = MET_MEDIAN if ok else MISSED  # a ratio of a median to a model: no interval, never "met"
+        gap = prediction_gap(data)
+        out["why"] = " | ".join(gap["why"]) if len(gap) else ""
         return out
     if t.kind == "tree_over_chain":
         runs = pd.DataFrame(data.get("runs") or [])
@@ -136,6 +266,8 @@ def _check_one(t: Target, data: dict | None) -> dict:
         out["measured"] = _ci(s["speedup"], s["speedup_lo"], s["speedup_hi"]) + "×"
         ok, sure = s["speedup"] >= t.threshold, _fin(s["speedup_lo"]) and s["speedup_lo"] >= t.threshold
         out["status"] = (MET if sure else MET_MEDIAN) if ok else MISSED
+        if out["status"] != MET:
+            out["why"] = _tree_vs_chain_why(runs, summary, tree, chain)
         return out
     raise ValueError(f"target {t.id}: unknown kind {t.kind!r}")
 
@@ -149,7 +281,9 @@ def check_targets(results_dir: str | Path, targets=TARGETS) -> pd.DataFrame:
 
     Returns:
         one row per target: id, target, file, status (:data:`MET`, :data:`MET_MEDIAN`, :data:`MISSED`,
-        :data:`NOT_RUN`), measured (the ratio with its 95% interval over prompts, ×), method, n_prompts.
+        :data:`NOT_RUN`), measured (the ratio with its 95% interval over prompts, ×), method, n_prompts, why (for a
+        target not clearly met: what the cost model and the step timings say, see :func:`prediction_gap`; else
+        empty).
 
     Raises:
         ValueError: a target of unknown kind; json.JSONDecodeError: a corrupt bench file (never read as "not run").
