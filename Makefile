@@ -121,9 +121,10 @@ bench: $(STAMP)  ## python -m specrepro bench with the qwen-coder pair (see READ
 
 # The performance benchmark of record (standard profile only): qwen-coder pair, first 20 HumanEval problems, 128 new
 # tokens. Greedy: our AR and transformers' greedy generate, our chain speculative decoding with the fp32 and the int8
-# draft (the cheapest exact draft), transformers' assisted generation with its default fp32 draft and with the same
-# int8 draft. Nucleus (Chen's T = 0.8, top-p 0.95): our AR and the int8-draft chain. Each JSON is one interleaved run
-# (about 65 and 25 min on 2 cores), written atomically, so an interrupted reproduce reruns only the missing one. Before timing,
+# draft (the cheapest exact draft) at γ = 4 and with the int8 draft at a γ the cost model picks per step
+# (sd-draft-auto@8), transformers' assisted generation with its default fp32 draft and with the same int8 draft.
+# Nucleus (Chen's T = 0.8, top-p 0.95): our AR and the int8-draft chain. Each JSON is one interleaved run (about 70 and
+# 25 min on 2 cores), written atomically, so an interrupted reproduce reruns only the missing one. Before timing,
 # the bench measures the target's cost curve and each chain's draft cost, and prints the hardware-aware prediction and
 # the free-draft bound beside each chain's measured speedup.
 bench-results: $(BENCH_RESULTS)
