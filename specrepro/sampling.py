@@ -100,15 +100,47 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
         kth = torch.topk(x, k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     if config.top_p < 1.0:
-        sorted_x, order = torch.sort(x, dim=-1, descending=True)
-        sorted_p = torch.softmax(sorted_x, dim=-1)
-        mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
-        drop_sorted = mass_before >= config.top_p  # the first token is never dropped (mass_before = 0)
-        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
-        x = x.masked_fill(drop, float("-inf"))
+        x = x.masked_fill(_top_p_drop(x, float(config.top_p)), float("-inf"))
     if (x == float("-inf")).all(dim=-1).any():
         raise ValueError("a row of logits is entirely -inf: no token can be sampled")
     return torch.softmax(x, dim=-1)
+
+
+#: the first candidate-set size of the top-p filter (:func:`_top_p_drop`); grown 8x while it holds < top_p of the mass
+TOP_P_FIRST_K = 256
+
+
+def _top_p_drop(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The tokens nucleus filtering drops: bool [..., V], True where the probability mass of the strictly more likely
+    tokens (in descending order) is already >= ``top_p`` (the most likely token is never dropped).
+
+    Sorting a 150k-token vocabulary for every row costs more than the rest of the processing, and the nucleus is
+    usually a few dozen tokens, so the ranking runs over the ``k`` largest logits only (``torch.topk``, sorted),
+    k = :data:`TOP_P_FIRST_K` and 8x larger until those k hold at least ``top_p`` of every row's mass: then every
+    token outside them has at least that much mass before it and is dropped, exactly as a full sort would drop it.
+    Probabilities are exp(x - logsumexp(x)) over the whole row; they may differ from a softmax of the sorted row in
+    the last float bit, which can move a token whose preceding mass equals ``top_p`` to within rounding across the
+    boundary (a change of the filter's definition at rounding level, shared by draft, target and AR alike, so the
+    speculative samplers stay exact). When k reaches a quarter of the vocabulary the whole row is sorted instead.
+    Ties keep torch's order, as a full sort does.
+    """
+    vocab = x.shape[-1]
+    k = min(TOP_P_FIRST_K, vocab)
+    log_z = torch.logsumexp(x, dim=-1, keepdim=True) if 4 * k < vocab else None
+    while 4 * k < vocab:
+        top_x, order = torch.topk(x, k, dim=-1, sorted=True)
+        top_p_sorted = torch.exp(top_x - log_z)
+        if bool((top_p_sorted.sum(dim=-1) >= top_p).all()):
+            mass_before = torch.cumsum(top_p_sorted, dim=-1) - top_p_sorted
+            keep_sorted = mass_before < top_p  # the first token is always kept (mass_before = 0)
+            keep = torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter_(-1, order, keep_sorted)
+            return ~keep
+        k *= 8
+    # a sort of the whole row is as cheap as a large top-k: the textbook filter
+    sorted_x, order = torch.sort(x, dim=-1, descending=True)
+    sorted_p = torch.softmax(sorted_x, dim=-1)
+    drop_sorted = torch.cumsum(sorted_p, dim=-1) - sorted_p >= top_p  # the first token is never dropped
+    return torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
 
 
 def rng_device(generator: torch.Generator | None, fallback: torch.device | str) -> torch.device:

@@ -155,3 +155,55 @@ def test_sample_uses_the_generator():
     a = sample(p, torch.Generator().manual_seed(3))
     b = sample(p, torch.Generator().manual_seed(3))
     assert torch.equal(a, b)
+
+
+def _top_p_reference(x, top_p):
+    """Nucleus filtering by a full sort of every row (the textbook definition the fast path must equal), and each
+    token's preceding mass in that order."""
+    sorted_x, order = torch.sort(x, dim=-1, descending=True)
+    sorted_p = torch.softmax(sorted_x, dim=-1)
+    before_sorted = torch.cumsum(sorted_p, dim=-1) - sorted_p
+    drop = torch.zeros_like(before_sorted, dtype=torch.bool).scatter_(-1, order, before_sorted >= top_p)
+    return drop, torch.zeros_like(before_sorted).scatter_(-1, order, before_sorted)
+
+
+def _assert_same_nucleus(drop, x, top_p):
+    """``drop`` equals the full-sort filter, but for tokens whose preceding mass is top_p to within float rounding."""
+    ref, before = _top_p_reference(x, top_p)
+    differ = drop != ref
+    tol = 1e-12 if x.dtype == torch.float64 else 1e-5
+    assert bool((before[differ] - top_p).abs().le(tol).all()), (top_p, before[differ])
+    assert int(differ.sum()) <= 2 * x.shape[0], int(differ.sum())  # at most the boundary token of each row moves
+
+
+@pytest.mark.parametrize("first_k", [2, 256])
+@pytest.mark.parametrize("scale", [0.05, 1.0, 8.0])  # flat rows need the candidate set to grow; peaked rows do not
+def test_top_p_over_the_largest_logits_drops_what_a_full_sort_drops(monkeypatch, first_k, scale):
+    import specrepro.sampling as sp
+
+    monkeypatch.setattr(sp, "TOP_P_FIRST_K", first_k)
+    gen = torch.Generator().manual_seed(int(10 * scale) + first_k)
+    for vocab, dtype in ((50, torch.float64), (5000, torch.float32), (151_936, torch.float32), (40_000, torch.float64)):
+        x = scale * torch.randn(3, vocab, generator=gen, dtype=dtype)
+        ties = x.clone()
+        ties[:, :3] = x.max() + 1.0  # three tied leaders: which of them comes first is torch's choice either way
+        for top_p in (0.05, 0.5, 0.9, 0.95, 0.999):
+            _assert_same_nucleus(sp._top_p_drop(x, top_p), x, top_p)
+            config = SamplingConfig(0.8, top_p=top_p)
+            _assert_same_nucleus(logits_to_probs(x, config) == 0, x / 0.8, top_p)
+            kept, ref = ~sp._top_p_drop(ties, top_p), ~_top_p_reference(ties, top_p)[0]
+            if dtype == torch.float64:
+                assert torch.equal(kept.sum(-1), ref.sum(-1)) and torch.equal(kept[:, 3:], ref[:, 3:])
+    x = torch.randn(2, 300, generator=gen, dtype=torch.float64)
+    x[:, 100:] = float("-inf")  # rows already cut by top-k: the -inf tokens stay dropped
+    assert torch.equal(sp._top_p_drop(x, 0.9), _top_p_reference(x, 0.9)[0])
+
+
+def test_top_p_fast_path_would_catch_a_wrong_boundary(monkeypatch):
+    """The comparison above can fail: a filter that keeps one token too many is caught."""
+    x = torch.randn(2, 5000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    drop = _top_p_reference(x, 0.9)[0]
+    wrong = drop.clone()
+    wrong[0, torch.nonzero(drop[0])[0]] = False
+    with pytest.raises(AssertionError):
+        _assert_same_nucleus(wrong, x, 0.9)
