@@ -17,12 +17,12 @@ import pandas as pd
 import torch
 
 from .decoding import default_eos_ids, generate
-from .harness import per_run_table, run_interleaved, speedup_table
+from .harness import bootstrap_ci, per_run_table, run_interleaved, speedup_table
 from .sampling import SamplingConfig
 from .theory import (expected_tokens, hardware_aware_speedup, measure_alpha, operations_factor,
-                     speedup_decomposition, walltime_improvement)
+                     speedup_decomposition, target_probs_along, walltime_improvement)
 
-__all__ = ["leviathan_table1", "alpha_table", "speed_table", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
+__all__ = ["leviathan_table1", "alpha_table", "alpha_summary", "speed_table", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
 
 #: Leviathan et al. 2023, Table 1: (alpha, gamma) -> (operations factor, speed), c = c_hat = 0.
 LEVIATHAN_TABLE1 = {(0.6, 2): (1.53, 1.96), (0.7, 3): (1.58, 2.53), (0.8, 2): (1.23, 2.44), (0.8, 5): (1.63, 3.69),
@@ -69,11 +69,34 @@ def alpha_table(target, tokenizer, drafters: dict, workloads: dict, temperatures
         out = generate(target, ids, drafter=trajectory_drafter, gamma=gamma, max_new_tokens=max_new_tokens,
                        sampling=sampling, generator=g, eos_token_id=default_eos_ids(target, tokenizer))
         full = torch.cat([ids, torch.tensor(out.tokens, dtype=torch.long)])
+        p = target_probs_along(target, full, ids.numel(), sampling)  # one target forward for every drafter
         for name, drafter in drafters.items():
-            terms = measure_alpha(target, drafter, full, ids.numel(), sampling)
+            terms = measure_alpha(target, drafter, full, ids.numel(), sampling, target_probs=p)
             rows.append({"workload": w, "temperature": temp, "drafter": name, "prompt": prompt.id,
                          "positions": len(terms), "alpha": float(np.mean(terms)) if terms else np.nan})
     return pd.DataFrame(rows)
+
+
+def alpha_summary(runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Each cell of the Table 3 analogue with its size and 95% interval.
+
+    Args:
+        runs: :func:`alpha_table` output (one row per workload, temperature, drafter, prompt).
+        seed: seed of the bootstrap resampling.
+
+    Returns:
+        one row per (drafter, workload, temperature), in ``runs``' order: prompts, positions (α terms summed over
+        the prompts; for prompt lookup only where it proposed), alpha (mean over prompts of the per-prompt mean α,
+        as the table shows it) and ci95_lo / ci95_hi (percentile bootstrap over prompts,
+        :func:`specrepro.harness.bootstrap_ci`; NaN with one prompt).
+    """
+    rows = []
+    for (drafter, workload, temp), g in runs.groupby(["drafter", "workload", "temperature"], sort=False):
+        est, lo, hi = bootstrap_ci(g["alpha"], statistic=np.mean, seed=seed)
+        rows.append({"drafter": drafter, "workload": workload, "temperature": temp,
+                     "prompts": int(g["prompt"].nunique()), "positions": int(g["positions"].sum()),
+                     "alpha": est, "ci95_lo": lo, "ci95_hi": hi})
+    return pd.DataFrame(rows).set_index(["drafter", "workload", "temperature"])
 
 
 def speed_table(target, tokenizer, methods: dict[str, tuple], prompts, max_new_tokens: int = 128,

@@ -32,6 +32,7 @@ __all__ = [
     "step_costs_ms",
     "gamma_for_step",
     "measure_cost_curve",
+    "target_probs_along",
     "measure_alpha",
 ]
 
@@ -279,7 +280,27 @@ def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
     return CostCurve(list(ns), med)
 
 
-def measure_alpha(target, drafter, ids, prompt_len: int, sampling) -> list[float]:
+def target_probs_along(target, ids, prompt_len: int, sampling):
+    """The target's processed next-token distributions along a sequence, teacher-forced in one forward pass.
+
+    Args:
+        target: causal LM; ids: long [L], prompt then generated tokens; prompt_len: prompt tokens (>= 1);
+        sampling: the SamplingConfig applied (T = 0 gives one-hot argmax rows).
+
+    Returns:
+        float [L - prompt_len, V] on the CPU: row i is the distribution of token ``ids[prompt_len + i]``.
+    """
+    import torch
+
+    from .sampling import logits_to_probs
+
+    ids = ids.reshape(-1)
+    with torch.inference_mode():
+        logits = target(input_ids=ids[None].to(target.device)).logits[0, prompt_len - 1: -1]
+        return logits_to_probs(logits, sampling).cpu()
+
+
+def measure_alpha(target, drafter, ids, prompt_len: int, sampling, target_probs=None) -> list[float]:
     """Teacher-forced α terms along a given sequence: Σ_x min(p_t(x), q_t(x)) at every generated position t.
 
     Leviathan's α is an expectation over contexts drawn from the target; pass a sequence the target generated
@@ -296,9 +317,14 @@ def measure_alpha(target, drafter, ids, prompt_len: int, sampling) -> list[float
         ids: long [L], prompt followed by the generated tokens.
         prompt_len: number of prompt tokens; positions prompt_len..L-1 are scored.
         sampling: the SamplingConfig applied to both distributions (T = 0 gives argmax agreement).
+        target_probs: optional float [L - prompt_len, V] on the CPU, the target's processed distributions at the
+            scored positions (:func:`target_probs_along`), to score several drafters with one target forward.
 
     Returns:
         list of α terms (floats in [0, 1]), one per scored position.
+
+    Raises:
+        ValueError: ``target_probs`` of the wrong shape. TypeError: a drafter type it does not know.
     """
     import torch
 
@@ -308,13 +334,18 @@ def measure_alpha(target, drafter, ids, prompt_len: int, sampling) -> list[float
 
     ids = ids.reshape(-1)
     if isinstance(drafter, AutoGammaDrafter):  # α does not depend on the draft length
-        return measure_alpha(target, drafter.drafter, ids, prompt_len, sampling)
+        return measure_alpha(target, drafter.drafter, ids, prompt_len, sampling, target_probs)
     with torch.inference_mode():
-        logits = target(input_ids=ids[None].to(target.device)).logits[0, prompt_len - 1: -1]
-        p = logits_to_probs(logits, sampling).cpu()
+        if target_probs is None:
+            p = target_probs_along(target, ids, prompt_len, sampling)
+        elif target_probs.shape[0] != ids.numel() - prompt_len:
+            raise ValueError(f"measure_alpha: target_probs has {target_probs.shape[0]} rows for "
+                             f"{ids.numel() - prompt_len} scored positions")
+        else:
+            p = target_probs
         width = p.shape[-1]
         if isinstance(drafter, HybridDrafter):  # p(x) where lookup proposes x, the model's term elsewhere
-            model_terms = measure_alpha(target, drafter.model, ids, prompt_len, sampling)
+            model_terms = measure_alpha(target, drafter.model, ids, prompt_len, sampling, p)
             terms = []
             for i, t in enumerate(range(prompt_len, ids.numel())):
                 prop = drafter.lookup.propose(ids[:t].cpu(), 1, sampling, None)

@@ -449,6 +449,13 @@ def test_measure_alpha_knows_the_new_drafters(pair):
         expected = float(p[i, int(prop.tokens[0])]) if prop.tokens.numel() else model[i]
         assert hybrid[i] == pytest.approx(expected, abs=1e-6)
     assert hybrid != model  # the lookup proposed somewhere (after "1 5" comes "2")
+    # one target forward shared by every drafter (alpha_table) scores exactly as a forward per drafter
+    shared = theory.target_probs_along(target, ids, 4, T1)
+    hybrid_drafter = HybridDrafter(lookup, DraftModelDrafter(draft, 8))
+    for drafter, terms in ((DraftModelDrafter(draft, 8), model), (hybrid_drafter, hybrid)):
+        assert theory.measure_alpha(target, drafter, ids, 4, T1, target_probs=shared) == terms
+    with pytest.raises(ValueError, match="rows"):
+        theory.measure_alpha(target, DraftModelDrafter(draft, 8), ids, 3, T1, target_probs=shared)
 
 
 def test_measure_chain_costs_times_every_point_and_drafter_under_the_runs_sampling(monkeypatch):

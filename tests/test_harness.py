@@ -159,3 +159,20 @@ def test_notebook_runners_share_the_harness():
     assert cm["same_as_baseline"].all() and set(cm["text"].str.len()) <= {6}
     table = acceleration_table(cm, baseline="AR").set_index("method")
     assert {"speedup_measured", "speedup_measured_lo", "speedup_measured_hi"} <= set(table.columns)
+
+
+def test_alpha_summary_gives_each_cell_its_size_and_interval():
+    from specrepro.experiments import alpha_summary
+
+    rng = np.random.default_rng(0)
+    runs = pd.DataFrame([{"workload": w, "temperature": t, "drafter": d, "prompt": f"p{i}", "positions": 64 - i,
+                          "alpha": (0.9 if d == "model" else 0.2) + 0.05 * rng.standard_normal()}
+                         for w in ("humaneval", "pydoc") for t in (0.0, 1.0) for d in ("bigram", "model")
+                         for i in range(12)])
+    out = alpha_summary(runs)
+    assert len(out) == 8 and (out["prompts"] == 12).all() and (out["positions"] == sum(64 - i for i in range(12))).all()
+    cell = runs[(runs["drafter"] == "model") & (runs["workload"] == "pydoc") & (runs["temperature"] == 1.0)]
+    row = out.loc[("model", "pydoc", 1.0)]
+    assert row["alpha"] == pytest.approx(cell["alpha"].mean())
+    assert row["ci95_lo"] < row["alpha"] < row["ci95_hi"] and row["ci95_hi"] - row["ci95_lo"] < 0.1
+    assert out.loc[("bigram", "humaneval", 0.0), "ci95_hi"] < out.loc[("model", "humaneval", 0.0), "ci95_lo"]
