@@ -116,3 +116,13 @@ def test_interactive_run_never_touches_the_record(tmp_path, monkeypatch):
                         cost_repeats=1))
     assert _git_status() == before
     assert (ROOT / "build" / "standard" / "results" / "leviathan_table2_speedup.csv").exists()
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_papermill_reads_every_parameter(path):
+    """papermill's parameter inspection (``papermill --help-notebook``, JupyterLab extensions) skips a line with a
+    second '=' (e.g. in its comment): every name the parameters cell assigns must come back from it."""
+    import papermill
+
+    names = set(papermill.inspect_notebook(str(path)))
+    assert set(_parameters(path)) <= names, f"papermill cannot read {sorted(set(_parameters(path)) - names)}"
