@@ -264,12 +264,22 @@ class PrunedHeadDrafter:
         head: a module mapping float [..., H] to float [..., N]; default :func:`~specrepro.cheap_drafts.pruned_head`
             of ``model`` (a float copy of the kept rows).
         name: a label for tables.
+        stop_below: dynamic draft length as in :class:`DraftModelDrafter`: ``gamma`` becomes the maximum and drafting
+            stops after the first token whose temperature-1 probability under the N kept logits is below it (0, the
+            default, drafts exactly gamma tokens). Exact for the same reason: the stop depends only on the draft's
+            own values up to that token.
 
     Raises:
-        ValueError: empty, repeated or out-of-range ``kept_ids``; a ``head`` whose output width is not N.
+        ValueError: empty, repeated or out-of-range ``kept_ids``; a ``head`` whose output width is not N;
+            ``stop_below`` outside [0, 1).
     """
 
-    def __init__(self, model, kept_ids: torch.Tensor, vocab_size: int, head=None, name: str = "pruned-head draft"):
+    def __init__(self, model, kept_ids: torch.Tensor, vocab_size: int, head=None, name: str = "pruned-head draft",
+                 stop_below: float = 0.0):
+        stop_below = float(stop_below)
+        if not 0.0 <= stop_below < 1.0:  # also refuses NaN
+            raise ValueError(f"stop_below (draft confidence threshold) must be in [0, 1), got {stop_below!r}")
+        self.stop_below = stop_below
         kept = torch.as_tensor(kept_ids, dtype=torch.long).reshape(-1).cpu()
         if kept.numel() == 0 or int(kept.min()) < 0 or int(kept.max()) >= vocab_size:
             raise ValueError(f"kept_ids must be N >= 1 ids in [0, {vocab_size}) (the target's width)")
@@ -317,12 +327,15 @@ class PrunedHeadDrafter:
         tokens, probs = [], []
         for _ in range(gamma):
             out = self.backbone(input_ids=feed[None], past_key_values=self.cache, use_cache=True)
-            q_kept = logits_to_probs(self._kept_logits(out.last_hidden_state[0, -1]), sampling)
+            logits = self._kept_logits(out.last_hidden_state[0, -1])
+            q_kept = logits_to_probs(logits, sampling)
             j = q_kept.argmax() if sampling.greedy else sample(q_kept, generator)
             x = self.kept[j]
             tokens.append(x)
             probs.append(self._widen(q_kept))
             feed = x.reshape(1)
+            if self.stop_below > 0.0 and float(torch.softmax(logits.float(), -1)[j]) < self.stop_below:
+                break  # dynamic draft length: the draft is unsure of x (temperature-1 confidence over the kept set)
         tok = torch.stack(tokens) if tokens else torch.empty(0, dtype=torch.long, device=self.device)
         self.cached_ids = torch.cat([ids.cpu(), tok[:-1].cpu()]) if tokens else ids.cpu()
         return Proposal(tok, torch.stack(probs) if probs else None)

@@ -204,6 +204,30 @@ def test_pruned_head_q_lives_on_the_kept_set_and_matches_teacher_forcing(pair):
         PrunedHeadDrafter(draft, torch.tensor([1, 1]), 8)
 
 
+def test_pruned_head_dynamic_draft_length(pair):
+    """stop_below on the pruned head (the dynamic draft length of sd-draft-dynamic with draft_kind=pruned/int8-pruned):
+    it really shortens blocks, keeps the target distribution at T = 1, greedy output equals AR, and bad thresholds
+    are refused."""
+    target, draft = pair
+    with torch.inference_mode():  # the pruned head's temperature-1 confidences along a greedy continuation
+        conf = torch.softmax(draft(input_ids=PROMPT[None]).logits[0, -1, KEPT], -1).max()
+    stop = float(conf) + 0.05  # above the first confidence: the first block stops after one token
+    drafter = PrunedHeadDrafter(draft, KEPT, 8, stop_below=stop)
+    assert drafter.propose(PROMPT, 5, SamplingConfig(0.0), None).tokens.numel() == 1
+    probe = generate(target, PROMPT, drafter=PrunedHeadDrafter(draft, KEPT, 8, stop_below=0.3), gamma=4,
+                     max_new_tokens=40, sampling=T1, generator=torch.Generator().manual_seed(0))
+    assert min(probe.drafted[:-1]) < 4 and max(probe.drafted) == 4  # the length varies
+    samples = _samples(target, PrunedHeadDrafter(draft, KEPT, 8, stop_below=0.3), T1, N, seed=13, gamma=4)
+    assert gof_test(samples, _exact(target, T1))[1] > LEVEL
+    greedy = SamplingConfig(0.0)
+    ar = generate(target, PROMPT, max_new_tokens=30, sampling=greedy).tokens
+    assert generate(target, PROMPT, drafter=PrunedHeadDrafter(draft, KEPT, 8, stop_below=0.3), gamma=5,
+                    max_new_tokens=30, sampling=greedy).tokens == ar
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="stop_below"):
+            PrunedHeadDrafter(draft, KEPT, 8, stop_below=bad)
+
+
 def test_frequent_token_ids_and_cached_frequencies(tmp_path, monkeypatch):
     counts = torch.tensor([5, 0, 9, 9, 1, 7])
     assert frequent_token_ids(counts, 3, 6).tolist() == [2, 3, 5]
@@ -381,7 +405,8 @@ def test_gamma_for_step_agrees_with_the_hardware_aware_optimum():
 
 # ----------------------------------------------------------------------------------------------------- bench methods
 
-NEW_METHODS = "sd-draft-int8,sd-draft-pruned,sd-draft-int8-pruned,sd-hybrid,sd-draft-auto@2,hf-assisted-int8-gamma"
+NEW_METHODS = ("sd-draft-int8,sd-draft-pruned,sd-draft-int8-pruned,sd-hybrid,sd-draft-auto@2,sd-draft-dynamic@3,"
+               "hf-assisted-int8-gamma")
 
 
 @pytest.mark.parametrize("options, message", [
@@ -407,8 +432,8 @@ def test_cheap_draft_options_are_checked_before_models_load(options, message):
 
 
 def test_cheap_draft_methods_equal_ar_in_the_bench(tmp_path, monkeypatch):
-    """Greedy: every new method's tokens equal our AR's on a random llama with SmolLM2's tokenizer (49152 tokens); the
-    FR-Spec counts come from two small stdlib files (the real corpus takes tens of seconds to tokenize)."""
+    """Greedy: every new method's tokens equal our AR's on a random llama with SmolLM2's tokenizer (49152 tokens), the
+    methods that take a draft_kind drafting with the int8 pruned draft; the FR-Spec counts come from two small stdlib files (the real corpus takes tens of seconds to tokenize)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from specrepro import cheap_drafts
@@ -427,7 +452,8 @@ def test_cheap_draft_methods_equal_ar_in_the_bench(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path))
     res = run_bench(models=(model, model, tok), prompts=["def f(x):\n    return x", "x = [1, 2]\ny = [1, 2"],
                     methods=NEW_METHODS, max_new_tokens=6, gamma=2, warmup=False, progress=False,
-                    options={"draft_vocab": "2000"}, json_path=tmp_path / "b.json")
+                    options={"draft_vocab": "2000", "draft_kind": "int8-pruned", "draft_stop": "0.01"},
+                    json_path=tmp_path / "b.json")
     assert res.runs["equal_to_baseline"].all(), res.runs[["method", "prompt", "token_ids"]]
     assert set(res.runs["method"]) == {"ar", *NEW_METHODS.split(",")}
     assert (res.runs["new_tokens"] == 6).all()

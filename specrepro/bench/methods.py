@@ -73,6 +73,7 @@ def _sd_draft_block(ctx, name, gamma):
 
 def _prepare_sd_draft_dynamic(at, gamma, options):
     draft_stop_option(options)
+    draft_kind_option(options)
     if at is None:
         return max(int(gamma), 8)
     if not at.isdigit() or int(at) < 1:
@@ -84,10 +85,8 @@ def _prepare_sd_draft_dynamic(at, gamma, options):
 def _sd_draft_dynamic(ctx, name, gamma):
     """our chain speculative decoding, dynamic draft length: up to γ (default 8) draft tokens, stopping after one the
     draft gives temperature-1 probability < draft_stop (--opt, default 0.4; as transformers'
-    assistant_confidence_threshold)"""
-    from ..drafters import DraftModelDrafter
-
-    drafter = DraftModelDrafter(ctx.draft, ctx.vocab_size, stop_below=draft_stop_option(ctx.options))
+    assistant_confidence_threshold); --opt draft_kind: fp32 (default), int8, pruned, int8-pruned"""
+    drafter = cheap_drafter(ctx, draft_kind_option(ctx.options), stop_below=draft_stop_option(ctx.options))
     return _our_runner(ctx, drafter, gamma, predict=False)
 
 
@@ -158,29 +157,32 @@ def _kept_ids(ctx: BenchContext):
     return ctx.shared(f"fr_spec_kept:{n}", build)
 
 
-def cheap_drafter(ctx: BenchContext, kind: str):
+def cheap_drafter(ctx: BenchContext, kind: str, stop_below: float = 0.0):
     """The drafter of a draft kind (:data:`~specrepro.bench.options.DRAFT_KINDS`): ``fp32`` the draft model as given,
     ``int8`` its int8 copy, ``pruned`` its FR-Spec pruned head, ``int8-pruned`` the int8 backbone with an int8
     pruned head. Models and kept vocabularies are built once per benchmark (``ctx.shared``); each call returns a
-    fresh drafter (its own KV cache)."""
+    fresh drafter (its own KV cache). ``stop_below`` > 0: dynamic draft length (the drafter stops after a token its
+    temperature-1 confidence puts below it; :class:`~specrepro.drafters.DraftModelDrafter`)."""
     from ..cheap_drafts import pruned_head, quantize_linear
     from ..drafters import DraftModelDrafter, PrunedHeadDrafter
 
     if kind == "fp32":
-        return DraftModelDrafter(ctx.draft, ctx.vocab_size)
+        return DraftModelDrafter(ctx.draft, ctx.vocab_size, stop_below=stop_below)
     if kind == "int8":
-        return DraftModelDrafter(_int8_draft(ctx), ctx.vocab_size, name="int8 draft model")
+        return DraftModelDrafter(_int8_draft(ctx), ctx.vocab_size, name="int8 draft model", stop_below=stop_below)
     kept = _kept_ids(ctx)
     n = kept.numel()
     if kind == "pruned":
         head = ctx.shared(f"fr_spec_head:{n}", lambda: pruned_head(ctx.draft, kept))
-        return PrunedHeadDrafter(ctx.draft, kept, ctx.vocab_size, head=head, name=f"draft, head of {n} tokens")
+        return PrunedHeadDrafter(ctx.draft, kept, ctx.vocab_size, head=head, name=f"draft, head of {n} tokens",
+                                 stop_below=stop_below)
     if kind == "int8-pruned":
         backend = int8_backend_option(ctx.options)
         model = _int8_draft(ctx)
         head = ctx.shared(f"fr_spec_head_int8:{n}:{backend}",
                           lambda: quantize_linear(pruned_head(ctx.draft, kept), backend))
-        return PrunedHeadDrafter(model, kept, ctx.vocab_size, head=head, name=f"int8 draft, head of {n} tokens")
+        return PrunedHeadDrafter(model, kept, ctx.vocab_size, head=head, name=f"int8 draft, head of {n} tokens",
+                                 stop_below=stop_below)
     raise BenchOptionError(f"unknown draft kind {kind!r}")
 
 

@@ -91,18 +91,18 @@ def _picks(summary: list[dict], prefixes) -> list[dict]:
 
 def draft_kind_of(method: str, options: dict | None = None) -> str | None:
     """The draft a bench method drafts with: ``int8`` / ``int8-pruned`` / ``pruned`` / ``fp32`` from its name
-    (``sd-draft-int8@4``, ``sd-tree-int8@2x1``), the run's ``draft_kind`` option for ``sd-draft-auto`` and
-    ``sd-hybrid`` (default fp32); None for our methods without a draft model (AR, lookup) and for transformers'
-    own methods (``hf-*``: not ours to pick for a target)."""
+    (``sd-draft-int8@4``, ``sd-tree-int8@2x1``), the run's ``draft_kind`` option for ``sd-draft-auto``,
+    ``sd-draft-dynamic`` and ``sd-hybrid`` (default fp32); None for our methods without a draft model (AR, lookup)
+    and for transformers' own methods (``hf-*``: not ours to pick for a target)."""
     base = str(method).split("@", 1)[0]
     if not base.startswith("sd-"):
         return None
-    if base in ("sd-draft-auto", "sd-hybrid"):
+    if base in ("sd-draft-auto", "sd-hybrid", "sd-draft-dynamic"):
         return str((options or {}).get("draft_kind", "fp32"))
     for kind in ("int8-pruned", "int8", "pruned"):
         if base.endswith("-" + kind):
             return kind
-    return "fp32" if base in ("sd-draft", "sd-tree", "sd-draft-dynamic", "sd-draft-block") else None
+    return "fp32" if base in ("sd-draft", "sd-tree", "sd-draft-block") else None
 
 
 def _median(runs: pd.DataFrame, method: str, column: str) -> float:
