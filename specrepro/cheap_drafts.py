@@ -35,7 +35,8 @@ from typing import Iterable, Sequence
 import torch
 
 __all__ = ["INT8_BACKENDS", "check_int8_backend", "quantize_draft", "quantize_linear", "stdlib_sources",
-           "token_frequencies", "frequent_token_ids", "pruned_head", "measure_draft_step_ms", "measure_chain_costs"]
+           "token_frequencies", "frequent_token_ids", "pruned_head", "FullWidthHead", "with_output_head",
+           "measure_draft_step_ms", "measure_chain_costs"]
 
 #: int8 backends of :func:`quantize_draft`:
 #:
@@ -347,9 +348,60 @@ def pruned_head(model, kept_ids: torch.Tensor) -> torch.nn.Linear:
     return out.eval().requires_grad_(False)
 
 
+class FullWidthHead(torch.nn.Module):
+    """A pruned LM head (N kept rows) that returns full-width logits: the N computed logits at the kept ids, the
+    dtype's lowest finite value everywhere else (softmax 0, never the argmax).
+
+    For code that needs an ordinary full-vocabulary causal LM, such as transformers' assisted generation, to draft
+    with an FR-Spec pruned head (:func:`pruned_head`): its greedy draft is the argmax over the kept set and its
+    temperature-1 confidence is the softmax over the kept set, exactly what
+    :class:`~specrepro.drafters.PrunedHeadDrafter` computes. The head's cost is N x H per token; the scatter into
+    the width-wide row is one memory write.
+
+    Args:
+        head: module mapping float [..., H] to float [..., N] (a pruned head, possibly int8 via :func:`quantize_linear`).
+        kept_ids: long [N], unique ids in [0, width), the rows of ``head``'s output in order.
+        width: the logits width (the model's own head rows).
+
+    Raises:
+        ValueError: ids out of range or repeated.
+    """
+
+    def __init__(self, head: torch.nn.Module, kept_ids: torch.Tensor, width: int):
+        super().__init__()
+        kept = torch.as_tensor(kept_ids, dtype=torch.long).reshape(-1)
+        if kept.numel() == 0 or int(kept.min()) < 0 or int(kept.max()) >= int(width) or \
+                kept.unique().numel() != kept.numel():
+            raise ValueError(f"kept ids must be N >= 1 unique ids in [0, {width})")
+        self.head, self.width = head, int(width)
+        self.register_buffer("kept", kept, persistent=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        kept_logits = self.head(hidden)
+        out = kept_logits.new_full((*kept_logits.shape[:-1], self.width), torch.finfo(kept_logits.dtype).min)
+        return out.index_copy_(-1, self.kept.to(kept_logits.device), kept_logits)
+
+
+def with_output_head(model, head: torch.nn.Module):
+    """A shallow copy of a transformers causal LM whose output head is ``head``; every other weight, and the model
+    passed in, are shared and left unchanged (no weight is copied; the copy's generation config is its own).
+
+    Raises:
+        TypeError: a model without ``set_output_embeddings``.
+    """
+    if not hasattr(model, "set_output_embeddings"):
+        raise TypeError(f"{type(model).__name__} has no set_output_embeddings: not a transformers causal LM")
+    out = copy.copy(model)
+    out._modules = dict(model._modules)  # a new table of submodules: replacing the head leaves the original alone
+    out.set_output_embeddings(head)
+    if getattr(model, "generation_config", None) is not None:
+        out.generation_config = copy.deepcopy(model.generation_config)
+    return out
+
+
 @torch.inference_mode()
 def measure_draft_step_ms(drafter, vocab: int, prefix_len: int = 200, repeats: int = 5,
-                          generator: torch.Generator | None = None, sampling=None) -> float:
+                          generator: torch.Generator | None = None, sampling=None, warmup: int = 10) -> float:
     """Median time of one drafted token of ``drafter`` (ms): ``propose(ids, 1)`` on a random ``prefix_len``-token
     prefix whose draft KV cache is already filled, so each timed call is one forward of the draft over one new token
     plus its head, its logits processing under ``sampling`` and its draw (t_draft(1) of the cost model,
@@ -358,7 +410,8 @@ def measure_draft_step_ms(drafter, vocab: int, prefix_len: int = 200, repeats: i
     Args:
         drafter: a :mod:`specrepro.drafters` drafter with a KV-cached model (draft model, pruned head, int8).
         vocab: ids are drawn from [0, vocab).
-        prefix_len: length of the random prefix (tokens); repeats: timed calls after one warm-up.
+        prefix_len: length of the random prefix (tokens); repeats: timed calls after ``warmup`` untimed ones (the
+            first forwards after the prefill run slow on a CPU: see :func:`specrepro.theory.measure_cost_curve`).
         generator: draws the random prefix and, under sampling, the drafted tokens.
         sampling: the :class:`~specrepro.sampling.SamplingConfig` the run drafts under (a top-p run sorts the
             vocabulary for every drafted token, which a greedy measurement would leave out); None = greedy.
@@ -371,7 +424,9 @@ def measure_draft_step_ms(drafter, vocab: int, prefix_len: int = 200, repeats: i
     sampling = GREEDY if sampling is None else sampling
     ids = torch.randint(0, vocab, (prefix_len + 1,), generator=generator)
     drafter.reset()
-    drafter.propose(ids, 1, sampling, generator)  # fills the cache with the prefix (and warms up)
+    drafter.propose(ids, 1, sampling, generator)  # fills the cache with the prefix
+    for _ in range(int(warmup)):
+        drafter.propose(ids, 1, sampling, generator)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()

@@ -159,7 +159,9 @@ def render_bench(profile: str = STANDARD) -> str:
                 + (f" · commit `{cfg['commit']}`" if cfg.get("commit") else "") + f" · [`{rel}`]({rel})")
         # transformers baselines beyond hf-assisted get a column only where the file has them
         extra = [(key, title) for key, title in (("speedup_vs_hf_ar", "× HF AR [95% CI]"),
-                                                 ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"))
+                                                 ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"),
+                                                 ("speedup_vs_hf_assisted_int8_pruned",
+                                                  "× HF assisted, int8 pruned-head draft [95% CI]"))
                  if any(key in r for r in summary)]
         predicted = any(r.get("predicted_speedup") is not None for r in summary)
         pred_head = " predicted × AR (hardware-aware) | free-draft bound | measured / predicted |" if predicted else ""

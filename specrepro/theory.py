@@ -247,37 +247,57 @@ def gamma_for_step(alpha: float, costs_ms, min_gamma: int = 1) -> int:
 
 
 def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200, repeats: int = 5,
-                       generator=None) -> CostCurve:
+                       generator=None, warmup_rounds: int = 2) -> CostCurve:
     """Time one KV-cached forward pass of ``n`` new tokens on a ``prefix_len``-token prefix, for each n (median, ms).
+
+    The sizes are timed round-robin: after the prefill, ``warmup_rounds`` untimed rounds over every n, then
+    ``repeats`` timed rounds, each timing every n once (the cache is cropped back to the prefix after each call);
+    the curve is the median over the timed rounds. Why not n by n: on this project's 2-core CPU the first 10-20
+    forwards after a long prefill ran up to 40% slower than later ones (qwen2.5-coder-1.5b, one call timing n =
+    1..5 in that order: 327, 336, 243, 223, 217 ms; in the order 5..1: t(1) = 224 ms), so timing one size after
+    another charged that transient to whichever sizes came first and made a one-token forward look slower than a
+    four-token one. Round-robin spreads any transient or drift over every size alike.
 
     Random token ids (drawn with ``generator``) are used: the cost of a dense transformer forward does not depend on
     the ids. CUDA is synchronized around each timed call.
+
+    Args:
+        model: a transformers causal LM; ns: the new-token counts n (each >= 1); prefix_len: cached prefix tokens;
+        repeats: timed rounds (>= 1); generator: seeds the random ids; warmup_rounds: untimed rounds (>= 0).
+
+    Returns:
+        :class:`CostCurve` over ``ns`` in ms.
+
+    Raises:
+        ValueError: ``repeats`` < 1, ``warmup_rounds`` < 0, or an n < 1.
     """
     import torch
 
     from .kvcache import crop_cache, new_cache
 
+    ns = [int(n) for n in ns]
+    if int(repeats) < 1 or int(warmup_rounds) < 0 or not ns or min(ns) < 1:
+        raise ValueError(f"measure_cost_curve needs repeats >= 1, warmup_rounds >= 0 and every n >= 1; got "
+                         f"{repeats}, {warmup_rounds}, {ns}")
     device = model.device
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (1, prefix_len + max(ns)), generator=generator).to(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    med = []
+    times: dict[int, list[float]] = {n: [] for n in ns}
     with torch.inference_mode():
         cache = new_cache(model)
         model(input_ids=ids[:, :prefix_len], past_key_values=cache, use_cache=True, logits_to_keep=1)
-        for n in ns:
-            times = []
-            for r in range(repeats + 1):
+        for r in range(int(warmup_rounds) + int(repeats)):
+            for n in ns:
                 sync()
                 t0 = time.perf_counter()
                 model(input_ids=ids[:, prefix_len:prefix_len + n], past_key_values=cache, use_cache=True,
                       logits_to_keep=n)
                 sync()
-                if r:  # the first call is a warm-up
-                    times.append(1000 * (time.perf_counter() - t0))
+                if r >= int(warmup_rounds):
+                    times[n].append(1000 * (time.perf_counter() - t0))
                 crop_cache(cache, prefix_len)
-            med.append(float(np.median(times)))
-    return CostCurve(list(ns), med)
+    return CostCurve(ns, [float(np.median(times[n])) for n in ns])
 
 
 def target_probs_along(target, ids, prompt_len: int, sampling):

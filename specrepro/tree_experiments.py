@@ -210,30 +210,41 @@ def naive_vs_mss_table(target, draft, tokenizer, prompts, width: int = 5, depth:
 
 @torch.inference_mode()
 def tree_cost_table(model, prefix_ids: torch.Tensor, sizes, repeats: int = 3, width: int = 4,
-                    name: str = "target") -> pd.DataFrame:
+                    name: str = "target", warmup_rounds: int = 2) -> pd.DataFrame:
     """Measured time of one tree-attention forward of ``model`` over N + 1 fed tokens (root + N nodes) on top of a
     KV cache holding ``prefix_ids`` (the verification cost t(N); SpecInfer Sec. 6, Sequoia's t_target(n)).
 
     The tree for each N is the first N nodes of the expansion ⟨width, 1, 1, ...⟩ (the cost depends on N, hardly on
-    the shape). Each size is timed ``repeats`` times after one warm-up; the cache is cropped back in between.
+    the shape). The sizes are timed round-robin, as :func:`specrepro.theory.measure_cost_curve` does (the first
+    forwards after the prefill run slow on a CPU; timing size by size would charge that to the first sizes):
+    ``warmup_rounds`` untimed rounds, then ``repeats`` timed rounds over every size; the cache is cropped back to the
+    prefix after each call.
 
     Returns:
-        one row per N: model, n_nodes, fed_tokens (N + 1), ms (median), ms_min.
+        one row per N: model, n_nodes, fed_tokens (N + 1), ms (median over the rounds), ms_min.
+
+    Raises:
+        ValueError: ``repeats`` < 1 or ``warmup_rounds`` < 0.
     """
     from tqdm.auto import tqdm
 
+    if int(repeats) < 1 or int(warmup_rounds) < 0:
+        raise ValueError(f"tree_cost_table needs repeats >= 1 and warmup_rounds >= 0; got {repeats}, {warmup_rounds}")
     ids = prefix_ids.reshape(-1).to(model.device)
     cache = new_cache(model)
     model(input_ids=ids[None, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
     start = ids.numel() - 1
-    rows = []
-    for n in tqdm(sizes, desc=f"tree cost ({name})", unit="size", delay=2, disable=None):  # drawn between timings
+    sizes = [int(n) for n in sizes]
+    calls = {}
+    for n in sizes:
         tmpl = TreeTemplate.expansion([width] + [1] * max(1, n))
         tree = TokenTree(torch.tensor(tmpl.parents[:n]), ids[-1].repeat(n).cpu() if n else torch.empty(0).long())
-        feed = torch.cat([ids[-1:], tree.tokens.to(model.device)])
-        compiled = tree.compile()
-        times = []
-        for r in range(repeats + 1):
+        calls[n] = (torch.cat([ids[-1:], tree.tokens.to(model.device)]), tree.compile())
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    rounds = int(warmup_rounds) + int(repeats)
+    for r in tqdm(range(rounds), desc=f"tree cost ({name})", unit="round", delay=2, disable=None):
+        for n in sizes:
+            feed, compiled = calls[n]
             crop_cache(cache, start)
             if model.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -244,12 +255,11 @@ def tree_cost_table(model, prefix_ids: torch.Tensor, sizes, repeats: int = 3, wi
                 model(input_ids=feed[None], past_key_values=cache, use_cache=True)
             if model.device.type == "cuda":
                 torch.cuda.synchronize()
-            if r:
-                times.append(1000 * (time.perf_counter() - t0))
-        rows.append({"model": name, "n_nodes": n, "fed_tokens": n + 1, "ms": float(np.median(times)),
-                     "ms_min": float(np.min(times))})
+            if r >= int(warmup_rounds):
+                times[n].append(1000 * (time.perf_counter() - t0))
     crop_cache(cache, start)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"model": name, "n_nodes": n, "fed_tokens": n + 1, "ms": float(np.median(times[n])),
+                          "ms_min": float(np.min(times[n]))} for n in sizes])
 
 
 def choose_tree(width_runs: pd.DataFrame, target_cost: pd.DataFrame, draft_cost: pd.DataFrame,

@@ -228,6 +228,36 @@ def test_pruned_head_dynamic_draft_length(pair):
             PrunedHeadDrafter(draft, KEPT, 8, stop_below=bad)
 
 
+def test_full_width_pruned_head_drafts_what_the_pruned_drafter_drafts(pair):
+    """FullWidthHead + with_output_head (transformers' assisted generation drafting with the pruned head): logits at
+    the kept ids are the pruned head's, the lowest value elsewhere; the greedy draft equals PrunedHeadDrafter's; the
+    model passed in keeps its own head."""
+    from specrepro.cheap_drafts import FullWidthHead, with_output_head
+
+    _, draft = pair
+    head = pruned_head(draft, KEPT)
+    copy_ = with_output_head(draft, FullWidthHead(head, KEPT, 8))
+    assert draft.get_output_embeddings() is not copy_.get_output_embeddings()
+    assert isinstance(draft.get_output_embeddings(), torch.nn.Linear)
+    with torch.inference_mode():
+        full = copy_(input_ids=PROMPT[None]).logits[0, -1]
+        hidden = draft.get_decoder()(input_ids=PROMPT[None]).last_hidden_state[0, -1]
+        original = draft(input_ids=PROMPT[None]).logits[0, -1]
+    assert torch.allclose(full[KEPT], head(hidden[None])[0], atol=1e-6)
+    outside = [t for t in range(8) if t not in KEPT.tolist()]
+    assert torch.all(full[outside] == torch.finfo(full.dtype).min)
+    assert not torch.allclose(original, full)  # the original still has its full head
+    greedy = SamplingConfig(0.0)
+    ours = PrunedHeadDrafter(draft, KEPT, 8).propose(PROMPT, 4, greedy, None).tokens
+    ids = PROMPT.clone()
+    for _ in range(4):  # greedy drafting through the full-width copy
+        with torch.inference_mode():
+            ids = torch.cat([ids, copy_(input_ids=ids[None]).logits[0, -1].argmax().reshape(1)])
+    assert ids[PROMPT.numel():].tolist() == ours.tolist()
+    with pytest.raises(ValueError, match="kept ids"):
+        FullWidthHead(head, torch.tensor([0, 8]), 8)
+
+
 def test_frequent_token_ids_and_cached_frequencies(tmp_path, monkeypatch):
     counts = torch.tensor([5, 0, 9, 9, 1, 7])
     assert frequent_token_ids(counts, 3, 6).tolist() == [2, 3, 5]
@@ -406,7 +436,7 @@ def test_gamma_for_step_agrees_with_the_hardware_aware_optimum():
 # ----------------------------------------------------------------------------------------------------- bench methods
 
 NEW_METHODS = ("sd-draft-int8,sd-draft-pruned,sd-draft-int8-pruned,sd-hybrid,sd-draft-auto@2,sd-draft-dynamic@3,"
-               "hf-assisted-int8-gamma")
+               "hf-assisted-int8-gamma,hf-assisted-int8-pruned")
 
 
 @pytest.mark.parametrize("options, message", [
@@ -504,8 +534,8 @@ def test_measure_chain_costs_times_every_point_and_drafter_under_the_runs_sampli
                                              generator=gen, sampling=nucleus)
     assert list(curve.n) == [1, 2, 3] and all(v > 0 for v in curve.ms)
     assert set(draft_ms) == {"a", "b"} and all(v > 0 for v in draft_ms.values())
-    assert seen and all(s is nucleus for s in seen)  # 3 rounds x (1 warm-up + 2 timed) calls, all under nucleus
-    assert len(seen) == 3 * 3
+    assert seen and all(s is nucleus for s in seen)  # all under nucleus:
+    assert len(seen) == 3 * (1 + 10 + 2)  # 3 rounds x (the prefill, 10 warm-up calls, 2 timed calls)
     for bad in ({"rounds": 0}, {"repeats": 0}, {"ns": []}):
         kw = dict(ns=range(1, 3), vocab=16, prefix_len=8, repeats=1, rounds=1) | bad
         with pytest.raises(ValueError, match="measure_chain_costs"):

@@ -342,6 +342,26 @@ def _hf_assisted_int8_gamma(ctx, name, gamma):
                                         "assistant_confidence_threshold": 0.0})
 
 
+@register_method("hf-assisted-int8-pruned", needs_draft=True, uses_gamma=False, family="transformers")
+def _hf_assisted_int8_pruned(ctx, name, gamma):
+    """transformers assisted generation with our cheapest draft, the int8 copy with the int8 FR-Spec pruned head
+    (draft_vocab tokens; full-width logits, the lowest value outside the kept set), HF's defaults"""
+    from ..cheap_drafts import FullWidthHead, pruned_head, quantize_linear, with_output_head
+
+    backend = int8_backend_option(ctx.options)
+    kept = _kept_ids(ctx)
+    n = kept.numel()
+
+    def build():
+        head = ctx.shared(f"fr_spec_head_int8:{n}:{backend}", lambda: quantize_linear(pruned_head(ctx.draft, kept),
+                                                                                      backend))
+        rows = ctx.draft.get_output_embeddings().weight.shape[0]
+        return with_output_head(_int8_draft(ctx), FullWidthHead(head, kept, rows))
+
+    return _hf_runner(ctx, hf_generation_config(ctx), assistant=ctx.shared(f"hf_assistant_int8_pruned:{n}:{backend}",
+                                                                          build))
+
+
 @register_method("hf-lookup", family="transformers")
 def _hf_lookup(ctx, name, gamma):
     """transformers prompt lookup decoding, generate(prompt_lookup_num_tokens=γ, max_matching_ngram_size=3)"""

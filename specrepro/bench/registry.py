@@ -217,9 +217,10 @@ OPTION_KEYS: dict[str, tuple[tuple[str, ...], Callable | None]] = {
     "typical_epsilon": (("medusa-typical",), check_typical_option("typical_epsilon")),
     "typical_delta": (("medusa-typical",), check_typical_option("typical_delta")),
     "int8_backend": (("sd-draft-int8", "sd-draft-int8-pruned", "sd-hybrid", "sd-draft-auto", "sd-draft-dynamic",
-                      "sd-tree-int8", "hf-assisted-int8", "hf-assisted-int8-gamma"), int8_backend_option),
-    "draft_vocab": (("sd-draft-pruned", "sd-draft-int8-pruned", "sd-hybrid", "sd-draft-auto", "sd-draft-dynamic"),
-                    draft_vocab_option),
+                      "sd-tree-int8", "hf-assisted-int8", "hf-assisted-int8-gamma", "hf-assisted-int8-pruned"),
+                     int8_backend_option),
+    "draft_vocab": (("sd-draft-pruned", "sd-draft-int8-pruned", "sd-hybrid", "sd-draft-auto", "sd-draft-dynamic",
+                     "hf-assisted-int8-pruned"), draft_vocab_option),
     "draft_kind": (("sd-hybrid", "sd-draft-auto", "sd-draft-dynamic"), draft_kind_option),
     "hybrid_min_ngram": (("sd-hybrid",), hybrid_min_ngram_option),
 }

@@ -1,0 +1,92 @@
+"""The cost measurements behind every hardware-aware prediction (theory.measure_cost_curve, tree_cost_table,
+cheap_drafts.measure_draft_step_ms) must not charge a transient to some sizes only.
+
+On the project's 2-core CPU the first 10-20 forwards after a long prefill ran up to 40% slower than later ones; timed
+size by size, that made t(1) read 327 ms where it was 224. Here a fake clock replays such a machine: each forward
+costs 100 + 10 n "ms" for n fed tokens, doubled for the first SLOW calls after the prefill. A measurement that warms up
+and times the sizes round-robin reads the true costs; the old one (one warm-up call, then size by size) would read the
+first size at twice its cost, which the last test shows.
+"""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import tiny_lm
+from specrepro import cheap_drafts, theory, tree_experiments
+from specrepro.drafters import DraftModelDrafter
+from specrepro.sampling import GREEDY
+
+SLOW = 12  # forwards after the prefill that run at half speed
+
+
+def cost(n: int) -> float:
+    return 100.0 + 10.0 * n
+
+
+class SlowStart(torch.nn.Module):
+    """A tiny causal LM whose forwards advance a fake clock (seconds) by cost(n) / 1000, twice that for the first
+    SLOW forwards after the first (the prefill)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner = model
+        self.now = 0.0
+        self.calls = 0
+        self.fed: list[int] = []
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.inner, name)
+
+    def forward(self, *args, **kwargs):
+        n = int(kwargs["input_ids"].shape[-1])
+        if self.calls:  # the prefill itself is not timed by anyone
+            self.now += cost(n) / 1000 * (2.0 if self.calls <= SLOW else 1.0)
+            self.fed.append(n)
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+
+@pytest.fixture
+def slow(monkeypatch):
+    model = SlowStart(tiny_lm("llama", seed=3))
+    clock = SimpleNamespace(perf_counter=lambda: model.now)
+    for module in (theory, tree_experiments, cheap_drafts):
+        monkeypatch.setattr(module, "time", clock)
+    return model
+
+
+def test_cost_curve_reads_the_steady_costs(slow):
+    ns = (1, 2, 3, 4, 5)
+    curve = theory.measure_cost_curve(slow, ns=ns, prefix_len=20, repeats=5)
+    assert curve.ms == pytest.approx([cost(n) for n in ns])
+    assert slow.fed[:10] == [1, 2, 3, 4, 5] * 2  # two untimed rounds, then round-robin
+    with pytest.raises(ValueError):
+        theory.measure_cost_curve(slow, ns=ns, repeats=0)
+    with pytest.raises(ValueError):
+        theory.measure_cost_curve(slow, ns=(0, 1))
+
+
+def test_tree_cost_table_reads_the_steady_costs(slow):
+    sizes = [0, 1, 2, 4, 8]
+    table = tree_experiments.tree_cost_table(slow, torch.arange(20) % 8, sizes, repeats=5)
+    assert table["ms"].tolist() == pytest.approx([cost(n + 1) for n in sizes])
+    assert table["fed_tokens"].tolist() == [n + 1 for n in sizes]
+
+
+def test_draft_step_reads_the_steady_cost(slow):
+    ms = cheap_drafts.measure_draft_step_ms(DraftModelDrafter(slow, 8), 8, prefix_len=20, repeats=5,
+                                            generator=torch.Generator().manual_seed(0), sampling=GREEDY)
+    assert ms == pytest.approx(cost(1))
+
+
+def test_the_old_order_would_have_failed(slow):
+    """Negative control: no warm-up round and one size after another (the measurement before this fix) reads the
+    first size at twice its steady cost, the error these tests exist to catch."""
+    ns = (1, 2, 3, 4, 5)
+    curve = theory.measure_cost_curve(slow, ns=ns[:1], prefix_len=20, repeats=5, warmup_rounds=1)
+    assert curve.ms[0] == pytest.approx(2 * cost(1))
