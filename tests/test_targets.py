@@ -90,7 +90,7 @@ def test_render_targets_block(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
     text = report.render_targets("quick")
     assert "| nucleus (T = 0.8, top-p 0.95): ≥ 1.6× our AR | **missed** | 1.40 [1.20, 1.60]×" in text
-    assert "0 met · 0 met on the median · 1 missed · 7 not run" in text
+    assert "0 met · 0 met on the median · 1 missed · 8 not run" in text
 
 
 def test_int8_target_counts_the_cost_model_gamma_only_when_it_drafts_with_int8(tmp_path):
@@ -109,6 +109,15 @@ def test_int8_target_counts_the_cost_model_gamma_only_when_it_drafts_with_int8(t
             {"config": {"n_prompts": 20, "options": {"draft_kind": kind}}, "summary": summary, "runs": []}))
         t = check_targets(tmp_path).set_index("id").loc["greedy-vs-hf-assisted-int8"]
         assert t["status"] == status and t["method"].startswith(method)
+    # the cheapest draft's target compares the int8 pruned-head draft with transformers given that same draft
+    summary = [_row("sd-draft-int8-pruned@4", speedup_vs_hf_assisted_int8_pruned=1.2,
+                    speedup_vs_hf_assisted_int8_pruned_lo=1.15, speedup_vs_hf_assisted_int8_pruned_hi=1.3),
+               _row("sd-draft-int8@4", speedup_vs_hf_assisted_int8_pruned=1.5,
+                    speedup_vs_hf_assisted_int8_pruned_lo=1.4, speedup_vs_hf_assisted_int8_pruned_hi=1.6)]
+    (tmp_path / "bench_qwen_greedy.json").write_text(json.dumps(
+        {"config": {"n_prompts": 20, "options": {}}, "summary": summary, "runs": []}))
+    t = check_targets(tmp_path).set_index("id").loc["greedy-vs-hf-assisted-int8-pruned"]
+    assert t["status"] == MET and t["method"].startswith("sd-draft-int8-pruned@4")  # not the int8 row's 1.5
 
 
 def _gap_run(tmp_path):
