@@ -120,18 +120,20 @@ bench: $(STAMP)  ## python -m specrepro bench with the qwen-coder pair (see READ
 	$(PY) -m specrepro bench $(BENCH_ARGS)
 
 # The performance benchmark of record (standard profile only): qwen-coder pair, first 20 HumanEval problems, 128 new
-# tokens. Greedy: our AR and transformers' greedy generate, our chain speculative decoding with the fp32 and the int8
-# draft (the cheapest exact draft) at γ = 4 and with the int8 draft at a γ the cost model picks per step
-# (sd-draft-auto@8), transformers' assisted generation with its default fp32 draft and with the same int8 draft.
-# Nucleus (Chen's T = 0.8, top-p 0.95): our AR and the int8-draft chain. Each JSON is one interleaved run (about 70 and
+# tokens. Greedy: our AR and transformers' greedy generate, our chain speculative decoding at γ = 4 with the fp32
+# draft, its int8 copy and the int8 copy with the FR-Spec pruned head (the cheapest exact draft), the cheapest draft
+# at a γ the cost model picks per step (sd-draft-auto@8), and transformers' assisted generation with its default fp32
+# draft, with the same int8 draft and with the same int8 pruned-head draft.
+# Nucleus (Chen's T = 0.8, top-p 0.95): our AR and the int8-draft chain. Each JSON is one interleaved run (about 75 and
 # 25 min on 2 cores), written atomically, so an interrupted reproduce reruns only the missing one. Before timing,
 # the bench measures the target's cost curve and each chain's draft cost, and prints the hardware-aware prediction and
 # the free-draft bound beside each chain's measured speedup.
 bench-results: $(BENCH_RESULTS)
 
 data/results/bench_qwen_greedy.json: | $(STAMP)
-	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --methods ar,hf-ar,sd-draft@4,sd-draft-int8@4,sd-draft-auto@8,hf-assisted,hf-assisted-int8 \
-	    --opt draft_kind=int8 --temperature 0 --json $@
+	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 \
+	    --methods ar,hf-ar,sd-draft@4,sd-draft-int8@4,sd-draft-int8-pruned@4,sd-draft-auto@8,hf-assisted,hf-assisted-int8,hf-assisted-int8-pruned \
+	    --opt draft_kind=int8-pruned --temperature 0 --json $@
 
 data/results/bench_qwen_nucleus.json: | $(STAMP)
 	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --methods ar,sd-draft-int8@4 --temperature 0.8 --top-p 0.95 \
