@@ -359,7 +359,8 @@ class FullWidthHead(torch.nn.Module):
     the width-wide row is one memory write.
 
     Args:
-        head: module mapping float [..., H] to float [..., N] (a pruned head, possibly int8 via :func:`quantize_linear`).
+        head: module mapping float [..., H] to float [..., N] (a pruned head, possibly int8 via
+            :func:`quantize_linear`).
         kept_ids: long [N], unique ids in [0, width), the rows of ``head``'s output in order.
         width: the logits width (the model's own head rows).
 
@@ -443,9 +444,9 @@ def measure_chain_costs(target, drafters: dict, ns: Sequence[int], vocab: int, p
 
     The target's KV-cached forward time over each n in ``ns`` new tokens (:func:`specrepro.theory.measure_cost_curve`)
     and each drafter's time per drafted token (:func:`measure_draft_step_ms` under ``sampling``), on random
-    ``prefix_len``-token prefixes: one untimed pass first (the first forwards after loading run slow), then
-    ``rounds`` passes over every point and every drafter, and the median over the rounds (a drift during the
-    measurement then hits every point alike instead of bending the curve).
+    ``prefix_len``-token prefixes: ``rounds`` passes over every point and every drafter (each pass warms up before it
+    times: the first forwards after loading and after a prefill run slow), and the median over the rounds (a drift
+    during the measurement then hits every point alike instead of bending the curve).
 
     Args:
         target: a transformers causal LM; drafters: label -> drafter; ns: token counts of the target curve;
@@ -466,7 +467,6 @@ def measure_chain_costs(target, drafters: dict, ns: Sequence[int], vocab: int, p
         raise ValueError(f"measure_chain_costs needs rounds >= 1, repeats >= 1 and some ns; got {rounds}, {repeats}, "
                          f"{list(ns)}")
     ns = tuple(int(n) for n in ns)
-    measure_cost_curve(target, ns=ns, prefix_len=prefix_len, repeats=1, generator=generator)  # untimed pass
     curves, drafts = [], {label: [] for label in drafters}
     for _ in range(int(rounds)):
         curves.append(measure_cost_curve(target, ns=ns, prefix_len=prefix_len, repeats=int(repeats),

@@ -463,7 +463,8 @@ def test_cheap_draft_options_are_checked_before_models_load(options, message):
 
 def test_cheap_draft_methods_equal_ar_in_the_bench(tmp_path, monkeypatch):
     """Greedy: every new method's tokens equal our AR's on a random llama with SmolLM2's tokenizer (49152 tokens), the
-    methods that take a draft_kind drafting with the int8 pruned draft; the FR-Spec counts come from two small stdlib files (the real corpus takes tens of seconds to tokenize)."""
+    methods that take a draft_kind drafting with the int8 pruned draft; the FR-Spec counts come from two small
+    stdlib files (the real corpus takes tens of seconds to tokenize)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from specrepro import cheap_drafts

@@ -157,13 +157,23 @@ def _kept_ids(ctx: BenchContext):
     return ctx.shared(f"fr_spec_kept:{n}", build)
 
 
+def _int8_pruned_head(ctx: BenchContext, kept):
+    """The int8 FR-Spec pruned head over ``kept`` (:func:`~specrepro.cheap_drafts.pruned_head` of the draft, then
+    :func:`~specrepro.cheap_drafts.quantize_linear`), built once per benchmark."""
+    from ..cheap_drafts import pruned_head, quantize_linear
+
+    backend = int8_backend_option(ctx.options)
+    return ctx.shared(f"fr_spec_head_int8:{kept.numel()}:{backend}",
+                      lambda: quantize_linear(pruned_head(ctx.draft, kept), backend))
+
+
 def cheap_drafter(ctx: BenchContext, kind: str, stop_below: float = 0.0):
     """The drafter of a draft kind (:data:`~specrepro.bench.options.DRAFT_KINDS`): ``fp32`` the draft model as given,
     ``int8`` its int8 copy, ``pruned`` its FR-Spec pruned head, ``int8-pruned`` the int8 backbone with an int8
     pruned head. Models and kept vocabularies are built once per benchmark (``ctx.shared``); each call returns a
     fresh drafter (its own KV cache). ``stop_below`` > 0: dynamic draft length (the drafter stops after a token its
     temperature-1 confidence puts below it; :class:`~specrepro.drafters.DraftModelDrafter`)."""
-    from ..cheap_drafts import pruned_head, quantize_linear
+    from ..cheap_drafts import pruned_head
     from ..drafters import DraftModelDrafter, PrunedHeadDrafter
 
     if kind == "fp32":
@@ -177,11 +187,8 @@ def cheap_drafter(ctx: BenchContext, kind: str, stop_below: float = 0.0):
         return PrunedHeadDrafter(ctx.draft, kept, ctx.vocab_size, head=head, name=f"draft, head of {n} tokens",
                                  stop_below=stop_below)
     if kind == "int8-pruned":
-        backend = int8_backend_option(ctx.options)
-        model = _int8_draft(ctx)
-        head = ctx.shared(f"fr_spec_head_int8:{n}:{backend}",
-                          lambda: quantize_linear(pruned_head(ctx.draft, kept), backend))
-        return PrunedHeadDrafter(model, kept, ctx.vocab_size, head=head, name=f"int8 draft, head of {n} tokens",
+        return PrunedHeadDrafter(_int8_draft(ctx), kept, ctx.vocab_size, head=_int8_pruned_head(ctx, kept),
+                                 name=f"int8 draft, head of {n} tokens",
                                  stop_below=stop_below)
     raise BenchOptionError(f"unknown draft kind {kind!r}")
 
@@ -235,7 +242,7 @@ def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int
                      rounds: int = 3):
     """The fixed costs sd-draft-auto chooses γ from, measured once per benchmark before any timed run: the target's
     forward time over n = 1..max_gamma+1 new tokens on a ``prefix_len``-token prefix and ``drafter``'s time per
-    drafted token under the run's sampling (:func:`~specrepro.cheap_drafts.measure_chain_costs`: one untimed pass,
+    drafted token under the run's sampling (:func:`~specrepro.cheap_drafts.measure_chain_costs`: warmed-up passes,
     then the median of ``rounds``), ms, random ids from a generator seeded with ``ctx.seed``. Returns
     ``(CostCurve, t_draft_ms)``."""
     from ..cheap_drafts import measure_chain_costs
@@ -346,20 +353,14 @@ def _hf_assisted_int8_gamma(ctx, name, gamma):
 def _hf_assisted_int8_pruned(ctx, name, gamma):
     """transformers assisted generation with our cheapest draft, the int8 copy with the int8 FR-Spec pruned head
     (draft_vocab tokens; full-width logits, the lowest value outside the kept set), HF's defaults"""
-    from ..cheap_drafts import FullWidthHead, pruned_head, quantize_linear, with_output_head
+    from ..cheap_drafts import FullWidthHead, with_output_head
 
-    backend = int8_backend_option(ctx.options)
     kept = _kept_ids(ctx)
-    n = kept.numel()
-
-    def build():
-        head = ctx.shared(f"fr_spec_head_int8:{n}:{backend}", lambda: quantize_linear(pruned_head(ctx.draft, kept),
-                                                                                      backend))
-        rows = ctx.draft.get_output_embeddings().weight.shape[0]
-        return with_output_head(_int8_draft(ctx), FullWidthHead(head, kept, rows))
-
-    return _hf_runner(ctx, hf_generation_config(ctx), assistant=ctx.shared(f"hf_assistant_int8_pruned:{n}:{backend}",
-                                                                          build))
+    rows = ctx.draft.get_output_embeddings().weight.shape[0]
+    assistant = ctx.shared(f"hf_assistant_int8_pruned:{kept.numel()}:{int8_backend_option(ctx.options)}",
+                           lambda: with_output_head(_int8_draft(ctx),
+                                                    FullWidthHead(_int8_pruned_head(ctx, kept), kept, rows)))
+    return _hf_runner(ctx, hf_generation_config(ctx), assistant=assistant)
 
 
 @register_method("hf-lookup", family="transformers")

@@ -175,8 +175,8 @@ class BenchContext:
             (medusa-typical thresholds, Medusa's defaults 0.09 / 0.3), ``draft_stop`` (sd-draft-dynamic's draft
             confidence threshold, default 0.4); the cheap drafts': ``int8_backend`` (int8 draft copies, one of
             :data:`specrepro.cheap_drafts.INT8_BACKENDS`, default ``torch``), ``draft_vocab`` (tokens the FR-Spec
-            pruned draft head keeps, default 32768), ``draft_kind`` (the draft of sd-hybrid, sd-draft-auto and sd-draft-dynamic: fp32,
-            int8, pruned or int8-pruned; default fp32), ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup
+            pruned draft head keeps, default 32768), ``draft_kind`` (the draft of sd-hybrid, sd-draft-auto and
+            sd-draft-dynamic: fp32, int8, pruned or int8-pruned; default fp32), ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup
             match, default 2).
     """
 

@@ -348,7 +348,7 @@ def run_bench(
     return result
 
 
-#: timed forward passes per point and round of the bench's cost measurement (after one warm-up), and rounds
+#: timed forward passes per point and round of the bench's cost measurement (after warm-up rounds), and rounds
 COST_REPEATS = 3
 COST_ROUNDS = 3
 
@@ -361,13 +361,13 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
     and, for each runner with a ``cost_drafter`` (fixed-γ chains, see ``_our_runner``), that drafter's time per
     drafted token under the run's sampling (its logits processing included), both on a random prefix as long as the
     median prompt plus half the new tokens (the mean context of a run), medians in ms
-    (:func:`specrepro.cheap_drafts.measure_chain_costs`: one untimed pass, then the median of ``rounds``). Random
+    (:func:`specrepro.cheap_drafts.measure_chain_costs`: warmed-up passes, then the median of ``rounds``). Random
     ids come from a generator seeded with ``ctx.seed`` (the cost of a dense forward does not depend on the ids).
 
     Args:
         ctx: the bench's context; runners: label -> runner; gammas: label -> the method's γ; encoded: the prompts'
             token ids (long tensors [L]); repeats: timed calls per point after one warm-up; rounds: passes over
-            every point after one untimed pass, their median reported.
+            every point (each pass warmed up), their median reported.
 
     Returns:
         None when no runner has a ``cost_drafter`` (nothing to predict), else a dict: ``target`` (a
