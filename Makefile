@@ -8,7 +8,8 @@ SHELL := /bin/bash
 # transformers have no wheels for 3.10)
 PYTHON  ?= python3
 VENV    ?= .venv
-# PROFILE: quick (CI, minutes) | standard (laptop CPU, several hours on 2 cores; resumable) | full (a GPU)
+# PROFILE: quick (CI, minutes) | standard (laptop CPU, several hours on 2 cores; resumable) | full (a GPU) |
+#          humaneval164 (notebook 07 on all 164 HumanEval problems on a CPU: `make chen-164`)
 PROFILE ?= standard
 # JOBS: pytest-xdist workers for the unit tests
 JOBS    ?= 2
@@ -36,11 +37,11 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
 BENCH_ARGS := --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-tokens 128 --seed 0
 
-.PHONY: help setup test unit nbval reproduce notebooks lab fetch bench bench-results clean-results scorecard browser
+.PHONY: help setup test unit nbval reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: PROFILE=$(PROFILE) (quick|standard|full), VENV=$(VENV), PYTHON=$(PYTHON) (3.11-3.14),"
+	@echo "  variables: PROFILE=$(PROFILE) (quick|standard|full|humaneval164), VENV=$(VENV), PYTHON=$(PYTHON) (3.11-3.14),"
 	@echo "             TORCH_INDEX=$(TORCH_INDEX) (torch's CPU build; empty: the default index)"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -108,6 +109,11 @@ $(EXECUTED_DIR)/02_leviathan_theory.ipynb: $(EXECUTED_DIR)/04_leviathan_speedup.
 # The scorecard reads the other notebooks' tables (and data/claims.csv) and renders the bench JSON into the README:
 # it runs after them, and again when one reruns.
 $(EXECUTED_DIR)/08_scorecard.ipynb: data/claims.csv $(filter-out %/08_scorecard.ipynb,$(EXECUTED)) $(BENCH_RESULTS)
+
+# Chen et al.'s pass@1 on all 164 HumanEval problems (nucleus and greedy), notebook 07 alone on the CPU, written under
+# build/humaneval164/ and notebooks/executed/humaneval164/ (README, Profiles, gives its estimated run time).
+chen-164: $(STAMP)  ## notebook 07 (Chen Table 1, pass@1) on all 164 HumanEval problems, CPU (profile humaneval164)
+	$(MAKE) --no-print-directory PROFILE=humaneval164 fetch notebooks/executed/humaneval164/07_chen_humaneval.ipynb
 
 scorecard: $(STAMP)  ## re-score the committed standard tables and rewrite README's generated blocks (as notebook 08 does)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro scorecard --readme > /dev/null

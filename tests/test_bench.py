@@ -146,6 +146,19 @@ def test_registered_method_runs_in_the_bench(clean_registry, tiny_with_tokenizer
     assert json.loads((tmp_path / "b.json").read_text())["config"]["methods"] == ["ar", "echo-last@4"]
 
 
+def test_explicit_prompts_are_all_run_unless_n_prompts_says_otherwise(tiny_with_tokenizer):
+    """A notebook passing 12 prompts gets 12 (a workload's default of 10 once cut them silently); n_prompts still
+    takes the first n of them."""
+    model, tok = tiny_with_tokenizer
+    prompts = [f"x{i} = {i}\n" for i in range(12)]
+    res = run_bench(models=(model, None, tok), prompts=prompts, methods="ar", max_new_tokens=1, warmup=False,
+                    progress=False)
+    assert res.config["n_prompts"] == 12 and res.runs["prompt"].nunique() == 12
+    res = run_bench(models=(model, None, tok), prompts=prompts, n_prompts=3, methods="ar", max_new_tokens=1,
+                    warmup=False, progress=False)
+    assert res.config["n_prompts"] == 3
+
+
 def test_sampling_bench_passes_the_same_settings_to_hf(tiny_with_tokenizer, monkeypatch):
     model, tok = tiny_with_tokenizer
     seen = []

@@ -95,6 +95,9 @@ def _gamma_label(spec: MethodSpec, gamma: int):
 #: the same int8 draft with the FR-Spec pruned head)
 OTHER_BASELINES = ("hf-ar", "hf-assisted-int8", "hf-assisted-int8-pruned")
 
+#: prompts :func:`run_bench` takes from a workload when ``n_prompts`` is not given (explicit ``prompts`` are all run)
+DEFAULT_N_PROMPTS = 10
+
 
 def _summarize(runs, resolved, greedy: bool, seed: int = 0):
     import numpy as np
@@ -185,7 +188,7 @@ def run_bench(
     methods=None,
     gamma: int = 3,
     workload: str = "humaneval",
-    n_prompts: int | None = 10,
+    n_prompts: int | None = None,
     max_new_tokens: int = 128,
     temperature: float = 0.0,
     top_p: float = 1.0,
@@ -216,8 +219,9 @@ def run_bench(
             :data:`DEFAULT_METHODS` (draft-model methods dropped when there is no draft). ``ar`` is always run (added
             first if missing): it is the reference for speedups and greedy equality.
         gamma: draft length γ >= 1 for methods without ``@γ``.
-        workload, n_prompts: prompts from :func:`specrepro.data.load_workload` (the first ``n_prompts``), or
-            ``prompts``: a list of :class:`~specrepro.data.Prompt` or strings. Tokenised raw with the target's
+        workload, n_prompts: prompts from :func:`specrepro.data.load_workload` (the first ``n_prompts``; default
+            :data:`DEFAULT_N_PROMPTS` = 10), or ``prompts``: a list of :class:`~specrepro.data.Prompt` or strings,
+            all of them unless ``n_prompts`` is given (then the first ``n_prompts``). Tokenised raw with the target's
             tokenizer (no chat template unless ``chat=True``), as in Chen et al.'s HumanEval runs.
         max_new_tokens: cap on new tokens per prompt (EOS stops earlier, identically for every method).
         temperature, top_p, top_k: sampling (temperature 0 = greedy; HF runs get ``do_sample=False`` then).
@@ -279,10 +283,10 @@ def run_bench(
                                 has_draft=has_draft, dtype=dtype, options=options)
     sampling = SamplingConfig(temperature=float(temperature), top_k=int(top_k or 0) or None, top_p=float(top_p))
     if prompts is None:
-        prompts = load_workload(workload, n_prompts)
-    else:
+        prompts = load_workload(workload, DEFAULT_N_PROMPTS if n_prompts is None else n_prompts)
+    else:  # every prompt given, unless n_prompts says otherwise (never the workload default)
         prompts = [p if isinstance(p, Prompt) else Prompt(f"prompt/{i}", str(p)) for i, p in enumerate(prompts)]
-        prompts = prompts[:n_prompts] if n_prompts else prompts
+        prompts = prompts[:n_prompts] if n_prompts is not None else prompts
         workload = "custom"
 
     tm, dm, tok, tname, dname = _resolve_models(pair, target, draft, device, dtype, models)
