@@ -108,6 +108,35 @@ def device_description(device: str = "cpu") -> str:
     return f"cpu ({os.cpu_count()} cores, {platform.machine()})"
 
 
+def cpu_description(cpuinfo: str | None = None) -> str:
+    """The CPU model and its widest SIMD extension, e.g. 'AMD EPYC (family 25, model 1), avx2': timings move with
+    them (issue 18: the same 1.5B forward over 5 tokens cost 0.8x a 1-token forward on one EPYC and 1.5x on
+    another), so every timed record names the CPU it ran on.
+
+    Args:
+        cpuinfo: the text of ``/proc/cpuinfo`` (read on Linux when None); elsewhere ``platform.processor()``.
+
+    Returns:
+        a one-line description; ``platform.processor()`` (or 'unknown') without a readable cpuinfo.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return platform.processor() or "unknown"
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    flags = set(fields.get("flags", "").split())
+    simd = next((f for f in ("amx_tile", "avx512f", "avx2", "avx", "sse4_2") if f in flags), "")
+    name = fields.get("model name") or platform.processor() or "unknown"
+    family = (f" (family {fields['cpu family']}, model {fields['model']})"
+              if "cpu family" in fields and "model" in fields else "")
+    return name + family + (f", {simd}" if simd else "")
+
+
 def provenance(profile: str, device: str = "cpu", **extra) -> dict:
     """Provenance record: commit, profile, device, date (day only), torch/transformers versions, plus ``extra``."""
     import torch
@@ -117,6 +146,7 @@ def provenance(profile: str, device: str = "cpu", **extra) -> dict:
         "commit": git_commit(),
         "profile": profile,
         "device": device_description(device),
+        "cpu": cpu_description(),
         "date": datetime.date.today().isoformat(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

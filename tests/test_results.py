@@ -89,3 +89,13 @@ def test_only_make_reproduce_writes_the_record(monkeypatch):
     # other profiles never write the record
     assert results.results_dir("quick") == root / "build/quick/results"
     assert results.read_dirs("quick") == [root / "build/quick/results"]
+
+
+def test_cpu_description_names_the_model_and_its_widest_simd():
+    from specrepro.results import cpu_description
+
+    info = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
+            "flags\t\t: fpu sse4_2 avx avx2 fma\n\nprocessor\t: 1\nmodel name\t: AMD EPYC\n")
+    assert cpu_description(info) == "AMD EPYC (family 25, model 1), avx2"
+    assert cpu_description(info.replace("avx2", "avx2 avx512f")).endswith(", avx512f")
+    assert cpu_description("") in (__import__("platform").processor() or "unknown",)

@@ -316,14 +316,15 @@ def run_bench(
     summary = _summarize(runs, resolved, sampling.greedy, seed=seed)
     if costs is not None:
         summary = add_predictions(summary, costs)
-    from ..results import git_commit, device_description
+    from ..results import cpu_description, device_description, git_commit
 
     config = {
         "commit": git_commit(),
         "target": tname, "draft": dname, "pair": pair, "methods": labels, "gamma": gamma, "workload": workload,
         "n_prompts": len(prompts), "prompt_ids": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "device": dev,
-        "device_description": device_description(dev), "dtype": str(tm.dtype).replace("torch.", ""),
+        "device_description": device_description(dev), "cpu": cpu_description(),
+        "dtype": str(tm.dtype).replace("torch.", ""),
         "repeats": repeats, "chat_template": chat, "torch_threads": torch.get_num_threads(),
         "cpu_linear": getattr(tm, "specrepro_cpu_linear", None),
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
