@@ -109,9 +109,9 @@ def device_description(device: str = "cpu") -> str:
 
 
 def cpu_description(cpuinfo: str | None = None) -> str:
-    """The CPU model and its widest SIMD extension, e.g. 'AMD EPYC (family 25, model 1), avx2': timings move with
-    them (issue 18: the same 1.5B forward over 5 tokens cost 0.8x a 1-token forward on one EPYC and 1.5x on
-    another), so every timed record names the CPU it ran on.
+    """The CPU model and its widest SIMD extension, e.g. 'AMD EPYC (family 25, model 1), avx2'. Timings move with the
+    machine (issue 18: verifying 5 tokens with the 1.5B target cost about 0.8x a 1-token forward on the machine of
+    the bench of record and about 1.5x on an AVX2-only EPYC), so every timed record names the CPU it ran on.
 
     Args:
         cpuinfo: the text of ``/proc/cpuinfo`` (read on Linux when None); elsewhere ``platform.processor()``.
@@ -138,7 +138,8 @@ def cpu_description(cpuinfo: str | None = None) -> str:
 
 
 def provenance(profile: str, device: str = "cpu", **extra) -> dict:
-    """Provenance record: commit, profile, device, date (day only), torch/transformers versions, plus ``extra``."""
+    """Provenance record: commit, profile, device, cpu (:func:`cpu_description`), date (day only),
+    torch/transformers versions, plus ``extra``."""
     import torch
     import transformers
 
