@@ -130,10 +130,13 @@ def render_bench(profile: str = STANDARD) -> str:
 
     Columns: median tokens/s and ms/token, speedup over our AR and over transformers' assisted generation (ratios of
     the same interleaved run; over transformers' AR and its assisted generation with the int8 draft where the run has
-    them), α, tokens per target step, per-position acceptance, the hardware-aware prediction, the free-draft bound and
-    measured / predicted where the run measured costs (fixed-γ chains), and (greedy) whether every output equals
+    them), α, tokens per target step, per-position acceptance, the hardware-aware prediction (the decoding loop's,
+    and the whole request's with AR's measured prefill), the free-draft bound and measured / predicted (against the
+    whole request's) where the run measured costs (fixed-γ chains), and (greedy) whether every output equals
     greedy AR. A file that cannot be read is named with the error rather than skipped silently.
     """
+    from .bench.run import refresh_predictions
+
     rdir = record_dir("results") if profile == STANDARD else results_dir(profile)
     root = repo_root()
     paths = sorted(rdir.glob("bench_*.json"))
@@ -143,7 +146,7 @@ def render_bench(profile: str = STANDARD) -> str:
     for path in paths:
         rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
         try:
-            data = json.loads(path.read_text())
+            data = refresh_predictions(json.loads(path.read_text()))
             cfg, summary = data["config"], data["summary"]
         except (OSError, ValueError, KeyError) as exc:
             parts.append(f"`{rel}`: unreadable ({exc}).\n")
@@ -154,7 +157,8 @@ def render_bench(profile: str = STANDARD) -> str:
         linear = f", CPU linear {cfg['cpu_linear']}" if cfg.get("cpu_linear") else ""
         head = (f"**{cfg.get('target')} + {cfg.get('draft')}** · {cfg.get('workload')}, {cfg.get('n_prompts')} prompts "
                 f"× {cfg.get('repeats', 1)} · {cfg.get('max_new_tokens')} new tokens · {sampling} · "
-                f"γ = {cfg.get('gamma')} · {cfg.get('device_description', cfg.get('device'))}, {cfg.get('dtype')}{linear} · torch "
+                f"γ = {cfg.get('gamma')} · {cfg.get('device_description', cfg.get('device'))}"
+                + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", {cfg.get('dtype')}{linear} · torch "
                 f"{cfg.get('torch')}, transformers {cfg.get('transformers')}"
                 + (f" · commit `{cfg['commit']}`" if cfg.get("commit") else "") + f" · [`{rel}`]({rel})")
         # transformers baselines beyond hf-assisted get a column only where the file has them
@@ -164,7 +168,9 @@ def render_bench(profile: str = STANDARD) -> str:
                                                   "× HF assisted, int8 pruned-head draft [95% CI]"))
                  if any(key in r for r in summary)]
         predicted = any(r.get("predicted_speedup") is not None for r in summary)
-        pred_head = " predicted × AR (hardware-aware) | free-draft bound | measured / predicted |" if predicted else ""
+        prefill = any(r.get("predicted_speedup_with_prefill") is not None for r in summary)
+        pred_head = ((" predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "")
+                      + ") | free-draft bound | measured / predicted |") if predicted else "")
         lines = [head, "", "| method | tokens/s | ms/token | × our AR [95% CI] | × HF assisted [95% CI] |"
                  + "".join(f" {title} |" for _, title in extra) + " α | tokens/step | per-position acceptance |"
                  + pred_head + (" equal to greedy AR |" if greedy else ""),
@@ -178,7 +184,10 @@ def render_bench(profile: str = STANDARD) -> str:
                    _bench_cell(r.get("alpha")), _bench_cell(r.get("tokens_per_step")),
                    _bench_cell(r.get("per_position_acceptance"))]
             if predicted:
-                row += [_bench_cell(r.get("predicted_speedup")), _bench_cell(r.get("free_draft_bound")),
+                pred = _bench_cell(r.get("predicted_speedup"))
+                if prefill and r.get("predicted_speedup_with_prefill") is not None:
+                    pred += " / " + _bench_cell(r.get("predicted_speedup_with_prefill"))
+                row += [pred, _bench_cell(r.get("free_draft_bound")),
                         _bench_cell(r.get("measured_over_predicted"))]
             if greedy:
                 row.append(r.get("equal_to_ar_runs") or _bench_cell(r.get("greedy_equal_to_ar")))

@@ -172,6 +172,39 @@ def free_draft_bound(alpha, gamma: int, t_target: Callable, overhead_ms: float =
     return hardware_aware_speedup(alpha, gamma, t_target, None, overhead_ms, ar_overhead_ms)
 
 
+def with_prefill(speedup: float, prefill_ms: float, new_tokens: float, ar_step_ms: float) -> float:
+    """A per-step speedup turned into the speedup of a whole request, whose prompt prefill both methods pay alike.
+
+    A request is one prefill forward over the prompt (``prefill_ms``, the same for AR and speculative decoding) and
+    then ``new_tokens`` decoded tokens. AR spends ``new_tokens · ar_step_ms`` on them; a method ``speedup`` times
+    faster per token spends that divided by ``speedup`` (Amdahl's law with the prefill as the serial part):
+
+        request speedup = (P + N · t_AR) / (P + N · t_AR / S)
+
+    :func:`hardware_aware_speedup` predicts S for the decoding loop alone; the bench measures whole requests (the
+    timer starts before the prefill), so the prediction a measurement is compared with is this one. It lies between
+    1 and S, nearer 1 the longer the prompt is against the generation.
+
+    Args:
+        speedup: S, the per-token speedup of the decoding loop (> 0).
+        prefill_ms: P, the prompt's prefill forward, ms (>= 0).
+        new_tokens: N, generated tokens (> 0).
+        ar_step_ms: t_AR, one AR decoding step, ms (> 0), e.g. t_target(1) of the measured cost curve.
+
+    Returns:
+        the whole-request speedup (float, dimensionless).
+
+    Raises:
+        ValueError: a non-positive ``speedup``, ``new_tokens`` or ``ar_step_ms``, or a negative ``prefill_ms``.
+    """
+    s, p, n, t = float(speedup), float(prefill_ms), float(new_tokens), float(ar_step_ms)
+    if not (s > 0 and n > 0 and t > 0 and p >= 0):
+        raise ValueError(f"with_prefill needs speedup > 0, new_tokens > 0, ar_step_ms > 0 and prefill_ms >= 0; got "
+                         f"{speedup}, {new_tokens}, {ar_step_ms}, {prefill_ms}")
+    decode = n * t
+    return (p + decode) / (p + decode / s)
+
+
 def speedup_decomposition(alpha, gamma: int, t_target: Callable, t_draft: Callable | None, overhead_ms: float = 0.0,
                           ar_overhead_ms: float = 0.0) -> dict:
     """The ladder from Leviathan's ideal to the hardware-aware prediction, one cost at a time.

@@ -571,7 +571,14 @@ def test_bench_predicts_fixed_gamma_chains_from_costs_it_measured(tiny_with_toke
     assert math.isclose(row["predicted_speedup"], expect, rel_tol=1e-9)
     assert math.isclose(row["free_draft_bound"], theory.free_draft_bound(row["alpha"], 2, curve), rel_tol=1e-9)
     assert row["predicted_speedup"] < row["free_draft_bound"]  # a draft that costs something predicts less
-    assert math.isclose(row["measured_over_predicted"], row["speedup_vs_ar"] / row["predicted_speedup"])
+    # the bench times whole requests: the prediction it is compared with carries AR's measured prefill
+    ar = res.runs[res.runs["method"] == "ar"]
+    whole = theory.with_prefill(row["predicted_speedup"], ar["prefill_ms"].median(), ar["new_tokens"].median(),
+                                cm["target_ms"][1])
+    assert math.isclose(row["predicted_speedup_with_prefill"], whole, rel_tol=1e-9)
+    lo, hi = sorted((1.0, row["predicted_speedup"]))
+    assert lo <= whole <= hi
+    assert math.isclose(row["measured_over_predicted"], row["speedup_vs_ar"] / whole)
     for other in ("ar", "sd-draft-dynamic@3", "sd-tree@2x1"):
         assert math.isnan(s.loc[other, "predicted_speedup"])
     assert "predicted_speedup" in res.table().columns
@@ -620,3 +627,39 @@ def test_render_bench_shows_predictions_and_extra_baselines(tmp_path, monkeypatc
     assert "× HF AR [95% CI]" in text and "1.02 [0.99, 1.05]" in text
     assert "free-draft bound" in text and "| 3.20 | 4.10 | 0.94 |" in text
     assert "int8 draft" not in text.split("\n")[2]  # no hf-assisted-int8 column: the run had no such method
+
+
+def test_refresh_predictions_adds_the_prefill_to_files_written_without_it():
+    """A bench JSON from before the prefill entered the prediction gets it from its own runs and cost model; one
+    that has it, or has no cost model, comes back as it was."""
+    import math
+
+    from specrepro import theory
+    from specrepro.bench.run import refresh_predictions
+
+    runs = [{"method": "ar", "prefill_ms": p, "new_tokens": 128} for p in (1500.0, 1800.0, 2100.0)]
+    runs += [{"method": "sd-draft-int8@4", "prefill_ms": 1800.0, "new_tokens": 128}]
+    summary = [{"method": "ar", "speedup_vs_ar": 1.0, "predicted_speedup": None, "measured_over_predicted": None},
+               {"method": "sd-draft-int8@4", "speedup_vs_ar": 2.9, "predicted_speedup": 3.6,
+                "measured_over_predicted": 2.9 / 3.6}]
+    old = {"config": {"cost_model": {"target_ms": {"1": 330.0, "5": 245.0}}}, "summary": summary, "runs": runs}
+    new = refresh_predictions(old)
+    row = new["summary"][1]
+    whole = (1800 + 128 * 330) / (1800 + 128 * 330 / 3.6)  # Amdahl with AR's median prefill as the serial part
+    assert math.isclose(row["predicted_speedup_with_prefill"], whole) and 1 < whole < 3.6
+    assert math.isclose(row["measured_over_predicted"], 2.9 / whole)
+    assert new["summary"][0]["predicted_speedup_with_prefill"] is None  # AR has no prediction
+    assert old["summary"][1]["measured_over_predicted"] == 2.9 / 3.6  # the argument is left as it was
+    assert refresh_predictions(new) == new  # already has it
+    no_model = {"config": {}, "summary": summary, "runs": runs}
+    assert refresh_predictions(no_model) is no_model
+    assert theory.with_prefill(3.6, 0.0, 128, 330.0) == pytest.approx(3.6)  # no prefill: the loop's speedup
+
+
+@pytest.mark.parametrize("args", [(0.0, 100.0, 128, 300.0), (2.0, -1.0, 128, 300.0), (2.0, 100.0, 0, 300.0),
+                                  (2.0, 100.0, 128, 0.0)])
+def test_with_prefill_refuses_impossible_costs(args):
+    from specrepro import theory
+
+    with pytest.raises(ValueError, match="with_prefill needs"):
+        theory.with_prefill(*args)

@@ -157,6 +157,23 @@ def test_prediction_gap_splits_measured_over_predicted_into_factors_that_multipl
     assert prediction_gap({"config": {}, "summary": data["summary"], "runs": []}).empty  # no cost model, no rows
 
 
+def test_prediction_gap_puts_the_measured_prefill_into_the_prediction(tmp_path):
+    """With prefill times in the runs, the prediction a whole request is held to carries AR's median prefill
+    (Amdahl: (P + N t1) / (P + N t1 / S)); the factors still multiply back to measured / predicted."""
+    from specrepro.bench.targets import prediction_gap
+
+    data, predicted = _gap_run(tmp_path)
+    for r in data["runs"]:
+        r.update(prefill_ms=1000.0, new_tokens=64)
+    g = prediction_gap(data).iloc[0]
+    whole = (1000 + 64 * 100) / (1000 + 64 * 100 / predicted)
+    assert g["prefill_factor"] == pytest.approx(whole / predicted) and g["prefill_factor"] < 1
+    assert g["measured_over_predicted"] == pytest.approx(1.2 / whole)
+    product = g["tokens_factor"] * g["step_factor"] * g["ar_factor"] * g["rest_factor"]
+    assert product == pytest.approx(g["measured_over_predicted"])
+    assert "the prefill, in the prediction" in g["why"]
+
+
 def test_a_missed_target_says_why_from_the_cost_model(tmp_path):
     _gap_run(tmp_path)
     t = check_targets(tmp_path).set_index("id")

@@ -78,7 +78,7 @@ class BenchResult:
                 "speedup_vs_hf_ar_95ci", "speedup_vs_hf_assisted_int8", "speedup_vs_hf_assisted_int8_95ci",
                 "speedup_vs_hf_assisted_int8_pruned", "speedup_vs_hf_assisted_int8_pruned_95ci", "alpha",
                 "tokens_per_step", "drafted_per_step", "per_position_acceptance", "greedy_equal_to_ar",
-                "predicted_speedup", "free_draft_bound", "measured_over_predicted"]
+                "predicted_speedup", "predicted_speedup_with_prefill", "free_draft_bound", "measured_over_predicted"]
         return df[[c for c in cols if c in df.columns]].set_index("method").round(3)
 
 
@@ -315,7 +315,7 @@ def run_bench(
     runs.insert(runs.columns.get_loc("method") + 1, "gamma", runs["method"].map(gammas))
     summary = _summarize(runs, resolved, sampling.greedy, seed=seed)
     if costs is not None:
-        summary = add_predictions(summary, costs)
+        summary = add_predictions(summary, costs, runs)
     from ..results import cpu_description, device_description, git_commit
 
     config = {
@@ -396,22 +396,28 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
             "gammas": gammas}
 
 
-def add_predictions(summary, costs: dict):
+def add_predictions(summary, costs: dict, runs=None):
     """Leviathan's model with measured costs beside each fixed-γ chain method's measured speedup.
 
     For each method in ``costs["draft_ms"]``, at its measured α and γ: ``predicted_tokens_per_step`` = E[tokens]
     (Leviathan Eq. 1), ``free_draft_bound`` (:func:`specrepro.theory.free_draft_bound`: the same α and verification
     curve with a draft that costs nothing), ``predicted_speedup`` (:func:`specrepro.theory.hardware_aware_speedup`:
-    E[tokens] · t_target(1) / (γ · t_draft + t_target(γ + 1)), no loop overheads) and ``measured_over_predicted``
-    (the median paired speedup over AR divided by the prediction: 1 = the model explains the measurement; below 1 =
-    loop overheads or a slower machine during the run). Other methods get NaN.
+    E[tokens] · t_target(1) / (γ · t_draft + t_target(γ + 1)), the decoding loop alone, no loop overheads) and
+    ``measured_over_predicted`` (the median paired speedup over AR divided by the prediction: 1 = the model explains
+    the measurement; below 1 = loop overheads or a slower machine during the run). Other methods get NaN.
+
+    Given ``runs``, the prediction is also stated for whole requests, as the bench times them:
+    ``predicted_speedup_with_prefill`` (:func:`specrepro.theory.with_prefill` with AR's median prefill and new tokens
+    from the runs, ms) and ``measured_over_predicted`` then compares the measurement with it (like with like; see
+    :func:`refresh_predictions` for files written without it).
 
     Args:
         summary: the bench summary (one row per method, with ``alpha``, ``gamma``, ``speedup_vs_ar``).
         costs: :func:`measure_costs`'s dict.
+        runs: the bench's per-run table (``method``, ``prefill_ms``, ``new_tokens``), or None.
 
     Returns:
-        a copy of ``summary`` with those four columns and ``draft_ms_per_token``.
+        a copy of ``summary`` with those columns and ``draft_ms_per_token``.
     """
     from ..theory import expected_tokens, free_draft_bound, hardware_aware_speedup
 
@@ -435,7 +441,76 @@ def add_predictions(summary, costs: dict):
         cols["measured_over_predicted"].append(float(row["speedup_vs_ar"]) / pred)
     for k, v in cols.items():
         out[k] = v
+    if runs is not None:
+        out = _prefill_predictions(out, runs, float(costs["target"](1)))
     return out
+
+
+def _ar_prefill(runs) -> tuple[float, float]:
+    """AR's median prefill (ms) and median new tokens over the runs; NaN where the runs do not record them."""
+    import pandas as pd
+
+    nan = float("nan")
+    runs = pd.DataFrame(runs)
+    if runs.empty or not {"method", "prefill_ms", "new_tokens"} <= set(runs.columns):
+        return nan, nan
+    ar = runs[runs["method"] == "ar"]
+    p = pd.to_numeric(ar["prefill_ms"], errors="coerce").dropna()
+    n = pd.to_numeric(ar["new_tokens"], errors="coerce").dropna()
+    return (float(p.median()), float(n.median())) if len(p) and len(n) else (nan, nan)
+
+
+def _prefill_predictions(summary, runs, t1_ms: float):
+    from ..theory import with_prefill
+
+    out = summary.copy()
+    prefill, n = _ar_prefill(runs)
+    if not (math.isfinite(prefill) and math.isfinite(n) and n > 0 and "predicted_speedup" in out):
+        return out
+    pred = [with_prefill(s, prefill, n, t1_ms) if (s is not None and math.isfinite(s) and s > 0) else float("nan")
+            for s in _floats(out["predicted_speedup"])]
+    out["predicted_speedup_with_prefill"] = pred
+    out["measured_over_predicted"] = [m / p if math.isfinite(p) else float("nan")
+                                      for m, p in zip(_floats(out["speedup_vs_ar"]), pred)]
+    return out
+
+
+def _floats(col) -> list[float]:
+    """A column as floats (None and text as NaN)."""
+    import pandas as pd
+
+    return [float(x) for x in pd.to_numeric(pd.Series(col), errors="coerce").fillna(float("nan"))]
+
+
+def refresh_predictions(data: dict) -> dict:
+    """A bench JSON's predictions stated for whole requests, also for files written before they were.
+
+    Files written before :func:`add_predictions` took the runs compare each measured whole-request speedup with the
+    decoding loop's prediction alone; this adds ``predicted_speedup_with_prefill`` from the file's own runs (AR's
+    median ``prefill_ms`` and new tokens) and cost model (``target_ms``'s t(1)) and sets ``measured_over_predicted``
+    against it, as :func:`add_predictions` now does. Files that have it, or that lack a cost model or prefill times,
+    come back unchanged.
+
+    Args:
+        data: a bench JSON as loaded (``config``, ``summary``, ``runs``).
+
+    Returns:
+        ``data`` with its summary rows updated (a shallow copy; the argument is not modified).
+    """
+    import pandas as pd
+
+    summary = data.get("summary") or []
+    target_ms = ((data.get("config") or {}).get("cost_model") or {}).get("target_ms") or {}
+    t1 = target_ms.get("1", target_ms.get(1))
+    if (not summary or t1 is None or any("predicted_speedup_with_prefill" in r for r in summary)
+            or not any(r.get("predicted_speedup") is not None for r in summary)):
+        return data
+    new = _prefill_predictions(pd.DataFrame(summary), data.get("runs") or [], float(t1))
+    if "predicted_speedup_with_prefill" not in new:
+        return data
+    rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+            for r in new.to_dict(orient="records")]
+    return {**data, "summary": rows}
 
 
 def _factory_name(label: str, spec: MethodSpec) -> str:

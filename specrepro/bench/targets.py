@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..harness import paired_speedup
+from .run import refresh_predictions
 
 __all__ = ["Target", "TARGETS", "MET", "MET_MEDIAN", "MISSED", "NOT_RUN", "check_targets", "prediction_gap",
            "draft_kind_of"]
@@ -119,23 +120,28 @@ def prediction_gap(data: dict) -> pd.DataFrame:
     """Where each fixed-γ chain's measured speedup parts from the hardware-aware prediction, from one bench JSON.
 
     The prediction (:func:`specrepro.bench.run.add_predictions`) is E[tokens] · t_target(1) / (γ · t_draft +
-    t_target(γ + 1)) with the costs measured before the timed runs (``config.cost_model``, ms). The timed runs record
-    where each step's time went (:func:`specrepro.harness.run_interleaved`: ``loop_ms`` per step after the prefill,
+    t_target(γ + 1)) with the costs measured before the timed runs (``config.cost_model``, ms), turned into a
+    whole-request prediction with AR's measured prefill (:func:`specrepro.theory.with_prefill`; files written before
+    that get it from their own runs, :func:`specrepro.bench.run.refresh_predictions`). The timed runs record where
+    each step's time went (:func:`specrepro.harness.run_interleaved`: ``loop_ms`` per step after the prefill,
     ``target_ms`` per step, ``draft_ms`` per drafted token, ``overhead_ms`` per step). measured / predicted is the
     product of four factors, each 1 when the model holds:
 
     * ``tokens_factor`` = measured tokens per step / Leviathan Eq. 1 at the run's pooled α (acceptances not i.i.d.);
     * ``step_factor`` = the model's step (γ · t_draft + t_target(γ + 1)) / the chain's median measured step;
     * ``ar_factor`` = AR's median measured step / t_target(1) (a slow AR step raises the measured speedup);
-    * ``rest_factor`` = what is left: the prefill (the same for both, it dilutes every speedup) and the spread of
-      per-prompt ratios around the product of medians.
+    * ``rest_factor`` = what is left: the spread of per-prompt ratios around the product of medians, and how far
+      the prefill's dilution differs from the model's (``prefill_factor``, the prediction with the prefill over the
+      one without, is in the prediction itself; 1 where the file has no prefill times).
 
     Returns:
         one row per chain with a prediction: method, gamma, alpha, tokens_per_step, predicted_tokens_per_step,
         model_target_ms, loop_target_ms, model_draft_ms (γ · t_draft), loop_draft_ms (draft_ms × drafted per step),
-        loop_overhead_ms, model_step_ms, loop_step_ms, ar_model_ms (t_target(1)), ar_loop_ms, the four factors,
-        measured_over_predicted, and ``why`` (one line naming them). Empty when the run has no cost model.
+        loop_overhead_ms, model_step_ms, loop_step_ms, ar_model_ms (t_target(1)), ar_loop_ms, prefill_factor, the
+        four factors, measured_over_predicted, and ``why`` (one line naming them). Empty when the run has no cost
+        model.
     """
+    data = refresh_predictions(data)
     cost = (data.get("config") or {}).get("cost_model") or {}
     target_ms = {int(k): float(v) for k, v in (cost.get("target_ms") or {}).items()}
     draft_ms = cost.get("draft_ms_per_token") or {}
@@ -157,6 +163,8 @@ def prediction_gap(data: dict) -> pd.DataFrame:
                "model_step_ms": mdraft + tv, "loop_step_ms": _median(runs, m, "loop_ms"),
                "ar_model_ms": t1, "ar_loop_ms": _median(runs, "ar", "loop_ms"),
                "measured_over_predicted": r["measured_over_predicted"]}
+        wp = r.get("predicted_speedup_with_prefill")
+        out["prefill_factor"] = wp / r["predicted_speedup"] if _fin(wp) and _fin(r.get("predicted_speedup")) else 1.0
         out["tokens_factor"] = (out["tokens_per_step"] / out["predicted_tokens_per_step"]
                                 if _fin(out["tokens_per_step"]) and _fin(out["predicted_tokens_per_step"])
                                 else float("nan"))
@@ -169,8 +177,9 @@ def prediction_gap(data: dict) -> pd.DataFrame:
                       f"{out['model_step_ms']:.0f} ms modelled (×{out['step_factor']:.2f}: target "
                       f"{out['loop_target_ms']:.0f} vs {tv:.0f}, draft {out['loop_draft_ms']:.0f} vs {mdraft:.0f}, "
                       f"loop overhead {out['loop_overhead_ms']:.0f} vs 0); AR step {out['ar_loop_ms']:.0f} vs "
-                      f"t_target(1) {t1:.0f} ms (×{out['ar_factor']:.2f}); prefill and spread "
-                      f"×{out['rest_factor']:.2f}")
+                      f"t_target(1) {t1:.0f} ms (×{out['ar_factor']:.2f}); spread "
+                      f"×{out['rest_factor']:.2f}" + (f" (the prefill, in the prediction, ×{out['prefill_factor']:.2f})"
+                                                     if out["prefill_factor"] != 1.0 else ""))
         rows.append(out)
     return pd.DataFrame(rows)
 
@@ -296,6 +305,6 @@ def check_targets(results_dir: str | Path, targets=TARGETS) -> pd.DataFrame:
     for t in targets:
         if t.file not in cache:
             path = Path(results_dir) / f"{t.file}.json"
-            cache[t.file] = json.loads(path.read_text()) if path.exists() else None
+            cache[t.file] = refresh_predictions(json.loads(path.read_text())) if path.exists() else None
         rows.append(_check_one(t, cache[t.file]))
     return pd.DataFrame(rows)
