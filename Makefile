@@ -150,7 +150,7 @@ data/results/bench_qwen_nucleus.json: | $(STAMP)
 	    --temperature 0.8 --top-p 0.95 --json $@
 
 # SpecInfer's headline at T = 1 with the cheap draft: the int8 draft's token trees (two branches from the first token;
-# SpecInfer's shape <1,1,k,1> with k = 2) against its chain (10 prompts, about 15 min per pass). Sibling children are
+# SpecInfer's shape <1,1,k,1> with k = 2) against its chain (10 prompts, about 21 min per pass). Sibling children are
 # drawn without replacement (Sequoia; exact, tests/test_trees.py): i.i.d. siblings of a peaked draft often repeat a
 # token, and a repeated branch is verified for nothing.
 data/results/bench_qwen_t1_trees.json: | $(STAMP)

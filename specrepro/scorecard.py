@@ -351,9 +351,30 @@ def _tokens_col(df: pd.DataFrame) -> str:
     return "tokens" if "tokens" in df else "new_tokens"
 
 
-def _cost_ratio(tables: Tables, n: int) -> tuple[float, str] | None:
-    """Measured cost of one target forward over ``n`` new tokens relative to one token (``cost_curves`` of notebook
-    04; the target is its first model), and the device it was measured on; None if not measured."""
+def _bench_cost_ratio(tables: Tables, source: str, n: int) -> tuple[float, str] | None:
+    """The same ratio from a bench JSON's own cost model (``config.cost_model.target_ms``, measured in the run that
+    timed the claim's methods, on the CPU its config names); None if ``source`` is not such a file."""
+    cfg = tables.provenance(source)
+    target_ms = (cfg.get("cost_model") or {}).get("target_ms") if isinstance(cfg.get("cost_model"), dict) else None
+    if not target_ms:
+        return None
+    pts = sorted((int(k), float(v)) for k, v in target_ms.items())
+    ns, ms = np.array([k for k, _ in pts], dtype=float), np.array([v for _, v in pts])
+    if ns.min() > 1:
+        return None
+    one, at = float(np.interp(1, ns, ms)), float(np.interp(min(n, ns.max()), ns, ms))
+    where = cfg.get("device_description", cfg.get("device", "this device"))
+    return at / one, where + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", this run's cost model"
+
+
+def _cost_ratio(tables: Tables, n: int, source: str | None = None) -> tuple[float, str] | None:
+    """Measured cost of one target forward over ``n`` new tokens relative to one token, and the device it was
+    measured on; None if not measured. From the bench file ``source``'s own cost model where it has one (the same run
+    and machine as the ratio it explains), else from ``cost_curves`` of notebook 04 (the target is its first model)."""
+    if source:
+        ratio = _bench_cost_ratio(tables, source, n)
+        if ratio is not None:
+            return ratio
     cost = tables.get("cost_curves")
     if cost is None or cost.empty or not {"model", "n", "ms"} <= set(cost.columns):
         return None
@@ -378,9 +399,10 @@ def _tree_nodes(rows: pd.DataFrame) -> int:
     return best
 
 
-def _explain(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tables) -> str:
+def _explain(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tables, source: str | None = None) -> str:
     """What a speed ratio is made of: tokens per target step against the time of a step relative to the baseline's
-    step (speedup ≈ tokens per step / step-time ratio), and for a chain the measured cost of verifying γ + 1 tokens."""
+    step (speedup ≈ tokens per step / step-time ratio), and for a chain the measured cost of verifying γ + 1 tokens
+    (from the table ``source``'s own cost model where it is a bench file that has one)."""
     parts = []
     steps, base_steps = _steps(method_rows), _steps(base_rows)
     tok, base_tok = _num(method_rows[_tokens_col(method_rows)]), _num(base_rows[_tokens_col(base_rows)])
@@ -393,13 +415,13 @@ def _explain(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tables)
         parts.append(f"α = {np.nanmean(_num(method_rows['alpha'])):.2f}")
     tree_nodes = _tree_nodes(method_rows)
     if tree_nodes:
-        ratio = _cost_ratio(tables, tree_nodes + 1)
+        ratio = _cost_ratio(tables, tree_nodes + 1, source)
         if ratio is not None:
             parts.append(f"verifying a {tree_nodes}-node tree ({tree_nodes + 1} tokens) costs {ratio[0]:.1f}× a "
                          f"1-token forward on {ratio[1]}")
     elif "gamma" in method_rows and np.isfinite(_num(method_rows["gamma"])).all():
         gamma = int(np.nanmax(_num(method_rows["gamma"])))
-        ratio = _cost_ratio(tables, gamma + 1) if gamma >= 1 else None
+        ratio = _cost_ratio(tables, gamma + 1, source) if gamma >= 1 else None
         if ratio is not None:
             parts.append(f"verifying γ + 1 = {gamma + 1} tokens costs {ratio[0]:.1f}× a 1-token forward on "
                          f"{ratio[1]}")
@@ -594,7 +616,8 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
     text = _fmt_ci(est, lo, hi, n, "prompts", suffix="×") + (
         f"; best of {len(cands)}: {name}" if len(cands) > 1 else f" ({name} / {bases[0]})")
     if verdict != EXACT:
-        expl = _explain(df[df["method"].astype(str) == name], df[df["method"].astype(str) == bases[0]], tables)
+        expl = _explain(df[df["method"].astype(str) == name], df[df["method"].astype(str) == bases[0]], tables,
+                        _names(claim["our_table"])[0])
         why = why + (f"; {expl}" if expl else "")
     why = "; ".join(s for s in (why, note) if s)
     return Outcome(verdict, text, est, why, lo, hi, n)
@@ -628,7 +651,7 @@ def computed_speedup(claim, tables: Tables) -> Outcome:
         side = ("below 1" if _has_ci(m_lo, m_hi) and m_hi < 1 else "above 1" if _has_ci(m_lo, m_hi) and m_lo > 1
                 else "around 1")
         expl = (f"apart, not judged (the paper measured nothing here): our measurement lies {side}; "
-                + _explain(rows, df[df["method"].astype(str) == base], tables))
+                + _explain(rows, df[df["method"].astype(str) == base], tables, _names(claim["our_table"])[0]))
     inside = _has_ci(lo, hi) and lo <= paper <= hi
     if inside or abs(est / paper - 1) <= tol:
         return Outcome(EXACT, text + measured, est, f"computed numbers agree; {expl}" if expl else "", lo, hi, n)

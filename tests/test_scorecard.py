@@ -493,3 +493,17 @@ def test_tree_runs_are_explained_by_their_tree_size():
     chain = pd.DataFrame({"depths": [[], []], "drafted": [[4, 4], [4]]})
     assert sc._tree_nodes(chain) == 0
     assert sc._tree_nodes(pd.DataFrame({"gamma": [3]})) == 0
+
+
+def test_a_bench_claim_is_explained_by_its_own_runs_cost_model():
+    """A speed ratio timed in a bench file is explained with the verification cost that run measured (its machine),
+    not notebook 04's cost curve from another run; tables without a cost model fall back to notebook 04's."""
+    curves = pd.DataFrame({"model": ["t", "t"], "n": [1, 5], "ms": [300.0, 240.0]})
+    bench_cfg = {"device_description": "cpu (2 cores)", "cpu": "Some CPU, avx2",
+                 "cost_model": {"target_ms": {"1": 280.0, "3": 300.0, "5": 364.0}}}
+    tables = Tables("synthetic", {"cost_curves": curves}, {"cost_curves": {"device": "nb04 cpu"}, "b": bench_cfg})
+    ratio, where = sc._cost_ratio(tables, 5, "b")
+    assert ratio == pytest.approx(1.3) and "Some CPU, avx2" in where and "this run's cost model" in where
+    ratio, where = sc._cost_ratio(tables, 5, "other")  # no cost model in its provenance: notebook 04's curve
+    assert ratio == pytest.approx(0.8) and where == "nb04 cpu"
+    assert sc._cost_ratio(tables, 5)[0] == pytest.approx(0.8)

@@ -255,7 +255,10 @@ def _check_one(t: Target, data: dict | None) -> dict:
             out["measured"] = "no chain with a prediction in the run"
             return out
         parts = [f"{r['method']} {r['measured_over_predicted']:.2f} (measured {r['speedup_vs_ar']:.2f}× vs "
-                 f"predicted {r['predicted_speedup']:.2f}×)" for r in rows]
+                 + (f"predicted {r['predicted_speedup_with_prefill']:.2f}× with the prefill, "
+                    f"{r['predicted_speedup']:.2f}× for the decoding loop)"
+                    if _fin(r.get("predicted_speedup_with_prefill")) else f"predicted {r['predicted_speedup']:.2f}×)")
+                 for r in rows]
         out["method"] = ", ".join(r["method"] for r in rows)
         out["measured"] = "measured / predicted: " + "; ".join(parts)
         ok = all(abs(r["measured_over_predicted"] - 1) <= t.threshold for r in rows)
