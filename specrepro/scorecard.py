@@ -359,12 +359,18 @@ def _bench_cost_ratio(tables: Tables, source: str, n: int) -> tuple[float, str] 
     if not target_ms:
         return None
     pts = sorted((int(k), float(v)) for k, v in target_ms.items())
-    ns, ms = np.array([k for k, _ in pts], dtype=float), np.array([v for _, v in pts])
-    if ns.min() > 1:
+    ratio = _relative_cost(np.array([k for k, _ in pts], dtype=float), np.array([v for _, v in pts]), n)
+    if ratio is None:
         return None
-    one, at = float(np.interp(1, ns, ms)), float(np.interp(min(n, ns.max()), ns, ms))
     where = cfg.get("device_description", cfg.get("device", "this device"))
-    return at / one, where + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", this run's cost model"
+    return ratio, where + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", this run's cost model"
+
+
+def _relative_cost(ns: np.ndarray, ms: np.ndarray, n: int) -> float | None:
+    """t(n) / t(1) on a measured curve (linear interpolation, clamped at its largest n); None without n = 1."""
+    if not len(ns) or ns.min() > 1:
+        return None
+    return float(np.interp(min(n, ns.max()), ns, ms)) / float(np.interp(1, ns, ms))
 
 
 def _cost_ratio(tables: Tables, n: int, source: str | None = None) -> tuple[float, str] | None:
@@ -379,12 +385,8 @@ def _cost_ratio(tables: Tables, n: int, source: str | None = None) -> tuple[floa
     if cost is None or cost.empty or not {"model", "n", "ms"} <= set(cost.columns):
         return None
     d = cost[cost["model"] == cost["model"].iloc[0]].sort_values("n")
-    ns, ms = _num(d["n"]), _num(d["ms"])
-    if not len(ns) or ns.min() > 1:
-        return None
-    one = float(np.interp(1, ns, ms))
-    at = float(np.interp(min(n, ns.max()), ns, ms))
-    return at / one, tables.provenance("cost_curves").get("device", "this device")
+    ratio = _relative_cost(_num(d["n"]), _num(d["ms"]), n)
+    return None if ratio is None else (ratio, tables.provenance("cost_curves").get("device", "this device"))
 
 
 def _tree_nodes(rows: pd.DataFrame) -> int:

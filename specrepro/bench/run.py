@@ -419,12 +419,14 @@ def add_predictions(summary, costs: dict, runs=None):
     Returns:
         a copy of ``summary`` with those columns and ``draft_ms_per_token``.
     """
-    from ..theory import expected_tokens, free_draft_bound, hardware_aware_speedup
+    from ..theory import expected_tokens, free_draft_bound, hardware_aware_speedup, with_prefill
 
     out = summary.copy()
     nan = float("nan")
+    prefill, n_new = _ar_prefill(runs) if runs is not None else (nan, nan)
+    whole = math.isfinite(prefill) and math.isfinite(n_new) and n_new > 0
     cols = {k: [] for k in ("draft_ms_per_token", "predicted_tokens_per_step", "free_draft_bound",
-                            "predicted_speedup", "measured_over_predicted")}
+                            "predicted_speedup", "predicted_speedup_with_prefill", "measured_over_predicted")}
     for _, row in out.iterrows():
         label, alpha = row["method"], row.get("alpha", nan)
         t_draft = costs["draft_ms"].get(label)
@@ -434,15 +436,17 @@ def add_predictions(summary, costs: dict, runs=None):
             continue
         g = int(costs["gammas"][label])
         pred = hardware_aware_speedup(alpha, g, costs["target"], lambda n, t=t_draft: t * n)
+        pred_whole = with_prefill(pred, prefill, n_new, costs["target"](1)) if whole else nan
         cols["draft_ms_per_token"].append(float(t_draft))
         cols["predicted_tokens_per_step"].append(float(expected_tokens(alpha, g)))
         cols["free_draft_bound"].append(free_draft_bound(alpha, g, costs["target"]))
         cols["predicted_speedup"].append(pred)
-        cols["measured_over_predicted"].append(float(row["speedup_vs_ar"]) / pred)
+        cols["predicted_speedup_with_prefill"].append(pred_whole)
+        cols["measured_over_predicted"].append(float(row["speedup_vs_ar"]) / (pred_whole if whole else pred))
+    if not whole:
+        del cols["predicted_speedup_with_prefill"]
     for k, v in cols.items():
         out[k] = v
-    if runs is not None:
-        out = _prefill_predictions(out, runs, float(costs["target"](1)))
     return out
 
 
@@ -460,28 +464,6 @@ def _ar_prefill(runs) -> tuple[float, float]:
     return (float(p.median()), float(n.median())) if len(p) and len(n) else (nan, nan)
 
 
-def _prefill_predictions(summary, runs, t1_ms: float):
-    from ..theory import with_prefill
-
-    out = summary.copy()
-    prefill, n = _ar_prefill(runs)
-    if not (math.isfinite(prefill) and math.isfinite(n) and n > 0 and "predicted_speedup" in out):
-        return out
-    pred = [with_prefill(s, prefill, n, t1_ms) if (s is not None and math.isfinite(s) and s > 0) else float("nan")
-            for s in _floats(out["predicted_speedup"])]
-    out["predicted_speedup_with_prefill"] = pred
-    out["measured_over_predicted"] = [m / p if math.isfinite(p) else float("nan")
-                                      for m, p in zip(_floats(out["speedup_vs_ar"]), pred)]
-    return out
-
-
-def _floats(col) -> list[float]:
-    """A column as floats (None and text as NaN)."""
-    import pandas as pd
-
-    return [float(x) for x in pd.to_numeric(pd.Series(col), errors="coerce").fillna(float("nan"))]
-
-
 def refresh_predictions(data: dict) -> dict:
     """A bench JSON's predictions stated for whole requests, also for files written before they were.
 
@@ -497,7 +479,7 @@ def refresh_predictions(data: dict) -> dict:
     Returns:
         ``data`` with its summary rows updated (a shallow copy; the argument is not modified).
     """
-    import pandas as pd
+    from ..theory import with_prefill
 
     summary = data.get("summary") or []
     target_ms = ((data.get("config") or {}).get("cost_model") or {}).get("target_ms") or {}
@@ -505,11 +487,17 @@ def refresh_predictions(data: dict) -> dict:
     if (not summary or t1 is None or any("predicted_speedup_with_prefill" in r for r in summary)
             or not any(r.get("predicted_speedup") is not None for r in summary)):
         return data
-    new = _prefill_predictions(pd.DataFrame(summary), data.get("runs") or [], float(t1))
-    if "predicted_speedup_with_prefill" not in new:
+    prefill, n_new = _ar_prefill(data.get("runs") or [])
+    if not (math.isfinite(prefill) and math.isfinite(n_new) and n_new > 0):
         return data
-    rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
-            for r in new.to_dict(orient="records")]
+    rows = []
+    for r in summary:
+        r, pred = dict(r), r.get("predicted_speedup")
+        r["predicted_speedup_with_prefill"] = None
+        if pred is not None and math.isfinite(pred) and pred > 0:
+            r["predicted_speedup_with_prefill"] = with_prefill(pred, prefill, n_new, float(t1))
+            r["measured_over_predicted"] = float(r["speedup_vs_ar"]) / r["predicted_speedup_with_prefill"]
+        rows.append(r)
     return {**data, "summary": rows}
 
 
