@@ -26,9 +26,12 @@ method registry in :mod:`specrepro.bench`) or the cost model (:mod:`specrepro.th
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -127,6 +130,8 @@ def run_interleaved(
     greedy: bool = False,
     progress: bool = True,
     desc: str = "timing",
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_key: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Time every runner on every prompt, interleaved, and return one row per timed call.
 
@@ -142,6 +147,13 @@ def run_interleaved(
         baseline: a label whose tokens the others are compared with under greedy decoding (``equal_to_baseline``).
         greedy: whether the runs are greedy (only then is ``equal_to_baseline`` filled; else None).
         progress: show a tqdm bar (terminal and JupyterLab) with the current method and an ETA.
+        checkpoint: a JSON file rewritten atomically after every (repeat, prompt) block, so that an interrupted run
+            resumes where it stopped: blocks found there are loaded, not timed again (a block is all methods on one
+            prompt in one pass, so every paired ratio still compares calls made side by side). The caller deletes
+            it once the results are saved. None: no checkpoint.
+        checkpoint_key: JSON-serialisable settings the saved blocks must have been timed under (methods, prompts,
+            sampling, machine, code; see :func:`specrepro.bench.run.run_bench`). A checkpoint with another key is
+            not used: it is renamed ``<name>.stale-<time>`` (kept, never deleted) and the run starts afresh.
 
     Returns:
         pandas DataFrame, one row per (repeat, prompt, method): repeat, prompt, prompt_index, method, position (the
@@ -151,7 +163,8 @@ def run_interleaved(
         NaN when unknown), draft_ms (draft time per drafted token, NaN when unknown), overhead_ms (per step, the
         loop's time outside the prefill and the target and draft forwards; NaN when unknown), token_ids, drafted,
         accepted,
-        alpha_terms, depths (lists per step), equal_to_baseline.
+        alpha_terms, depths (lists per step), equal_to_baseline. ``attrs["resumed_blocks"]``: the (repeat, prompt)
+        blocks loaded from ``checkpoint`` rather than timed in this call.
 
     Raises:
         ValueError: no runners, no prompts, repeats < 1, an unknown baseline or warm-up label.
@@ -178,9 +191,17 @@ def run_interleaved(
                 warmup[label](ids0, make_generator(seed_for(seed, 0, 0), dev))
 
     rows: list[dict] = []
-    bar = tqdm(total=int(repeats) * len(prompts) * len(labels), desc=desc, disable=not progress)
+    done: set[tuple[int, int]] = set()
+    key = None
+    if checkpoint is not None:
+        key = json.loads(json.dumps(dict(checkpoint_key or {}), default=str))
+        rows, done = _load_checkpoint(Path(checkpoint), key, labels, [pid for pid, _ in prompts], int(repeats))
+    bar = tqdm(total=int(repeats) * len(prompts) * len(labels), desc=desc, disable=not progress,
+               initial=len(done) * len(labels))
     for r in range(int(repeats)):
         for i, (pid, ids) in enumerate(prompts):
+            if (r, i) in done:
+                continue
             k = (i + r) % len(labels)
             order = labels[k:] + labels[:k]
             outs: dict[str, RunOutput] = {}
@@ -215,8 +236,55 @@ def run_interleaved(
             for row in rows[first:]:
                 row["equal_to_baseline"] = (outs[row["method"]].tokens == outs[baseline].tokens) \
                     if (greedy and baseline is not None) else None
+            if checkpoint is not None:
+                from .results import atomic_write_text
+
+                atomic_write_text(Path(checkpoint), json.dumps({"key": key, "rows": rows}, default=_json_scalar) + "\n")
     bar.close()
-    return pd.DataFrame(rows)
+    rows.sort(key=lambda row: (row["repeat"], row["prompt_index"], row["position"]))
+    out = pd.DataFrame(rows)
+    out.attrs["resumed_blocks"] = len(done)
+    return out
+
+
+def _json_scalar(value):
+    """numpy / torch scalars in a checkpoint row as Python numbers."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _load_checkpoint(path: Path, key: dict, labels: list[str], prompt_ids: list[str],
+                     repeats: int) -> tuple[list[dict], set[tuple[int, int]]]:
+    """The complete (repeat, prompt) blocks of a :func:`run_interleaved` checkpoint timed under ``key``: (rows,
+    {(repeat, prompt_index)}). A missing file gives nothing; an unreadable one or one with another key is renamed
+    ``<name>.stale-<time>`` (with a warning) and gives nothing; blocks beyond ``repeats`` are dropped."""
+    import warnings
+
+    if not path.exists():
+        return [], set()
+    try:
+        saved = json.loads(path.read_text())
+        ok = saved.get("key") == key
+        why = "its settings differ from this run's"
+    except (OSError, ValueError, AttributeError) as err:
+        ok, why = False, f"it cannot be read ({err})"
+    if not ok:
+        stale = path.with_name(f"{path.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(path, stale)
+        warnings.warn(f"timing checkpoint {path} not resumed: {why}; kept as {stale.name}, starting afresh",
+                      stacklevel=3)
+        return [], set()
+    blocks: dict[tuple[int, int], list[dict]] = {}
+    for row in saved.get("rows", []):
+        blocks.setdefault((int(row["repeat"]), int(row["prompt_index"])), []).append(row)
+    rows, done = [], set()
+    for (r, i), block in sorted(blocks.items()):
+        if r < repeats and i < len(prompt_ids) and block[0]["prompt"] == prompt_ids[i] \
+                and sorted(row["method"] for row in block) == sorted(labels):
+            rows.extend(block)
+            done.add((r, i))
+    return rows, done
 
 
 def per_run_table(runs: pd.DataFrame) -> pd.DataFrame:

@@ -99,6 +99,19 @@ def git_commit() -> str:
         return "unknown"
 
 
+def code_fingerprint() -> str:
+    """A hash (16 hex digits) of the ``specrepro`` package's Python sources as they are on disk: what a resumed
+    timing run checks, so that blocks timed by other code are not mixed with its own (unlike :func:`git_commit`, it
+    does not change when only results, notebooks or docs are committed)."""
+    import hashlib
+
+    pkg = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(pkg.rglob("*.py")):
+        h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def device_description(device: str = "cpu") -> str:
     """A short human description of the compute device, e.g. 'cpu (2 cores)' or 'cuda: NVIDIA H100 80GB HBM3'."""
     import torch

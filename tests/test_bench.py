@@ -663,3 +663,40 @@ def test_with_prefill_refuses_impossible_costs(args):
 
     with pytest.raises(ValueError, match="with_prefill needs"):
         theory.with_prefill(*args)
+
+
+def test_an_interrupted_bench_resumes_and_removes_its_checkpoint(clean_registry, tiny_with_tokenizer, tmp_path):
+    """make reproduce's bench files take hours: a run that writes ``json_path`` keeps a checkpoint beside it, an
+    interrupted run resumes from it (timing only the missing blocks), and the checkpoint goes once the JSON lands."""
+    model, tok = tiny_with_tokenizer
+    calls = []
+
+    @register_method("flaky-*", options=("fail",))
+    def flaky(ctx, name, gamma):
+        def run(ids, generator):
+            calls.append(int(ids.numel()))
+            if ctx.options.get("fail") and len(calls) == 2:
+                raise KeyboardInterrupt
+            return RunOutput(tokens=ids[-2:].tolist(), drafted=[gamma], accepted=[1], alpha_terms=[0.5, 0.0])
+        return run
+
+    out = tmp_path / "b.json"
+    kw = dict(models=(model, None, tok), prompts=["def f(x):\n", "class A:\n"], methods="flaky-x@2",
+              max_new_tokens=4, json_path=out, progress=False, warmup=False, predict=False)
+    ckpt = bench.checkpoint_path(out)
+    assert ckpt.parent == tmp_path and ckpt.name.startswith(".")
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(**kw, options={"fail": True})
+    assert not out.exists() and len(json.loads(ckpt.read_text())["rows"]) == 2  # prompt 0's block: ar + flaky-x@2
+    with pytest.warns(UserWarning, match="not resumed"):  # other options: the saved block is not reused
+        run_bench(**kw, options={"fail": False})
+    assert not ckpt.exists() and json.loads(out.read_text())["config"]["resumed_blocks"] == 0
+    calls.clear()
+    out.unlink()
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(**kw, options={"fail": True})
+    calls.clear()
+    res = run_bench(**kw, options={"fail": True})
+    # resumed: prompt 0 was loaded, prompt 1 timed (one call; 'fail' only fires on a second call of this run)
+    assert len(calls) == 1 and res.config["resumed_blocks"] == 1 and len(res.runs) == 4
+    assert not ckpt.exists() and json.loads(out.read_text())["config"]["resumed_blocks"] == 1

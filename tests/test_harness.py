@@ -1,5 +1,7 @@
 """The one timing harness: interleaving, rotation, the seeding rule, paired speedups and their intervals."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -176,3 +178,51 @@ def test_alpha_summary_gives_each_cell_its_size_and_interval():
     assert row["alpha"] == pytest.approx(cell["alpha"].mean())
     assert row["ci95_lo"] < row["alpha"] < row["ci95_hi"] and row["ci95_hi"] - row["ci95_lo"] < 0.1
     assert out.loc[("bigram", "humaneval", 0.0), "ci95_hi"] < out.loc[("model", "humaneval", 0.0), "ci95_lo"]
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
+    """Blocks saved before an interruption are loaded, not timed again; the rest run with the same seeds and
+    rotation as an uninterrupted run; more repeats reuse the passes already done; another key starts afresh."""
+    prompts = [(f"p{i}", torch.tensor([i, 1])) for i in range(3)]
+    ckpt = tmp_path / "t.checkpoint"
+    log = []
+    runners = _recording_runners(log)
+    calls = {"n": 0}
+
+    def failing(ids, generator):  # interrupted during the 5th block (repeat 1, prompt 1)
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return runners["b"](ids, generator)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_interleaved({**runners, "b": failing}, prompts, repeats=2, seed=3, progress=False,
+                        checkpoint=ckpt, checkpoint_key={"machine": "x"})
+    assert len(json.loads(ckpt.read_text())["rows"]) == 4 * 3  # 4 finished blocks of 3 methods
+    log.clear()
+    runs = run_interleaved(runners, prompts, repeats=2, seed=3, progress=False, checkpoint=ckpt,
+                           checkpoint_key={"machine": "x"})
+    assert runs.attrs["resumed_blocks"] == 4 and len(runs) == 2 * 3 * 3
+    assert {(p, s) for _, p, s in log} == {(1, seed_for(3, 1, 1)), (2, seed_for(3, 1, 2))}  # only the missing blocks
+    fresh = run_interleaved(_recording_runners([]), prompts, repeats=2, seed=3, progress=False)
+    cols = ["repeat", "prompt", "method", "position", "new_tokens"]
+    assert runs[cols].equals(fresh[cols])  # same order and content as an uninterrupted run
+    log.clear()
+    more = run_interleaved(runners, prompts, repeats=3, seed=3, progress=False, checkpoint=ckpt,
+                           checkpoint_key={"machine": "x"})
+    assert more.attrs["resumed_blocks"] == 6 and len(log) == 3 * 3 and len(more) == 3 * 3 * 3
+    with pytest.warns(UserWarning, match="not resumed"):
+        other = run_interleaved(runners, prompts, repeats=1, seed=3, progress=False, checkpoint=ckpt,
+                                checkpoint_key={"machine": "y"})
+    assert other.attrs["resumed_blocks"] == 0
+    assert len(list(tmp_path.glob("t.checkpoint.stale-*"))) == 1  # the other machine's blocks are kept, not lost
+
+
+def test_an_unreadable_checkpoint_is_set_aside(tmp_path):
+    ckpt = tmp_path / "t.checkpoint"
+    ckpt.write_text("{not json")
+    with pytest.warns(UserWarning, match="cannot be read"):
+        runs = run_interleaved(_recording_runners([]), [("p0", torch.tensor([1]))], progress=False,
+                               checkpoint=ckpt, checkpoint_key={})
+    assert len(runs) == 3 and json.loads(ckpt.read_text())["key"] == {}
+    assert [p.read_text() for p in tmp_path.glob("t.checkpoint.stale-*")] == ["{not json"]

@@ -70,11 +70,11 @@ from .methods import bigram_corpus, hf_generation_config
 from .options import MAX_TREE_NODES, TREE_MODES, BenchOptionError, parse_tree_spec
 from .registry import (DEFAULT_METHODS, OPTION_KEYS, PLUGIN_ERRORS, PLUGIN_MODULES, REGISTRY, BenchContext,
                        MethodSpec, known_methods, register_method, resolve_method, validate_options)
-from .run import BenchResult, run_bench
+from .run import BenchResult, checkpoint_path, run_bench
 
 __all__ = [
     "BenchOptionError", "BenchContext", "RunOutput", "MethodSpec", "BenchResult", "REGISTRY", "PLUGIN_MODULES",
     "PLUGIN_ERRORS", "DEFAULT_METHODS", "TREE_MODES", "MAX_TREE_NODES", "OPTION_KEYS", "register_method",
-    "known_methods", "resolve_method", "validate_options", "parse_tree_spec", "run_bench", "configure_parser",
-    "run_command", "bigram_corpus", "hf_generation_config",
+    "known_methods", "resolve_method", "validate_options", "parse_tree_spec", "run_bench", "checkpoint_path",
+    "configure_parser", "run_command", "bigram_corpus", "hf_generation_config",
 ]

@@ -228,7 +228,11 @@ def run_bench(
         seed: seeds one ``torch.Generator`` per (repeat, prompt), shared by all methods on it.
         device, dtype: where and in what precision to load the models ('cuda' + 'bfloat16' on a GPU).
         repeats: timed passes over the prompts.
-        json_path: write :meth:`BenchResult.to_json` there.
+        json_path: write :meth:`BenchResult.to_json` there (atomically). While timing, every finished (pass,
+            prompt) block is also saved to :func:`checkpoint_path` (``.<name>.checkpoint`` beside it): rerun after an
+            interruption with the same settings, machine and ``specrepro`` code, the run times only the blocks
+            still missing (a larger ``repeats`` also reuses the passes already done). The cost model is measured
+            again on resume.
         warmup: one untimed call per method (on the first prompt, up to 8 tokens) before timing.
         options: extra settings for methods (see :class:`BenchContext`).
         tree: the expansion ⟨k1,...,km⟩ of ``sd-tree`` entries without ``@``, e.g. ``"2x2x1x1"``
@@ -308,16 +312,24 @@ def run_bench(
     if warmup:  # untimed: first-call costs (allocations, kernel selection, lazy imports) stay out of the timings
         wctx = dataclasses.replace(ctx, max_new_tokens=min(8, max_new_tokens))  # shares ctx's built resources
         warm = {label: spec.factory(wctx, _factory_name(label, spec), g) for label, spec, g in resolved}
+    from ..results import code_fingerprint, cpu_description, device_description, git_commit
+
+    ckpt = checkpoint_path(json_path) if json_path is not None else None
+    ckpt_key = {  # what the saved blocks must share with this run to be resumed (repeats may grow)
+        "target": tname, "draft": dname, "methods": labels, "gammas": {label: g for label, _, g in resolved},
+        "prompt_ids": [p.id for p in prompts], "prompt_tokens": [int(ids.numel()) for ids in encoded],
+        "max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
+        "chat_template": chat, "options": ctx.options, "device": device_description(dev), "cpu": cpu_description(),
+        "dtype": str(tm.dtype), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__, "code": code_fingerprint()}
     runs = run_interleaved(runners, [(p.id, ids) for p, ids in zip(prompts, encoded)], repeats=repeats, seed=seed,
                            device=dev, warmup=warm, baseline="ar", greedy=sampling.greedy, progress=progress,
-                           desc="bench")
+                           desc="bench", checkpoint=ckpt, checkpoint_key=ckpt_key)
     gammas = {label: _gamma_label(spec, g) for label, spec, g in resolved}
     runs.insert(runs.columns.get_loc("method") + 1, "gamma", runs["method"].map(gammas))
     summary = _summarize(runs, resolved, sampling.greedy, seed=seed)
     if costs is not None:
         summary = add_predictions(summary, costs, runs)
-    from ..results import cpu_description, device_description, git_commit
-
     config = {
         "commit": git_commit(),
         "target": tname, "draft": dname, "pair": pair, "methods": labels, "gamma": gamma, "workload": workload,
@@ -325,7 +337,8 @@ def run_bench(
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "device": dev,
         "device_description": device_description(dev), "cpu": cpu_description(),
         "dtype": str(tm.dtype).replace("torch.", ""),
-        "repeats": repeats, "chat_template": chat, "torch_threads": torch.get_num_threads(),
+        "repeats": repeats, "resumed_blocks": int(runs.attrs.get("resumed_blocks", 0)), "chat_template": chat,
+        "torch_threads": torch.get_num_threads(),
         "cpu_linear": getattr(tm, "specrepro_cpu_linear", None),
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
         "eos_token_id": ctx.eos_token_id, "options": ctx.options,
@@ -340,6 +353,7 @@ def run_bench(
         from ..results import atomic_write_text
 
         atomic_write_text(Path(json_path), json.dumps(result.to_json(), indent=1) + "\n")
+        ckpt.unlink(missing_ok=True)
     if print_table:
         with pd.option_context("display.width", 200, "display.max_columns", 20):
             print(f"{tname} + {dname or 'no draft'} | {workload}, {len(prompts)} prompts x {repeats}, "
@@ -351,6 +365,14 @@ def run_bench(
                     print(f"note: {label} is not distribution-preserving (exact = False): under sampling its "
                           f"outputs do not follow the target's distribution")
     return result
+
+
+def checkpoint_path(json_path: str | Path) -> Path:
+    """Where :func:`run_bench` keeps the timing checkpoint of a run that writes ``json_path``: the hidden file
+    ``.<name>.checkpoint`` beside it, deleted once the JSON is written. An interrupted bench run with the same
+    settings on the same machine and code resumes from it (:func:`specrepro.harness.run_interleaved`)."""
+    path = Path(json_path)
+    return path.with_name(f".{path.name}.checkpoint")
 
 
 #: timed forward passes per point and round of the bench's cost measurement (after warm-up rounds), and rounds
