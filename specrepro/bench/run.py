@@ -314,6 +314,7 @@ def run_bench(
         warm = {label: spec.factory(wctx, _factory_name(label, spec), g) for label, spec, g in resolved}
     from ..results import code_fingerprint, cpu_description, device_description, git_commit
 
+    commit = git_commit()  # the code that runs: taken before timing (a commit made during a long run is not it)
     ckpt = checkpoint_path(json_path) if json_path is not None else None
     ckpt_key = {  # what the saved blocks must share with this run to be resumed (repeats may grow)
         "target": tname, "draft": dname, "methods": labels, "gammas": {label: g for label, _, g in resolved},
@@ -331,7 +332,7 @@ def run_bench(
     if costs is not None:
         summary = add_predictions(summary, costs, runs)
     config = {
-        "commit": git_commit(),
+        "commit": commit,
         "target": tname, "draft": dname, "pair": pair, "methods": labels, "gamma": gamma, "workload": workload,
         "n_prompts": len(prompts), "prompt_ids": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "device": dev,
