@@ -239,7 +239,8 @@ def run_interleaved(
             if checkpoint is not None:
                 from .results import atomic_write_text
 
-                atomic_write_text(Path(checkpoint), json.dumps({"key": key, "rows": rows}, default=_json_scalar) + "\n")
+                saved = {"key": key, "rows": rows}
+                atomic_write_text(Path(checkpoint), json.dumps(saved, default=_json_scalar) + "\n")
     bar.close()
     rows.sort(key=lambda row: (row["repeat"], row["prompt_index"], row["position"]))
     out = pd.DataFrame(rows)

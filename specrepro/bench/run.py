@@ -314,31 +314,14 @@ def run_bench(
         warm = {label: spec.factory(wctx, _factory_name(label, spec), g) for label, spec, g in resolved}
     from ..results import code_fingerprint, cpu_description, device_description, git_commit
 
-    commit = git_commit()  # the code that runs: taken before timing (a commit made during a long run is not it)
-    ckpt = checkpoint_path(json_path) if json_path is not None else None
-    ckpt_key = {  # what the saved blocks must share with this run to be resumed (repeats may grow)
-        "target": tname, "draft": dname, "methods": labels, "gammas": {label: g for label, _, g in resolved},
-        "prompt_ids": [p.id for p in prompts], "prompt_tokens": [int(ids.numel()) for ids in encoded],
-        "max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
-        "chat_template": chat, "options": ctx.options, "device": device_description(dev), "cpu": cpu_description(),
-        "dtype": str(tm.dtype), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-        "transformers": __import__("transformers").__version__, "code": code_fingerprint()}
-    runs = run_interleaved(runners, [(p.id, ids) for p, ids in zip(prompts, encoded)], repeats=repeats, seed=seed,
-                           device=dev, warmup=warm, baseline="ar", greedy=sampling.greedy, progress=progress,
-                           desc="bench", checkpoint=ckpt, checkpoint_key=ckpt_key)
-    gammas = {label: _gamma_label(spec, g) for label, spec, g in resolved}
-    runs.insert(runs.columns.get_loc("method") + 1, "gamma", runs["method"].map(gammas))
-    summary = _summarize(runs, resolved, sampling.greedy, seed=seed)
-    if costs is not None:
-        summary = add_predictions(summary, costs, runs)
-    config = {
-        "commit": commit,
+    config = {  # everything but resumed_blocks is known before timing (the commit: the code that runs)
+        "commit": git_commit(),
         "target": tname, "draft": dname, "pair": pair, "methods": labels, "gamma": gamma, "workload": workload,
         "n_prompts": len(prompts), "prompt_ids": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "device": dev,
         "device_description": device_description(dev), "cpu": cpu_description(),
         "dtype": str(tm.dtype).replace("torch.", ""),
-        "repeats": repeats, "resumed_blocks": int(runs.attrs.get("resumed_blocks", 0)), "chat_template": chat,
+        "repeats": repeats, "resumed_blocks": 0, "chat_template": chat,
         "torch_threads": torch.get_num_threads(),
         "cpu_linear": getattr(tm, "specrepro_cpu_linear", None),
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
@@ -349,6 +332,21 @@ def run_bench(
             "target_ms": dict(zip((int(n) for n in costs["target"].n), (float(m) for m in costs["target"].ms))),
             "draft_ms_per_token": costs["draft_ms"]},
     }
+    # what saved blocks must share with this run to be resumed: the settings and machine, not the commit (results
+    # get committed during long runs), the number of passes (it may grow) or the cost model (measured again)
+    ckpt_key = {k: v for k, v in config.items() if k not in ("commit", "repeats", "resumed_blocks", "cost_model")}
+    ckpt_key.update(gammas={label: g for label, _, g in resolved}, code=code_fingerprint(),
+                    prompt_tokens=[int(ids.numel()) for ids in encoded])
+    ckpt = checkpoint_path(json_path) if json_path is not None else None
+    runs = run_interleaved(runners, [(p.id, ids) for p, ids in zip(prompts, encoded)], repeats=repeats, seed=seed,
+                           device=dev, warmup=warm, baseline="ar", greedy=sampling.greedy, progress=progress,
+                           desc="bench", checkpoint=ckpt, checkpoint_key=ckpt_key)
+    config["resumed_blocks"] = int(runs.attrs.get("resumed_blocks", 0))
+    gammas = {label: _gamma_label(spec, g) for label, spec, g in resolved}
+    runs.insert(runs.columns.get_loc("method") + 1, "gamma", runs["method"].map(gammas))
+    summary = _summarize(runs, resolved, sampling.greedy, seed=seed)
+    if costs is not None:
+        summary = add_predictions(summary, costs, runs)
     result = BenchResult(summary=summary, runs=runs, config=config)
     if json_path is not None:
         from ..results import atomic_write_text
