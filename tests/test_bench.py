@@ -564,6 +564,12 @@ def test_bench_predicts_fixed_gamma_chains_from_costs_it_measured(tiny_with_toke
     cm = res.config["cost_model"]
     assert set(cm["draft_ms_per_token"]) == {"sd-draft@2"} and sorted(cm["target_ms"]) == [1, 2, 3]
     assert all(v > 0 for v in cm["target_ms"].values()) and cm["draft_ms_per_token"]["sd-draft@2"] > 0
+    # measured before and after the timed passes; the prediction uses the means
+    for n, ms in cm["target_ms"].items():
+        assert math.isclose(ms, (cm["before"]["target_ms"][n] + cm["after"]["target_ms"][n]) / 2, rel_tol=1e-12)
+    assert math.isclose(cm["draft_ms_per_token"]["sd-draft@2"], (cm["before"]["draft_ms_per_token"]["sd-draft@2"]
+                        + cm["after"]["draft_ms_per_token"]["sd-draft@2"]) / 2, rel_tol=1e-12)
+    assert "before and after" in cm["measured"]
     row = s.loc["sd-draft@2"]
     curve = theory.CostCurve(list(cm["target_ms"]), list(cm["target_ms"].values()))
     t_d = cm["draft_ms_per_token"]["sd-draft@2"]
@@ -582,6 +588,25 @@ def test_bench_predicts_fixed_gamma_chains_from_costs_it_measured(tiny_with_toke
     for other in ("ar", "sd-draft-dynamic@3", "sd-tree@2x1"):
         assert math.isnan(s.loc[other, "predicted_speedup"])
     assert "predicted_speedup" in res.table().columns
+
+
+def test_mean_costs_averages_two_measurements_and_refuses_mismatched_ones():
+    """A run whose machine drifted (costs 140 ms before, 100 after) is predicted from 120, and both stay on record."""
+    from specrepro.bench.run import _cost_model_json, mean_costs
+    from specrepro.theory import CostCurve
+
+    def costs(t, d, ns=(1, 2)):
+        return {"target": CostCurve(list(ns), [t] * len(ns)), "draft_ms": {"sd-draft@1": d}, "prefix_len": 10,
+                "repeats": 1, "rounds": 1, "gammas": {"sd-draft@1": 1}}
+
+    m = mean_costs(costs(140.0, 20.0), costs(100.0, 16.0))
+    assert m["target"](1) == 120.0 and m["draft_ms"] == {"sd-draft@1": 18.0} and m["gammas"] == {"sd-draft@1": 1}
+    cm = _cost_model_json(m)
+    assert cm["target_ms"] == {1: 120.0, 2: 120.0} and cm["before"]["target_ms"][1] == 140.0
+    assert cm["after"]["draft_ms_per_token"] == {"sd-draft@1": 16.0}
+    assert "before" not in _cost_model_json(costs(140.0, 20.0))  # one measurement: as files written before
+    with pytest.raises(ValueError, match="same sizes and methods"):
+        mean_costs(costs(140.0, 20.0), costs(100.0, 16.0, ns=(1, 3)))
 
 
 def test_bench_without_predict_measures_nothing(tiny_with_tokenizer, one_thread):

@@ -88,8 +88,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", dest="json_path", metavar="OUT", help="write the results as JSON")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up call per method")
     p.add_argument("--no-predict", action="store_true",
-                   help="skip the cost measurement before timing (target forward time for n = 1..γ+1 tokens, each "
-                        "fixed-γ chain's draft ms per token) and the hardware-aware prediction beside each chain")
+                   help="skip the cost measurements before and after timing (target forward time for n = 1..γ+1 "
+                        "tokens, each fixed-γ chain's draft ms per token) and the hardware-aware prediction beside "
+                        "each chain")
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:

@@ -241,8 +241,9 @@ def run_bench(
             :meth:`specrepro.medusa.MedusaHeads.save` (or cached by :func:`specrepro.medusa.get_or_train_heads`), or
             ``"auto"`` for the newest cached heads trained for the target. Same as ``options["medusa_heads"]``.
         print_table: print :meth:`BenchResult.table` to stdout.
-        predict: before timing, measure the target's forward time over n = 1..γmax + 1 new tokens and each
-            fixed-γ chain method's draft time per token (:func:`measure_costs`), and give each such method its
+        predict: before and again after timing, measure the target's forward time over n = 1..γmax + 1 new tokens
+            and each fixed-γ chain method's draft time per token (:func:`measure_costs`; the prediction uses the
+            means, :func:`mean_costs`, and ``config.cost_model`` keeps both), and give each such method its
             hardware-aware predicted speedup, free-draft bound and Eq. (1) ideal at its measured α
             (:func:`add_predictions`).
 
@@ -314,7 +315,8 @@ def run_bench(
         warm = {label: spec.factory(wctx, _factory_name(label, spec), g) for label, spec, g in resolved}
     from ..results import code_fingerprint, cpu_description, device_description, git_commit
 
-    config = {  # everything but resumed_blocks is known before timing (the commit: the code that runs)
+    config = {  # all but resumed_blocks and the cost model's second measurement is known before timing (the commit:
+        # the code that runs)
         "commit": git_commit(),
         "target": tname, "draft": dname, "pair": pair, "methods": labels, "gamma": gamma, "workload": workload,
         "n_prompts": len(prompts), "prompt_ids": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
@@ -327,10 +329,7 @@ def run_bench(
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
         "eos_token_id": ctx.eos_token_id, "options": ctx.options,
         "timing": "CUDA events + synchronize" if dev.startswith("cuda") else "time.perf_counter",
-        "cost_model": None if costs is None else {
-            "prefix_len": costs["prefix_len"], "repeats": costs["repeats"], "rounds": costs["rounds"],
-            "target_ms": dict(zip((int(n) for n in costs["target"].n), (float(m) for m in costs["target"].ms))),
-            "draft_ms_per_token": costs["draft_ms"]},
+        "cost_model": None if costs is None else _cost_model_json(costs),
     }
     # what saved blocks must share with this run to be resumed: the settings and machine, not the commit (results
     # get committed during long runs), the number of passes (it may grow) or the cost model (measured again)
@@ -342,6 +341,9 @@ def run_bench(
                            device=dev, warmup=warm, baseline="ar", greedy=sampling.greedy, progress=progress,
                            desc="bench", checkpoint=ckpt, checkpoint_key=ckpt_key)
     config["resumed_blocks"] = int(runs.attrs.get("resumed_blocks", 0))
+    if costs is not None:  # measured again after timing: the prediction uses both, the config keeps each
+        costs = mean_costs(costs, measure_costs(ctx, runners, {label: g for label, _, g in resolved}, encoded))
+        config["cost_model"] = _cost_model_json(costs)
     gammas = {label: _gamma_label(spec, g) for label, spec, g in resolved}
     runs.insert(runs.columns.get_loc("method") + 1, "gamma", runs["method"].map(gammas))
     summary = _summarize(runs, resolved, sampling.greedy, seed=seed)
@@ -381,7 +383,8 @@ COST_ROUNDS = 3
 
 def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
                   repeats: int = COST_REPEATS, rounds: int = COST_ROUNDS) -> dict | None:
-    """The costs the bench's predictions use, measured in the benchmark's own process before any timed run.
+    """The costs the bench's predictions use, measured in the benchmark's own process (:func:`run_bench` measures
+    them before and again after the timed passes and uses the means, :func:`mean_costs`).
 
     The target's KV-cached forward time over n = 1..γmax + 1 new tokens (:func:`specrepro.theory.measure_cost_curve`)
     and, for each runner with a ``cost_drafter`` (fixed-γ chains, see ``_our_runner``), that drafter's time per
@@ -415,6 +418,54 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
         rounds=rounds, generator=torch.Generator().manual_seed(int(ctx.seed)), sampling=ctx.sampling)
     return {"target": target, "draft_ms": draft_ms, "prefix_len": prefix_len, "repeats": repeats, "rounds": rounds,
             "gammas": gammas}
+
+
+def _curve_ms(curve) -> dict:
+    return dict(zip((int(n) for n in curve.n), (float(m) for m in curve.ms)))
+
+
+def _cost_model_json(costs: dict) -> dict:
+    """``config.cost_model`` of a bench JSON: the costs the predictions use (ms) and, once measured after timing
+    too, each measurement (``before`` and ``after`` the timed passes)."""
+    out = {"prefix_len": costs["prefix_len"], "repeats": costs["repeats"], "rounds": costs["rounds"],
+           "target_ms": _curve_ms(costs["target"]), "draft_ms_per_token": dict(costs["draft_ms"])}
+    for when in ("before", "after"):
+        if when in costs:
+            out[when] = {"target_ms": _curve_ms(costs[when]["target"]),
+                         "draft_ms_per_token": dict(costs[when]["draft_ms"])}
+    if "before" in costs:
+        out["measured"] = "before and after the timed passes; target_ms and draft_ms_per_token are their means"
+    return out
+
+
+def mean_costs(before: dict, after: dict) -> dict:
+    """The costs measured before and after the timed passes, averaged point by point (ms).
+
+    Why twice: on this project's shared 2-core CPU the machine's speed drifted during a long run (greedy bench of
+    record, 2026-11-25: AR's median 142 ms per token in the first of 3 passes, 103-106 in the next two; the one-token
+    forward measured before timing read 142 ms), so costs taken only before timing described the first pass, not the
+    run. The mean of a measurement at each end is the cheapest estimate of the whole run's costs; both stay in the
+    JSON (``before``, ``after``) so a reader sees the drift.
+
+    Args:
+        before, after: :func:`measure_costs` dicts with the same sizes n, methods and γ.
+
+    Returns:
+        a :func:`measure_costs` dict of the means, plus ``before`` and ``after`` (each ``target`` and ``draft_ms``).
+
+    Raises:
+        ValueError: the two measured different sizes n or different methods.
+    """
+    from ..theory import CostCurve
+
+    t0, t1 = before["target"], after["target"]
+    if list(t0.n) != list(t1.n) or set(before["draft_ms"]) != set(after["draft_ms"]):
+        raise ValueError(f"mean_costs needs two measurements of the same sizes and methods; got n = {list(t0.n)} "
+                         f"vs {list(t1.n)}, methods {sorted(before['draft_ms'])} vs {sorted(after['draft_ms'])}")
+    return {**before, "target": CostCurve(list(t0.n), [(a + b) / 2 for a, b in zip(t0.ms, t1.ms)]),
+            "draft_ms": {k: (float(v) + float(after["draft_ms"][k])) / 2 for k, v in before["draft_ms"].items()},
+            "before": {"target": t0, "draft_ms": dict(before["draft_ms"])},
+            "after": {"target": t1, "draft_ms": dict(after["draft_ms"])}}
 
 
 def add_predictions(summary, costs: dict, runs=None):

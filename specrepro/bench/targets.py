@@ -120,9 +120,10 @@ def prediction_gap(data: dict) -> pd.DataFrame:
     """Where each fixed-γ chain's measured speedup parts from the hardware-aware prediction, from one bench JSON.
 
     The prediction (:func:`specrepro.bench.run.add_predictions`) is E[tokens] · t_target(1) / (γ · t_draft +
-    t_target(γ + 1)) with the costs measured before the timed runs (``config.cost_model``, ms), turned into a
-    whole-request prediction with AR's measured prefill (:func:`specrepro.theory.with_prefill`; files written before
-    that get it from their own runs, :func:`specrepro.bench.run.refresh_predictions`). The timed runs record where
+    t_target(γ + 1)) with the costs measured before the timed runs, or (files written since 2026-11-25 evening) the
+    mean of a measurement before and one after them (``config.cost_model``, ms), turned into a whole-request
+    prediction with AR's measured prefill (:func:`specrepro.theory.with_prefill`; files written before that get it
+    from their own runs, :func:`specrepro.bench.run.refresh_predictions`). The timed runs record where
     each step's time went (:func:`specrepro.harness.run_interleaved`: ``loop_ms`` per step after the prefill,
     ``target_ms`` per step, ``draft_ms`` per drafted token, ``overhead_ms`` per step). measured / predicted is the
     product of four factors, each 1 when the model holds:
