@@ -308,7 +308,8 @@ def run_bench(
     resolved = [(label, spec, int(getattr(runners[label], "gamma", g))) for label, spec, g in resolved]
 
     labels = [label for label, _, _ in resolved]
-    costs = measure_costs(ctx, runners, {label: g for label, _, g in resolved}, encoded) if predict else None
+    method_gammas = {label: g for label, _, g in resolved}
+    costs = measure_costs(ctx, runners, method_gammas, encoded) if predict else None
     warm = None
     if warmup:  # untimed: first-call costs (allocations, kernel selection, lazy imports) stay out of the timings
         wctx = dataclasses.replace(ctx, max_new_tokens=min(8, max_new_tokens))  # shares ctx's built resources
@@ -334,7 +335,7 @@ def run_bench(
     # what saved blocks must share with this run to be resumed: the settings and machine, not the commit (results
     # get committed during long runs), the number of passes (it may grow) or the cost model (measured again)
     ckpt_key = {k: v for k, v in config.items() if k not in ("commit", "repeats", "resumed_blocks", "cost_model")}
-    ckpt_key.update(gammas={label: g for label, _, g in resolved}, code=code_fingerprint(),
+    ckpt_key.update(gammas=method_gammas, code=code_fingerprint(),
                     prompt_tokens=[int(ids.numel()) for ids in encoded])
     ckpt = checkpoint_path(json_path) if json_path is not None else None
     runs = run_interleaved(runners, [(p.id, ids) for p, ids in zip(prompts, encoded)], repeats=repeats, seed=seed,
@@ -342,7 +343,7 @@ def run_bench(
                            desc="bench", checkpoint=ckpt, checkpoint_key=ckpt_key)
     config["resumed_blocks"] = int(runs.attrs.get("resumed_blocks", 0))
     if costs is not None:  # measured again after timing: the prediction uses both, the config keeps each
-        costs = mean_costs(costs, measure_costs(ctx, runners, {label: g for label, _, g in resolved}, encoded))
+        costs = mean_costs(costs, measure_costs(ctx, runners, method_gammas, encoded))
         config["cost_model"] = _cost_model_json(costs)
     gammas = {label: _gamma_label(spec, g) for label, spec, g in resolved}
     runs.insert(runs.columns.get_loc("method") + 1, "gamma", runs["method"].map(gammas))
