@@ -402,20 +402,31 @@ def with_output_head(model, head: torch.nn.Module):
 
 @torch.inference_mode()
 def measure_draft_step_ms(drafter, vocab: int, prefix_len: int = 200, repeats: int = 5,
-                          generator: torch.Generator | None = None, sampling=None, warmup: int = 10) -> float:
-    """Median time of one drafted token of ``drafter`` (ms): ``propose(ids, 1)`` on a random ``prefix_len``-token
-    prefix whose draft KV cache is already filled, so each timed call is one forward of the draft over one new token
-    plus its head, its logits processing under ``sampling`` and its draw (t_draft(1) of the cost model,
+                          generator: torch.Generator | None = None, sampling=None, warmup: int = 10,
+                          text: torch.Tensor | None = None) -> float:
+    """Median time of one drafted token of ``drafter`` (ms): ``propose(ids, 1)`` after a ``prefix_len``-token prefix
+    whose draft KV cache is already filled, so each timed call is one forward of the draft over one new token plus
+    its head, its logits processing under ``sampling`` and its draw (t_draft(1) of the cost model,
     :mod:`specrepro.theory`).
+
+    Under top-p the processing's cost depends on the distribution: :func:`specrepro.sampling.logits_to_probs` ranks
+    only the few hundred likeliest tokens when they hold ``top_p`` of the mass (real text) and sorts the whole
+    vocabulary when they do not, as after many random prefixes, where the draft's distribution is flat (int8 Qwen2.5
+    0.5B draft, T = 0.8, top-p 0.95, 2-core AVX-512 CPU: 34 ms per token after one random prefix, 20-21 ms after
+    another and along HumanEval prompts). Pass the workload's own token ids as ``text`` to time what a run pays: each
+    call then moves one token further along the text (the cache holds the tokens before it), so the timed calls see
+    real, different positions.
 
     Args:
         drafter: a :mod:`specrepro.drafters` drafter with a KV-cached model (draft model, pruned head, int8).
         vocab: ids are drawn from [0, vocab).
         prefix_len: length of the random prefix (tokens); repeats: timed calls after ``warmup`` untimed ones (the
             first forwards after the prefill run slow on a CPU: see :func:`specrepro.theory.measure_cost_curve`).
-        generator: draws the random prefix and, under sampling, the drafted tokens.
-        sampling: the :class:`~specrepro.sampling.SamplingConfig` the run drafts under (a top-p run sorts the
-            vocabulary for every drafted token, which a greedy measurement would leave out); None = greedy.
+        generator: draws the random prefix (when no ``text``) and, under sampling, the drafted tokens.
+        sampling: the :class:`~specrepro.sampling.SamplingConfig` the run drafts under (a top-p run ranks tokens for
+            every drafted token, which a greedy measurement would leave out); None = greedy.
+        text: token ids (long tensor [L]) of real text, repeated end to end when shorter than
+            ``prefix_len + warmup + repeats + 1``; None = random ids in [0, vocab) (and the same position each call).
 
     Returns:
         milliseconds (float).
@@ -423,15 +434,25 @@ def measure_draft_step_ms(drafter, vocab: int, prefix_len: int = 200, repeats: i
     from .sampling import GREEDY
 
     sampling = GREEDY if sampling is None else sampling
-    ids = torch.randint(0, vocab, (prefix_len + 1,), generator=generator)
+    calls = int(warmup) + int(repeats)
+    if text is None:  # one random prefix; each call re-drafts its last position (the cache is cropped back)
+        ids = torch.randint(0, vocab, (prefix_len + 1,), generator=generator)
+        prefixes = [ids] * (calls + 1)
+    else:  # real text: each call drafts the next position (the cache already holds the tokens before it)
+        text = torch.as_tensor(text, dtype=torch.long).reshape(-1).cpu()
+        if text.numel() == 0:
+            raise ValueError("measure_draft_step_ms: text is empty")
+        need = prefix_len + calls + 1
+        ids = text.repeat(-(-need // text.numel()))[:need]
+        prefixes = [ids[:prefix_len + 1 + i] for i in range(calls + 1)]
     drafter.reset()
-    drafter.propose(ids, 1, sampling, generator)  # fills the cache with the prefix
-    for _ in range(int(warmup)):
-        drafter.propose(ids, 1, sampling, generator)
+    drafter.propose(prefixes[0], 1, sampling, generator)  # fills the cache with the prefix
+    for i in range(int(warmup)):
+        drafter.propose(prefixes[1 + i], 1, sampling, generator)
     times = []
-    for _ in range(repeats):
+    for i in range(int(warmup), calls):
         t0 = time.perf_counter()
-        drafter.propose(ids, 1, sampling, generator)  # the cache is cropped to the prefix: one new token each time
+        drafter.propose(prefixes[1 + i], 1, sampling, generator)  # one new token through the draft each time
         times.append(1000.0 * (time.perf_counter() - t0))
     drafter.reset()
     times.sort()
@@ -439,12 +460,13 @@ def measure_draft_step_ms(drafter, vocab: int, prefix_len: int = 200, repeats: i
 
 
 def measure_chain_costs(target, drafters: dict, ns: Sequence[int], vocab: int, prefix_len: int = 200,
-                        repeats: int = 3, rounds: int = 3, generator: torch.Generator | None = None, sampling=None):
+                        repeats: int = 3, rounds: int = 3, generator: torch.Generator | None = None, sampling=None,
+                        text: torch.Tensor | None = None):
     """The costs of Leviathan's model with measured curves, robust to a machine whose speed drifts.
 
     The target's KV-cached forward time over each n in ``ns`` new tokens (:func:`specrepro.theory.measure_cost_curve`)
-    and each drafter's time per drafted token (:func:`measure_draft_step_ms` under ``sampling``), on random
-    ``prefix_len``-token prefixes: ``rounds`` passes over every point and every drafter (each pass warms up before it
+    and each drafter's time per drafted token (:func:`measure_draft_step_ms` under ``sampling``, along ``text`` when
+    given), on ``prefix_len``-token prefixes: ``rounds`` passes over every point and every drafter (each pass warms up before it
     times: the first forwards after loading and after a prefill run slow), and the median over the rounds (a drift
     during the measurement then hits every point alike instead of bending the curve).
 
@@ -452,6 +474,8 @@ def measure_chain_costs(target, drafters: dict, ns: Sequence[int], vocab: int, p
         target: a transformers causal LM; drafters: label -> drafter; ns: token counts of the target curve;
         vocab: random ids are drawn from [0, vocab); repeats: timed calls per point and round (after a warm-up);
         generator: seeds the random ids (the cost of a dense forward does not depend on them) and draws.
+        text: real token ids (long tensor [L]) the drafters are timed along (their top-p processing costs depend
+            on the distribution, see :func:`measure_draft_step_ms`); None = random ids.
 
     Returns:
         ``(CostCurve, {label: ms per drafted token})``, times in ms.
@@ -473,6 +497,6 @@ def measure_chain_costs(target, drafters: dict, ns: Sequence[int], vocab: int, p
                                          generator=generator).ms)
         for label, drafter in drafters.items():
             drafts[label].append(measure_draft_step_ms(drafter, vocab, prefix_len=prefix_len, repeats=int(repeats),
-                                                       generator=generator, sampling=sampling))
+                                                       generator=generator, sampling=sampling, text=text))
     curve = CostCurve(list(ns), list(np.median(np.stack(curves), axis=0)))
     return curve, {label: float(np.median(v)) for label, v in drafts.items()}

@@ -312,7 +312,8 @@ def generate(
             q_rows = draft_probs[: min(n + 1, g)] if draft_probs is not None else None
             rows = p[: min(n + 1, g)]
             if q_rows is not None:
-                res.alpha_terms.extend(torch.minimum(rows, q_rows).sum(-1).tolist())
+                # a probability: a float32 sum over the vocabulary may pass 1 by rounding when q = p
+                res.alpha_terms.extend(torch.minimum(rows, q_rows).sum(-1).clamp(max=1.0).tolist())
             else:
                 res.alpha_terms.extend(rows.gather(1, draft_tokens[: rows.shape[0], None]).squeeze(1).tolist())
         step = commit_step(draft_tokens[:n].tolist() + [nxt], budget, eos, res)

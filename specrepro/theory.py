@@ -406,16 +406,16 @@ def measure_alpha(target, drafter, ids, prompt_len: int, sampling, target_probs=
             return terms
         if hasattr(drafter, "teacher_forced_probs"):  # e.g. PrunedHeadDrafter
             q = drafter.teacher_forced_probs(ids, prompt_len, sampling)
-            return torch.minimum(p, q).sum(-1).tolist()
+            return torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()  # rounding may pass 1 when q = p
         if isinstance(drafter, DraftModelDrafter):
             dl = drafter.model(input_ids=ids[None].to(drafter.model.device)).logits[0, prompt_len - 1: -1]
             q = logits_to_probs(fit_width(dl, width), sampling).cpu()
-            return torch.minimum(p, q).sum(-1).tolist()
+            return torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()  # rounding may pass 1 when q = p
         if isinstance(drafter, NGramDrafter):
             terms = []
             for i, t in enumerate(range(prompt_len, ids.numel())):
                 q = logits_to_probs(fit_width(drafter.distribution(int(ids[t - 1])).log(), width), sampling)
-                terms.append(float(torch.minimum(p[i], q).sum()))
+                terms.append(min(1.0, float(torch.minimum(p[i], q).sum())))
             return terms
         if isinstance(drafter, PromptLookupDrafter):
             terms = []

@@ -590,6 +590,35 @@ def test_bench_predicts_fixed_gamma_chains_from_costs_it_measured(tiny_with_toke
     assert "predicted_speedup" in res.table().columns
 
 
+def test_bench_times_the_drafters_along_the_prompts_tokens(tiny_with_tokenizer, one_thread, monkeypatch):
+    """The draft's cost under top-p depends on its distribution (a random prefix gives a flat one whose nucleus
+    needs a full sort): the bench times the drafters along its own prompts' tokens, before and after timing."""
+    import specrepro.cheap_drafts as cd
+    from specrepro.data import format_prompt
+
+    model, tok = tiny_with_tokenizer
+    texts = []
+    real = cd.measure_draft_step_ms
+
+    def spy(*args, text=None, **kwargs):
+        texts.append(text)
+        return real(*args, text=text, **kwargs)
+
+    monkeypatch.setattr(cd, "measure_draft_step_ms", spy)
+    prompts = ["def f(x):\n", "class A:\n"]
+    res = run_bench(models=(model, model, tok), prompts=prompts, methods="sd-draft@2", max_new_tokens=4,
+                    warmup=False, progress=False, top_p=0.9, temperature=0.8)
+    from specrepro.data import Prompt
+
+    expect = torch.cat([tok(format_prompt(Prompt(f"prompt/{i}", p), tok, chat=False), return_tensors="pt")
+                        .input_ids[0] for i, p in enumerate(prompts)])
+    assert len(texts) == 2 * 3  # before and after timing, 3 rounds each
+    assert all(t is not None and torch.equal(t, expect) for t in texts)
+    assert res.config["cost_model"]["draft_timed_on"] == "the prompts' tokens"
+    # the model is its own draft: α = 1 up to rounding, never above (Σ min(p, q) in float32 once read 1 + 7e-8)
+    assert 0.999 < res.summary.set_index("method").loc["sd-draft@2", "alpha"] <= 1.0
+
+
 def test_mean_costs_averages_two_measurements_and_refuses_mismatched_ones():
     """A run whose machine drifted (costs 140 ms before, 100 after) is predicted from 120, and both stay on record."""
     from specrepro.bench.run import _cost_model_json, mean_costs

@@ -90,3 +90,24 @@ def test_the_old_order_would_have_failed(slow):
     ns = (1, 2, 3, 4, 5)
     curve = theory.measure_cost_curve(slow, ns=ns[:1], prefix_len=20, repeats=5, warmup_rounds=1)
     assert curve.ms[0] == pytest.approx(2 * cost(1))
+
+
+def test_draft_step_walks_along_real_text(slow):
+    """Given the workload's tokens, the draft is timed at consecutive real positions (its top-p cost depends on the
+    distribution there), still one new token per timed call, and a text shorter than needed is repeated."""
+    seen = []
+
+    class Spy(DraftModelDrafter):
+        def propose(self, ids, gamma, sampling, generator):
+            seen.append(ids.clone())
+            return super().propose(ids, gamma, sampling, generator)
+
+    text = torch.arange(7) % 8  # shorter than prefix_len + calls + 1: repeated end to end
+    ms = cheap_drafts.measure_draft_step_ms(Spy(slow, 8), 8, prefix_len=20, repeats=5, text=text,
+                                            generator=torch.Generator().manual_seed(0), sampling=GREEDY)
+    assert ms == pytest.approx(cost(1))
+    assert [s.numel() for s in seen] == list(range(21, 21 + 1 + 10 + 5))  # the prefill, then one position further
+    assert all(torch.equal(s, (torch.arange(s.numel()) % 7) % 8) for s in seen)
+    assert slow.fed == [1] * 15  # each call after the prefill fed one token
+    with pytest.raises(ValueError, match="empty"):
+        cheap_drafts.measure_draft_step_ms(DraftModelDrafter(slow, 8), 8, text=torch.empty(0, dtype=torch.long))

@@ -243,14 +243,14 @@ def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int
     """The fixed costs sd-draft-auto chooses γ from, measured once per benchmark before any timed run: the target's
     forward time over n = 1..max_gamma+1 new tokens on a ``prefix_len``-token prefix and ``drafter``'s time per
     drafted token under the run's sampling (:func:`~specrepro.cheap_drafts.measure_chain_costs`: warmed-up passes,
-    then the median of ``rounds``), ms, random ids from a generator seeded with ``ctx.seed``. Returns
-    ``(CostCurve, t_draft_ms)``."""
+    then the median of ``rounds``), ms; the target on random ids from a generator seeded with ``ctx.seed``, the drafter
+    along the prompts' tokens (``ctx.cost_text``). Returns ``(CostCurve, t_draft_ms)``."""
     from ..cheap_drafts import measure_chain_costs
 
     curve, t_draft = measure_chain_costs(ctx.target, {"draft": drafter}, ns=range(1, max_gamma + 2),
                                          vocab=ctx.vocab_size, prefix_len=prefix_len, repeats=repeats, rounds=rounds,
                                          generator=torch.Generator().manual_seed(int(ctx.seed)),
-                                         sampling=ctx.sampling)
+                                         sampling=ctx.sampling, text=ctx.cost_text)
     return curve, t_draft["draft"]
 
 

@@ -178,6 +178,8 @@ class BenchContext:
             pruned draft head keeps, default 32768), ``draft_kind`` (the draft of sd-hybrid, sd-draft-auto and
             sd-draft-dynamic: fp32, int8, pruned or int8-pruned; default fp32), ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup
             match, default 2).
+        cost_text: the prompts' token ids end to end (long tensor [L]; None = random ids), the text the cost model
+            times the drafters along (:func:`specrepro.cheap_drafts.measure_draft_step_ms`).
     """
 
     target: Any
@@ -192,6 +194,7 @@ class BenchContext:
     seed: int = 0
     device: str = "cpu"
     options: dict = field(default_factory=dict)
+    cost_text: Any = None
     _shared: dict = field(default_factory=dict)
 
     def shared(self, key: str, build: Callable[[], Any]):

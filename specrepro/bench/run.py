@@ -303,7 +303,7 @@ def run_bench(
     vocab = tm.get_output_embeddings().weight.shape[0]
     ctx = BenchContext(target=tm, tokenizer=tok, draft=dm, prompts=prompts, sampling=sampling, gamma=gamma,
                        max_new_tokens=max_new_tokens, eos_token_id=_eos_ids(tm, tok), vocab_size=vocab, seed=seed,
-                       device=dev, options=options)
+                       device=dev, options=options, cost_text=torch.cat([e.cpu() for e in encoded]))
     runners = {label: spec.factory(ctx, _factory_name(label, spec), g) for label, spec, g in resolved}
     resolved = [(label, spec, int(getattr(runners[label], "gamma", g))) for label, spec, g in resolved]
 
@@ -389,10 +389,12 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
 
     The target's KV-cached forward time over n = 1..γmax + 1 new tokens (:func:`specrepro.theory.measure_cost_curve`)
     and, for each runner with a ``cost_drafter`` (fixed-γ chains, see ``_our_runner``), that drafter's time per
-    drafted token under the run's sampling (its logits processing included), both on a random prefix as long as the
+    drafted token under the run's sampling (its logits processing included), both after a prefix as long as the
     median prompt plus half the new tokens (the mean context of a run), medians in ms
-    (:func:`specrepro.cheap_drafts.measure_chain_costs`: warmed-up passes, then the median of ``rounds``). Random
-    ids come from a generator seeded with ``ctx.seed`` (the cost of a dense forward does not depend on the ids).
+    (:func:`specrepro.cheap_drafts.measure_chain_costs`: warmed-up passes, then the median of ``rounds``). The target
+    is timed on random ids from a generator seeded with ``ctx.seed`` (the cost of a dense forward does not depend on
+    the ids); the drafters along the prompts' own tokens (``ctx.cost_text``), because their top-p processing does
+    (a random prefix gives a flat draft distribution whose nucleus needs a sort of the whole vocabulary).
 
     Args:
         ctx: the bench's context; runners: label -> runner; gammas: label -> the method's γ; encoded: the prompts'
@@ -402,7 +404,7 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
     Returns:
         None when no runner has a ``cost_drafter`` (nothing to predict), else a dict: ``target`` (a
         :class:`~specrepro.theory.CostCurve`, ms), ``draft_ms`` (label -> ms per drafted token), ``prefix_len``,
-        ``repeats``, ``rounds``, ``gammas`` (label -> γ).
+        ``repeats``, ``rounds``, ``gammas`` (label -> γ), ``draft_timed_on`` (what the drafters were timed along).
     """
     import numpy as np
 
@@ -416,9 +418,10 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
     target, draft_ms = measure_chain_costs(
         ctx.target, {label: run.cost_drafter for label, run in chains.items()},
         ns=range(1, max(gammas.values()) + 2), vocab=ctx.vocab_size, prefix_len=prefix_len, repeats=repeats,
-        rounds=rounds, generator=torch.Generator().manual_seed(int(ctx.seed)), sampling=ctx.sampling)
+        rounds=rounds, generator=torch.Generator().manual_seed(int(ctx.seed)), sampling=ctx.sampling,
+        text=ctx.cost_text)
     return {"target": target, "draft_ms": draft_ms, "prefix_len": prefix_len, "repeats": repeats, "rounds": rounds,
-            "gammas": gammas}
+            "gammas": gammas, "draft_timed_on": "random ids" if ctx.cost_text is None else "the prompts' tokens"}
 
 
 def _curve_ms(curve) -> dict:
@@ -430,6 +433,8 @@ def _cost_model_json(costs: dict) -> dict:
     too, each measurement (``before`` and ``after`` the timed passes)."""
     out = {"prefix_len": costs["prefix_len"], "repeats": costs["repeats"], "rounds": costs["rounds"],
            "target_ms": _curve_ms(costs["target"]), "draft_ms_per_token": dict(costs["draft_ms"])}
+    if "draft_timed_on" in costs:
+        out["draft_timed_on"] = costs["draft_timed_on"]
     for when in ("before", "after"):
         if when in costs:
             out[when] = {"target_ms": _curve_ms(costs[when]["target"]),
