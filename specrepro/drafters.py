@@ -14,9 +14,10 @@ shares with ``ids``, so the decoding loop never has to tell a drafter what was r
 Drafters here: :class:`DraftModelDrafter` (an independent small LM, Leviathan/Chen), :class:`NGramDrafter`
 (unigram and bigram drafts estimated from a corpus, Leviathan Table 3), :class:`PromptLookupDrafter` (n-gram copy of
 the context, point masses), :class:`PrunedHeadDrafter` (a draft model whose LM head keeps N frequent tokens, FR-Spec),
-:class:`HybridDrafter` (prompt lookup where it matches, a draft model elsewhere) and :class:`AutoGammaDrafter` (any
-drafter with γ chosen per step by the hardware-aware cost model). An int8 draft model is a :class:`DraftModelDrafter`
-of :func:`specrepro.cheap_drafts.quantize_draft`'s copy.
+:class:`HybridDrafter` (prompt lookup where it matches, a draft model elsewhere), :class:`AutoGammaDrafter` (any
+drafter with γ chosen per step by the hardware-aware cost model) and :class:`AdaptiveLengthDrafter` (a draft model
+whose block stops token by token where its calibrated confidence no longer pays for the next token). An int8 draft
+model is a :class:`DraftModelDrafter` of :func:`specrepro.cheap_drafts.quantize_draft`'s copy.
 
 What it is not: the verification rule (:mod:`specrepro.sampling`) or token trees (:mod:`specrepro.trees`).
 """
@@ -33,7 +34,7 @@ from .kvcache import crop_cache, new_cache
 from .sampling import SamplingConfig, logits_to_probs, sample
 
 __all__ = ["Proposal", "Drafter", "DraftModelDrafter", "NGramDrafter", "PromptLookupDrafter", "PrunedHeadDrafter",
-           "HybridDrafter", "AutoGammaDrafter", "fit_width", "common_prefix"]
+           "HybridDrafter", "AutoGammaDrafter", "AdaptiveLengthDrafter", "fit_width", "common_prefix"]
 
 
 @dataclass
@@ -56,6 +57,17 @@ class Drafter(Protocol):
                 generator: torch.Generator | None) -> Proposal: ...
 
     def reset(self) -> None: ...
+
+
+def _stop_after(drafter, i: int, logits: torch.Tensor, j) -> bool:
+    """Whether a model drafter with a dynamic draft length stops after its i-th token (index ``j`` into ``logits``,
+    its raw draft logits): ``drafter.stop_rule(i, c)`` when one is set (:class:`AdaptiveLengthDrafter`), else
+    c < ``drafter.stop_below``, with c the token's temperature-1 probability (transformers' confidence)."""
+    rule = getattr(drafter, "stop_rule", None)
+    if rule is None and drafter.stop_below <= 0.0:
+        return False
+    c = float(torch.softmax(logits.float(), -1)[j])
+    return bool(rule(i, c)) if rule is not None else c < drafter.stop_below
 
 
 def fit_width(logits: torch.Tensor, width: int | None) -> torch.Tensor:
@@ -113,7 +125,10 @@ class DraftModelDrafter:
         self.vocab_size = vocab_size
         self.name = name
         self.stop_below = stop_below
+        self.stop_rule = None  # set by AdaptiveLengthDrafter for the length of one call
         self.reset()
+
+    _stop_after = _stop_after
 
     def reset(self) -> None:
         self.cache = new_cache(self.model)
@@ -134,8 +149,8 @@ class DraftModelDrafter:
             tokens.append(x)
             probs.append(q)
             feed = x.reshape(1)
-            if self.stop_below > 0.0 and float(torch.softmax(logits.float(), -1)[x]) < self.stop_below:
-                break  # dynamic draft length: the draft is unsure of x (temperature-1 confidence, as transformers)
+            if self._stop_after(len(tokens), logits, x):
+                break
         tok = torch.stack(tokens) if tokens else torch.empty(0, dtype=torch.long, device=device)
         # the cache now holds ids + x_1..x_{gamma-1}
         self.cached_ids = torch.cat([ids.cpu(), tok[:-1].cpu()]) if tokens else ids.cpu()
@@ -280,6 +295,7 @@ class PrunedHeadDrafter:
         if not 0.0 <= stop_below < 1.0:  # also refuses NaN
             raise ValueError(f"stop_below (draft confidence threshold) must be in [0, 1), got {stop_below!r}")
         self.stop_below = stop_below
+        self.stop_rule = None  # set by AdaptiveLengthDrafter for the length of one call
         kept = torch.as_tensor(kept_ids, dtype=torch.long).reshape(-1).cpu()
         if kept.numel() == 0 or int(kept.min()) < 0 or int(kept.max()) >= vocab_size:
             raise ValueError(f"kept_ids must be N >= 1 ids in [0, {vocab_size}) (the target's width)")
@@ -302,6 +318,8 @@ class PrunedHeadDrafter:
         if width != kept.numel():
             raise ValueError(f"head outputs {width} logits for {kept.numel()} kept ids")
         self.reset()
+
+    _stop_after = _stop_after
 
     def reset(self) -> None:
         self.cache = new_cache(self.model)
@@ -334,8 +352,8 @@ class PrunedHeadDrafter:
             tokens.append(x)
             probs.append(self._widen(q_kept))
             feed = x.reshape(1)
-            if self.stop_below > 0.0 and float(torch.softmax(logits.float(), -1)[j]) < self.stop_below:
-                break  # dynamic draft length: the draft is unsure of x (temperature-1 confidence over the kept set)
+            if self._stop_after(len(tokens), logits, j):
+                break
         tok = torch.stack(tokens) if tokens else torch.empty(0, dtype=torch.long, device=self.device)
         self.cached_ids = torch.cat([ids.cpu(), tok[:-1].cpu()]) if tokens else ids.cpu()
         return Proposal(tok, torch.stack(probs) if probs else None)
@@ -489,4 +507,143 @@ class AutoGammaDrafter:
         self.gammas.append(g)
         prop = self.drafter.propose(ids, g, sampling, generator)
         self._last = (int(ids.shape[0]), prop.tokens.detach().cpu())
+        return prop
+
+
+class AdaptiveLengthDrafter:
+    """A draft model's block length chosen token by token from its calibrated confidence and the measured costs.
+
+    After each drafted token x_i the wrapper decides whether the block goes on. It keeps π_i, the estimated
+    probability that x_1..x_i are all accepted (the product of â(c_j), the acceptance rate this sequence has shown so
+    far for tokens drafted with a confidence like c_j, c_j the draft's temperature-1 probability of its own token as
+    in transformers' assisted generation), and E_i = 1 + π_1 + ... + π_i, the expected tokens of a step that stops
+    after x_i (Leviathan Eq. 1 with position-dependent rates). It stops after x_i when drafting one more token would
+    not raise the expected tokens per millisecond: (E_i + π_i ᾱ) / cost[i + 1] <= E_i / cost[i], with cost[γ] =
+    t_target(γ + 1) + γ t_draft + o (:func:`specrepro.theory.step_costs_ms`) and ᾱ the running acceptance rate of all
+    tokens. So a confident run of tokens is drafted long and a block stops early where the draft hesitates - the idea
+    of transformers' fixed threshold (stop below 0.4) and of SpecDec++'s learned stopping head (Huang et al. 2024),
+    with the threshold derived from the costs and calibrated online instead of fixed or trained.
+
+    Calibration: ``bins`` equal-width confidence bins, each with exponentially forgotten (``decay`` per step) counts of
+    drafted tokens that were reached by verification and of those accepted, and a prior of ``prior_weight`` tokens
+    at the bin's centre (a calibrated draft). After each block the wrapper compares it with the tokens committed
+    after it (the first emitted token that differs from the draft is the rejection point, as in
+    :class:`AutoGammaDrafter`). State restarts with each sequence (:meth:`reset`).
+
+    Exactness: whether the block continues after x_i depends only on values of past steps and on the draft's own
+    values up to x_i, never on x_{i+1} or the target, so given the emitted prefix the next token is either verified
+    against the q it was drawn from (Leviathan's rule) or sampled from the target as the bonus token: Leviathan
+    Thm. 3.5 holds position by position, as for :class:`DraftModelDrafter`'s ``stop_below``; under greedy decoding
+    every emitted token is the target's argmax. The costs are fixed numbers measured before decoding, so a seeded
+    run is reproducible.
+
+    Args:
+        drafter: a :class:`DraftModelDrafter` or :class:`PrunedHeadDrafter` (its ``stop_below`` is ignored while
+            the wrapper proposes).
+        t_target: callable n -> ms (:class:`specrepro.theory.CostCurve`); t_draft: ms per drafted token (a number
+            or a callable read at n = 1).
+        overhead_ms: per-step time outside the forward passes (ms).
+        bins: confidence bins (>= 1); prior_weight: w > 0 (tokens per bin); decay: in (0, 1] per step.
+        alpha_prior: ᾱ before any verification, in [0, 1].
+        name: a label for tables (default: the wrapped drafter's name + ", adaptive length").
+
+    Attributes:
+        gammas: the block lengths drafted in this sequence (one per step).
+
+    Raises:
+        ValueError: a drafter without a dynamic draft length, an argument outside its range, or costs that are not
+            positive and finite.
+    """
+
+    def __init__(self, drafter, t_target, t_draft, *, overhead_ms: float = 0.0, bins: int = 10,
+                 prior_weight: float = 4.0, decay: float = 0.98, alpha_prior: float = 0.8, name: str | None = None):
+        from .theory import step_costs_ms
+
+        if not hasattr(drafter, "_stop_after"):
+            raise ValueError(f"{type(drafter).__name__} has no dynamic draft length (use DraftModelDrafter or "
+                             "PrunedHeadDrafter)")
+        if int(bins) != bins or bins < 1:
+            raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
+        if not float(prior_weight) > 0.0:
+            raise ValueError(f"prior_weight must be > 0, got {prior_weight!r}")
+        if not 0.0 < float(decay) <= 1.0:
+            raise ValueError(f"decay must lie in (0, 1], got {decay!r}")
+        if not 0.0 <= float(alpha_prior) <= 1.0:
+            raise ValueError(f"alpha_prior must lie in [0, 1], got {alpha_prior!r}")
+        self.drafter = drafter
+        self.t_target, self.t_draft, self.overhead_ms = t_target, t_draft, float(overhead_ms)
+        self.bins, self.prior_weight, self.decay = int(bins), float(prior_weight), float(decay)
+        self.alpha_prior = float(alpha_prior)
+        self.name = name or f"{getattr(drafter, 'name', 'draft')}, adaptive length"
+        self._costs = step_costs_ms(t_target, t_draft, 8, self.overhead_ms)  # checks the costs now
+        self.reset()
+
+    def reset(self) -> None:
+        self.drafter.reset()
+        self._acc = torch.zeros(self.bins, dtype=torch.float64)
+        self._reached = torch.zeros(self.bins, dtype=torch.float64)
+        self._last: tuple[int, torch.Tensor, list[int]] | None = None
+        self.gammas: list[int] = []
+
+    def _bin(self, c: float) -> int:
+        return min(max(int(c * self.bins), 0), self.bins - 1)
+
+    def acceptance(self, confidence: float) -> float:
+        """â(c): the calibrated acceptance rate of a token drafted with confidence c in [0, 1]."""
+        b = self._bin(confidence)
+        centre = (b + 0.5) / self.bins
+        return float((self._acc[b] + self.prior_weight * centre) / (self._reached[b] + self.prior_weight))
+
+    @property
+    def alpha_hat(self) -> float:
+        """ᾱ: the running acceptance rate over all reached draft tokens (prior ``alpha_prior``, weight
+        ``prior_weight``)."""
+        w = self.prior_weight
+        return float((self._acc.sum() + w * self.alpha_prior) / (self._reached.sum() + w))
+
+    def _observe(self, ids: torch.Tensor) -> None:
+        if self._last is None:
+            return
+        start, block, bins = self._last
+        self._last = None
+        if ids.shape[0] <= start or block.numel() == 0:
+            return
+        committed = ids[start:].cpu()
+        g = block.numel()
+        n = common_prefix(block, committed[:g])
+        self._acc *= self.decay
+        self._reached *= self.decay
+        for b in bins[:n]:
+            self._acc[b] += 1.0
+            self._reached[b] += 1.0
+        if n < g and committed.numel() > n:
+            self._reached[bins[n]] += 1.0
+
+    def propose(self, ids, gamma, sampling, generator):
+        from .theory import step_costs_ms
+
+        self._observe(ids)
+        if gamma < 1:
+            return Proposal(ids.new_empty(0), None)
+        if len(self._costs) <= gamma:
+            self._costs = step_costs_ms(self.t_target, self.t_draft, int(gamma), self.overhead_ms)
+        costs, abar = self._costs, self.alpha_hat
+        state = {"pi": 1.0, "e": 1.0}
+        bins: list[int] = []
+
+        def stop(i: int, c: float) -> bool:  # after the i-th drafted token, confidence c
+            bins.append(self._bin(c))
+            if i >= gamma:
+                return True
+            state["pi"] *= self.acceptance(c)
+            state["e"] += state["pi"]
+            return (state["e"] + state["pi"] * abar) / costs[i + 1] <= state["e"] / costs[i]
+
+        self.drafter.stop_rule = stop
+        try:
+            prop = self.drafter.propose(ids, gamma, sampling, generator)
+        finally:
+            self.drafter.stop_rule = None
+        self.gammas.append(int(prop.tokens.numel()))
+        self._last = (int(ids.shape[0]), prop.tokens.detach().cpu(), bins[: prop.tokens.numel()])
         return prop

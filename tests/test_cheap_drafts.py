@@ -15,8 +15,8 @@ from specrepro import theory
 from specrepro.cheap_drafts import (check_int8_backend, frequent_token_ids, pruned_head, quantize_draft,
                                     quantize_linear, token_frequencies)
 from specrepro.decoding import generate
-from specrepro.drafters import (AutoGammaDrafter, DraftModelDrafter, HybridDrafter, PromptLookupDrafter, Proposal,
-                                PrunedHeadDrafter)
+from specrepro.drafters import (AdaptiveLengthDrafter, AutoGammaDrafter, DraftModelDrafter, HybridDrafter,
+                                PromptLookupDrafter, Proposal, PrunedHeadDrafter)
 from specrepro.exactness import ToyLM, gof_test, target_distribution
 from specrepro.sampling import SamplingConfig
 
@@ -384,6 +384,77 @@ def test_auto_gamma_estimates_alpha_from_its_own_blocks():
         AutoGammaDrafter(Fixed(), theory.CostCurve([1, 2], [0.0, 0.0]), 0.0)
 
 
+# ------------------------------------------------------------------------------- block length chosen token by token
+
+def _adaptive(drafter, t_draft=0.3):
+    # verification rising 2% per token and a cheap draft: the tiny draft's confidences (about 0.1-0.4 over 8
+    # tokens) then end blocks anywhere from 1 to 4 tokens at T = 1
+    return AdaptiveLengthDrafter(drafter, theory.CostCurve([1, 2, 3, 4, 5], [10, 10.2, 10.4, 10.6, 10.8]), t_draft)
+
+
+def test_adaptive_length_goodness_of_fit_and_the_length_varies(pair):
+    """The block stops where the draft's calibrated confidence stops paying: lengths vary, the target's distribution
+    is kept (T = 1 and T = 0.8 / top-k, draft model and pruned head), and a rule that peeks at the token after the
+    stop - drafting it, then dropping it when the draft is unsure of it - fails the same test."""
+    target, draft = pair
+    drafter = _adaptive(DraftModelDrafter(draft, 8))
+    generate(target, PROMPT, drafter=drafter, gamma=4, max_new_tokens=60, sampling=T1,
+             generator=torch.Generator().manual_seed(0))
+    assert min(drafter.gammas[:-1]) < 4 and max(drafter.gammas) == 4
+    exact = _exact(target, T1)
+    assert gof_test(_samples(target, _adaptive(DraftModelDrafter(draft, 8)), T1, N, seed=15, gamma=4),
+                    exact)[1] > LEVEL
+    cfg = SamplingConfig(0.8, top_k=4)
+    assert gof_test(_samples(target, _adaptive(PrunedHeadDrafter(draft, KEPT, 8)), cfg, N, seed=16, gamma=4),
+                    _exact(target, cfg))[1] > LEVEL
+
+    class PeeksAhead(DraftModelDrafter):
+        """Negative control: drafts one token, keeps it only when the draft is sure of it (a stop that looks at
+        the token it stops before)."""
+
+        def propose(self, ids, gamma, sampling, generator):
+            prop = super().propose(ids, 1, sampling, generator)
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids[None]).logits[0, -1]
+            if float(torch.softmax(logits, -1)[prop.tokens[0]]) < 0.3:
+                return Proposal(prop.tokens[:0], prop.probs[:0])
+            return prop
+
+    assert gof_test(_samples(target, PeeksAhead(draft, 8), T1, N, seed=15, gamma=1), exact)[1] < LEVEL
+
+
+def test_adaptive_length_follows_the_costs_and_calibrates_from_its_blocks(pair):
+    target, draft = pair
+    ids = torch.tensor([1, 5, 2, 7])
+    free = AdaptiveLengthDrafter(DraftModelDrafter(draft, 8), theory.CostCurve([1, 2], [10.0, 10.0]), 0.0)
+    assert free.propose(ids, 6, T1, torch.Generator().manual_seed(0)).tokens.numel() == 6  # a free draft: all γ
+    dear = _adaptive(DraftModelDrafter(draft, 8), t_draft=1000.0)
+    assert dear.propose(ids, 6, T1, torch.Generator().manual_seed(0)).tokens.numel() == 1  # never worth a 2nd
+    # calibration: the first two tokens of a block accepted, the third rejected
+    d = AdaptiveLengthDrafter(DraftModelDrafter(draft, 8), theory.CostCurve([1, 2], [10.0, 10.0]), 0.0, decay=1.0)
+    before = [d.acceptance(c) for c in (0.05, 0.95)]
+    assert before == pytest.approx([0.05, 0.95]) and d.alpha_hat == pytest.approx(0.8)
+    block = d.propose(ids, 3, T1, torch.Generator().manual_seed(1)).tokens
+    assert block.numel() == 3
+    bins = d._last[2]
+    wrong = (int(block[2]) + 1) % 8
+    d.propose(torch.cat([ids, block[:2], torch.tensor([wrong])]), 3, T1, torch.Generator().manual_seed(2))
+    assert float(d._reached.sum()) == 3 and float(d._acc.sum()) == 2
+    assert float(d._acc[bins[0]]) >= 1 and float(d._reached[bins[2]]) >= 1
+    assert d.alpha_hat == pytest.approx((2 + 4 * 0.8) / (3 + 4))
+    d.reset()
+    assert float(d._reached.sum()) == 0 and d.gammas == []
+    # greedy: every emitted token is the target's argmax
+    ar = generate(target, ids, max_new_tokens=24).tokens
+    for drafter in (_adaptive(DraftModelDrafter(draft, 8)), _adaptive(PrunedHeadDrafter(draft, KEPT, 8))):
+        assert generate(target, ids, drafter=drafter, gamma=5, max_new_tokens=24).tokens == ar
+    for bad in ({"bins": 0}, {"decay": 0.0}, {"prior_weight": 0.0}, {"alpha_prior": 1.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            AdaptiveLengthDrafter(DraftModelDrafter(draft, 8), theory.CostCurve([1, 2], [10.0, 10.0]), 0.0, **bad)
+    with pytest.raises(ValueError, match="dynamic draft length"):
+        AdaptiveLengthDrafter(PromptLookupDrafter(), theory.CostCurve([1, 2], [10.0, 10.0]), 0.0)
+
+
 # ------------------------------------------------------------------------------------------ greedy equality with AR
 
 def test_greedy_equals_ar_for_every_cheap_drafter(pair):
@@ -436,7 +507,7 @@ def test_gamma_for_step_agrees_with_the_hardware_aware_optimum():
 # ----------------------------------------------------------------------------------------------------- bench methods
 
 NEW_METHODS = ("sd-draft-int8,sd-draft-pruned,sd-draft-int8-pruned,sd-hybrid,sd-draft-auto@2,sd-draft-dynamic@3,"
-               "hf-assisted-int8-gamma,hf-assisted-int8-pruned")
+               "sd-draft-adaptive@3,hf-assisted-int8-gamma,hf-assisted-int8-pruned")
 
 
 @pytest.mark.parametrize("options, message", [

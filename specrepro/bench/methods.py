@@ -225,22 +225,27 @@ def _sd_hybrid(ctx, name, gamma):
                        predict=False)
 
 
-#: sd-draft-auto's largest draft length when no ``@γ`` is given
+#: the largest draft length of sd-draft-auto and sd-draft-adaptive when no ``@γ`` is given
 AUTO_MAX_GAMMA = 8
 
 
-def _prepare_sd_draft_auto(at, gamma, options):
-    draft_kind_option(options)
-    if at is None:
-        return max(int(gamma), AUTO_MAX_GAMMA)
-    if not at.isdigit() or int(at) < 1:
-        raise BenchOptionError(f"sd-draft-auto@{at}: the text after @ is the largest draft length, an integer >= 1")
-    return int(at)
+def _prepare_max_gamma(method: str):
+    """The ``prepare`` hook of a method whose @γ is the largest draft length (default max(γ, AUTO_MAX_GAMMA))."""
+
+    def prepare(at, gamma, options):
+        draft_kind_option(options)
+        if at is None:
+            return max(int(gamma), AUTO_MAX_GAMMA)
+        if not at.isdigit() or int(at) < 1:
+            raise BenchOptionError(f"{method}@{at}: the text after @ is the largest draft length, an integer >= 1")
+        return int(at)
+
+    return prepare
 
 
 def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int = 200, repeats: int = 3,
                      rounds: int = 3):
-    """The fixed costs sd-draft-auto chooses γ from, measured once per benchmark before any timed run: the target's
+    """The fixed costs sd-draft-auto chooses γ from (and sd-draft-adaptive its block lengths), measured once per benchmark before any timed run: the target's
     forward time over n = 1..max_gamma+1 new tokens on a ``prefix_len``-token prefix and ``drafter``'s time per
     drafted token under the run's sampling (:func:`~specrepro.cheap_drafts.measure_chain_costs`: warmed-up passes,
     then the median of ``rounds``), ms; the target on random ids from a generator seeded with ``ctx.seed``, the drafter
@@ -254,7 +259,7 @@ def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int
     return curve, t_draft["draft"]
 
 
-@register_method("sd-draft-auto", needs_draft=True, prepare=_prepare_sd_draft_auto)
+@register_method("sd-draft-auto", needs_draft=True, prepare=_prepare_max_gamma("sd-draft-auto"))
 def _sd_draft_auto(ctx, name, gamma):
     """our chain speculative decoding, γ <= @γ (default 8) chosen per step from measured cost curves and the running α
     (hardware-aware cost model; --opt draft_kind: fp32, int8, pruned, int8-pruned)"""
@@ -267,6 +272,23 @@ def _sd_draft_auto(ctx, name, gamma):
     run = _our_runner(ctx, drafter, gamma, predict=False)
     run.gamma = gamma
     run.cost_curve, run.t_draft_ms = curve, t_draft  # for the notebook: the costs the choice was made from
+    return run
+
+
+@register_method("sd-draft-adaptive", needs_draft=True, prepare=_prepare_max_gamma("sd-draft-adaptive"))
+def _sd_draft_adaptive(ctx, name, gamma):
+    """our chain speculative decoding, block length <= @γ (default 8) chosen token by token: the draft stops where its
+    calibrated confidence no longer pays for another drafted token under the measured costs (AdaptiveLengthDrafter;
+    --opt draft_kind: fp32, int8, pruned, int8-pruned)"""
+    from ..drafters import AdaptiveLengthDrafter
+
+    kind = draft_kind_option(ctx.options)
+    inner = cheap_drafter(ctx, kind)
+    curve, t_draft = ctx.shared(f"auto_costs:{kind}:{gamma}", lambda: auto_gamma_costs(ctx, inner, gamma))
+    drafter = AdaptiveLengthDrafter(inner, curve, t_draft, name=f"{inner.name}, adaptive length <= {gamma}")
+    run = _our_runner(ctx, drafter, gamma, predict=False)
+    run.gamma = gamma
+    run.cost_curve, run.t_draft_ms = curve, t_draft
     return run
 
 

@@ -45,7 +45,8 @@ class Target:
         methods: method-name prefixes the target may pick from ("best of" them, by the median).
         threshold: the number the target names.
         draft: when set (``"int8"``), only methods drafting with that draft count: ``sd-*-int8*`` by name, and
-            ``sd-draft-auto`` / ``sd-hybrid`` when the run's ``--opt draft_kind`` names it.
+            ``sd-draft-auto`` / ``sd-draft-dynamic`` / ``sd-draft-adaptive`` / ``sd-hybrid`` when the run's
+            ``--opt draft_kind`` names it.
     """
 
     id: str
@@ -96,12 +97,12 @@ def _picks(summary: list[dict], prefixes) -> list[dict]:
 def draft_kind_of(method: str, options: dict | None = None) -> str | None:
     """The draft a bench method drafts with: ``int8`` / ``int8-pruned`` / ``pruned`` / ``fp32`` from its name
     (``sd-draft-int8@4``, ``sd-tree-int8@2x1``), the run's ``draft_kind`` option for ``sd-draft-auto``,
-    ``sd-draft-dynamic`` and ``sd-hybrid`` (default fp32); None for our methods without a draft model (AR, lookup)
+    ``sd-draft-dynamic``, ``sd-draft-adaptive`` and ``sd-hybrid`` (default fp32); None for our methods without a draft model (AR, lookup)
     and for transformers' own methods (``hf-*``: not ours to pick for a target)."""
     base = str(method).split("@", 1)[0]
     if not base.startswith("sd-"):
         return None
-    if base in ("sd-draft-auto", "sd-hybrid", "sd-draft-dynamic"):
+    if base in ("sd-draft-auto", "sd-hybrid", "sd-draft-dynamic", "sd-draft-adaptive"):
         return str((options or {}).get("draft_kind", "fp32"))
     for kind in ("int8-pruned", "int8", "pruned"):
         if base.endswith("-" + kind):
