@@ -169,12 +169,15 @@ def render_bench(profile: str = STANDARD) -> str:
                  if any(key in r for r in summary)]
         predicted = any(r.get("predicted_speedup") is not None for r in summary)
         prefill = any(r.get("predicted_speedup_with_prefill") is not None for r in summary)
+        in_run = any(r.get("predicted_speedup_in_run") is not None for r in summary)
         pred_head = ((" predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "")
-                      + ") | free-draft bound | measured / predicted |") if predicted else "")
+                      + ") | free-draft bound | measured / predicted |"
+                      + (" predicted from the run's own costs | measured / that |" if in_run else ""))
+                     if predicted else "")
         lines = [head, "", "| method | tokens/s | ms/token | × our AR [95% CI] | × HF assisted [95% CI] |"
                  + "".join(f" {title} |" for _, title in extra) + " α | tokens/step | per-position acceptance |"
                  + pred_head + (" equal to greedy AR |" if greedy else ""),
-                 "|---|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---|" + ("---:|" * 3 if predicted else "")
+                 "|---|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---|" + ("---:|" * (5 if in_run else 3) if predicted else "")
                  + ("---|" if greedy else "")]
         for r in summary:
             row = [f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),
@@ -189,6 +192,9 @@ def render_bench(profile: str = STANDARD) -> str:
                     pred += " / " + _bench_cell(r.get("predicted_speedup_with_prefill"))
                 row += [pred, _bench_cell(r.get("free_draft_bound")),
                         _bench_cell(r.get("measured_over_predicted"))]
+                if in_run:
+                    row += [_bench_cell(r.get("predicted_speedup_in_run")),
+                            _bench_cell(r.get("measured_over_predicted_in_run"))]
             if greedy:
                 row.append(r.get("equal_to_ar_runs") or _bench_cell(r.get("greedy_equal_to_ar")))
             lines.append("| " + " | ".join(row) + " |")

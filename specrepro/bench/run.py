@@ -487,7 +487,9 @@ def add_predictions(summary, costs: dict, runs=None):
     Given ``runs``, the prediction is also stated for whole requests, as the bench times them:
     ``predicted_speedup_with_prefill`` (:func:`specrepro.theory.with_prefill` with AR's median prefill and new tokens
     from the runs, ms) and ``measured_over_predicted`` then compares the measurement with it (like with like; see
-    :func:`refresh_predictions` for files written without it).
+    :func:`refresh_predictions` for files written without it), and the same model with the costs the runs
+    themselves recorded (``predicted_speedup_in_run``, ``measured_over_predicted_in_run``:
+    :func:`with_in_run_predictions`).
 
     Args:
         summary: the bench summary (one row per method, with ``alpha``, ``gamma``, ``speedup_vs_ar``).
@@ -525,7 +527,67 @@ def add_predictions(summary, costs: dict, runs=None):
         del cols["predicted_speedup_with_prefill"]
     for k, v in cols.items():
         out[k] = v
+    if runs is not None:
+        rows = with_in_run_predictions(out.to_dict("records"), runs)
+        for k in ("predicted_speedup_in_run", "measured_over_predicted_in_run"):
+            if any(k in r for r in rows):
+                out[k] = [r.get(k, nan) if r.get(k) is not None else nan for r in rows]
     return out
+
+
+def with_in_run_predictions(summary: list[dict], runs) -> list[dict]:
+    """Leviathan's model with the costs the timed runs themselves recorded, beside each predicted chain.
+
+    Why: on this project's shared 2-core VM the speed of a forward depends on the machine's recent history: after 45 s
+    idle, qwen2.5-coder-1.5b's one-token forward measured 144 ms for the next 15 s of work where it had measured 94
+    just before (2026-11-25, one process, same measurement), and the bench's cost model, measured before and after
+    the timed passes, caught such states (nucleus run of record: t(1) = 140 ms, while AR's own forwards in the timed
+    runs took 95-104). A prediction from costs measured outside the runs then tests the machine's state, not the
+    model. This one uses the same runs' records (:func:`specrepro.harness.run_interleaved`): t(1) = AR's median
+    target forward per step, t(γ + 1) = the chain's median target forward per step, t_draft = the chain's median
+    draft time per drafted token, all ms, so measured / predicted is left with what the model leaves out (tokens per
+    step vs Eq. 1 at the run's α, loop overheads, the prefill's weight as
+    :func:`specrepro.theory.with_prefill` states it, the spread of per-prompt ratios).
+
+    Args:
+        summary: bench summary rows (dicts); rows with a finite ``predicted_speedup``, ``alpha`` and ``gamma`` get
+            the two new keys.
+        runs: the per-run table (list of dicts or DataFrame) with ``method``, ``target_ms``, ``draft_ms`` and, for
+            the whole-request form, ``prefill_ms`` and ``new_tokens``.
+
+    Returns:
+        new rows: ``predicted_speedup_in_run`` (whole requests where the runs have prefill times, else the decoding
+        loop) and ``measured_over_predicted_in_run`` (``speedup_vs_ar`` over it); rows unchanged where the runs
+        lack the records.
+    """
+    import pandas as pd
+
+    from ..theory import expected_tokens, with_prefill
+
+    runs = pd.DataFrame(runs)
+    rows = [dict(r) for r in summary]
+    if runs.empty or not {"method", "target_ms", "draft_ms"} <= set(runs.columns):
+        return rows
+
+    def median(method, column):
+        v = pd.to_numeric(runs.loc[runs["method"] == method, column], errors="coerce").dropna()
+        return float(v.median()) if len(v) else float("nan")
+
+    t1 = median("ar", "target_ms")
+    prefill, n_new = _ar_prefill(runs)
+    for r in rows:
+        pred, alpha, g = r.get("predicted_speedup"), r.get("alpha"), r.get("gamma")
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (pred, alpha, g, t1)):
+            continue
+        g = int(g)
+        tv, td = median(r["method"], "target_ms"), median(r["method"], "draft_ms")
+        if not (math.isfinite(tv) and math.isfinite(td) and tv > 0 and td >= 0):
+            continue
+        loop = float(expected_tokens(alpha, g)) * t1 / (tv + g * td)
+        whole = with_prefill(loop, prefill, n_new, t1) if math.isfinite(prefill) and n_new > 0 else loop
+        r["predicted_speedup_in_run"] = whole
+        r["measured_over_predicted_in_run"] = float(r["speedup_vs_ar"]) / whole
+    return rows
 
 
 def _ar_prefill(runs) -> tuple[float, float]:
@@ -548,8 +610,9 @@ def refresh_predictions(data: dict) -> dict:
     Files written before :func:`add_predictions` took the runs compare each measured whole-request speedup with the
     decoding loop's prediction alone; this adds ``predicted_speedup_with_prefill`` from the file's own runs (AR's
     median ``prefill_ms`` and new tokens) and cost model (``target_ms``'s t(1)) and sets ``measured_over_predicted``
-    against it, as :func:`add_predictions` now does. Files that have it, or that lack a cost model or prefill times,
-    come back unchanged.
+    against it, as :func:`add_predictions` now does (files that have it, or that lack a cost model or prefill times,
+    keep theirs); and adds the prediction from the runs' own costs (:func:`with_in_run_predictions`) where the file
+    lacks it.
 
     Args:
         data: a bench JSON as loaded (``config``, ``summary``, ``runs``).
@@ -557,6 +620,14 @@ def refresh_predictions(data: dict) -> dict:
     Returns:
         ``data`` with its summary rows updated (a shallow copy; the argument is not modified).
     """
+    data = _refresh_with_prefill(data)
+    if any("predicted_speedup_in_run" in r for r in data.get("summary") or []):
+        return data
+    rows = with_in_run_predictions(data.get("summary") or [], data.get("runs") or [])
+    return data if rows == list(data.get("summary") or []) else {**data, "summary": rows}
+
+
+def _refresh_with_prefill(data: dict) -> dict:
     from ..theory import with_prefill
 
     summary = data.get("summary") or []
