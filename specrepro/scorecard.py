@@ -389,6 +389,18 @@ def _cost_ratio(tables: Tables, n: int, source: str | None = None) -> tuple[floa
     return None if ratio is None else (ratio, tables.provenance("cost_curves").get("device", "this device"))
 
 
+def _in_run_forward_ratio(method_rows: pd.DataFrame, base_rows: pd.DataFrame) -> float | None:
+    """The method's median target forward per step over the baseline's, from the runs' own ``target_ms`` (bench
+    runs record it); None where either lacks it."""
+    if "target_ms" not in method_rows or "target_ms" not in base_rows:
+        return None
+    m, b = _num(method_rows["target_ms"]), _num(base_rows["target_ms"])
+    m, b = m[np.isfinite(m)], b[np.isfinite(b)]
+    if not len(m) or not len(b) or np.median(b) <= 0:
+        return None
+    return float(np.median(m) / np.median(b))
+
+
 def _tree_nodes(rows: pd.DataFrame) -> int:
     """The largest token tree a method's runs verified (bench runs list per-step ``depths`` and ``drafted`` nodes;
     a chain has no depths > 0): 0 for chains and AR."""
@@ -403,8 +415,10 @@ def _tree_nodes(rows: pd.DataFrame) -> int:
 
 def _explain(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tables, source: str | None = None) -> str:
     """What a speed ratio is made of: tokens per target step against the time of a step relative to the baseline's
-    step (speedup ≈ tokens per step / step-time ratio), and for a chain the measured cost of verifying γ + 1 tokens
-    (from the table ``source``'s own cost model where it is a bench file that has one)."""
+    step (speedup ≈ tokens per step / step-time ratio), and the cost of verifying: the method's target forward per
+    step over the baseline's in the same runs where they record it, else for a chain or tree the measured cost of
+    verifying γ + 1 tokens or the tree (from the table ``source``'s own cost model where it is a bench file that has
+    one, else notebook 04's cost curve)."""
     parts = []
     steps, base_steps = _steps(method_rows), _steps(base_rows)
     tok, base_tok = _num(method_rows[_tokens_col(method_rows)]), _num(base_rows[_tokens_col(base_rows)])
@@ -416,7 +430,11 @@ def _explain(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tables,
     if "alpha" in method_rows and np.isfinite(_num(method_rows["alpha"])).any():
         parts.append(f"α = {np.nanmean(_num(method_rows['alpha'])):.2f}")
     tree_nodes = _tree_nodes(method_rows)
-    if tree_nodes:
+    in_run = _in_run_forward_ratio(method_rows, base_rows)
+    if in_run is not None:  # the same runs' own target forwards (a cost model measured apart may catch another
+        # state of a shared machine: specrepro.bench.run.with_in_run_predictions)
+        parts.append(f"its target forward per step took {in_run:.2f}× the baseline's in these runs (medians)")
+    elif tree_nodes:
         ratio = _cost_ratio(tables, tree_nodes + 1, source)
         if ratio is not None:
             parts.append(f"verifying a {tree_nodes}-node tree ({tree_nodes + 1} tokens) costs {ratio[0]:.1f}× a "

@@ -507,3 +507,17 @@ def test_a_bench_claim_is_explained_by_its_own_runs_cost_model():
     ratio, where = sc._cost_ratio(tables, 5, "other")  # no cost model in its provenance: notebook 04's curve
     assert ratio == pytest.approx(0.8) and where == "nb04 cpu"
     assert sc._cost_ratio(tables, 5)[0] == pytest.approx(0.8)
+
+
+def test_a_ratio_is_explained_by_the_forwards_its_own_runs_timed():
+    """Where the runs record their target forward per step (bench runs), the explanation quotes its ratio to the
+    baseline's from those same runs (120 / 100 ms), not a cost model measured apart; without it, the cost model."""
+    method = pd.DataFrame({"gamma": [4, 4], "target_ms": [118.0, 122.0], "seconds": [1.0, 1.0],
+                           "new_tokens": [40, 40], "accepted": [[3] * 10, [3] * 10]})
+    base = pd.DataFrame({"gamma": [0, 0], "target_ms": [99.0, 101.0], "seconds": [4.0, 4.0],
+                         "new_tokens": [40, 40], "accepted": [[0] * 40, [0] * 40]})
+    curves = pd.DataFrame({"model": ["t", "t"], "n": [1, 5], "ms": [300.0, 240.0]})
+    tables = Tables("synthetic", {"cost_curves": curves}, {"cost_curves": {"device": "nb04 cpu"}})
+    assert "took 1.20× the baseline's in these runs" in sc._explain(method, base, tables)
+    text = sc._explain(method.drop(columns="target_ms"), base, tables)
+    assert "costs 0.8× a 1-token forward on nb04 cpu" in text
