@@ -526,9 +526,9 @@ class AdaptiveLengthDrafter:
 
     Calibration: ``bins`` equal-width confidence bins, each with exponentially forgotten (``decay`` per step) counts of
     drafted tokens that were reached by verification and of those accepted, and a prior of ``prior_weight`` tokens
-    at the bin's centre (a calibrated draft). After each block the wrapper compares it with the tokens committed
+    at a pooled calibration of the bin's centre (:meth:`acceptance`; before any verification, the centre itself). After each block the wrapper compares it with the tokens committed
     after it (the first emitted token that differs from the draft is the rejection point, as in
-    :class:`AutoGammaDrafter`). State restarts with each sequence (:meth:`reset`).
+    :class:`AutoGammaDrafter`). State restarts with each sequence (:meth:`reset`) unless ``keep_calibration``.
 
     Exactness: whether the block continues after x_i depends only on values of past steps and on the draft's own
     values up to x_i, never on x_{i+1} or the target, so given the emitted prefix the next token is either verified
@@ -545,6 +545,9 @@ class AdaptiveLengthDrafter:
         overhead_ms: per-step time outside the forward passes (ms).
         bins: confidence bins (>= 1); prior_weight: w > 0 (tokens per bin); decay: in (0, 1] per step.
         alpha_prior: ᾱ before any verification, in [0, 1].
+        keep_calibration: carry the calibration from one sequence to the next (:meth:`reset` keeps it). Each output
+            stays an exact sample, but under sampling which sample a seed gives then depends on the sequences decoded
+            before (the default restarts the calibration with every sequence, as :class:`AutoGammaDrafter` does).
         name: a label for tables (default: the wrapped drafter's name + ", adaptive length").
 
     Attributes:
@@ -556,7 +559,8 @@ class AdaptiveLengthDrafter:
     """
 
     def __init__(self, drafter, t_target, t_draft, *, overhead_ms: float = 0.0, bins: int = 10,
-                 prior_weight: float = 4.0, decay: float = 0.98, alpha_prior: float = 0.8, name: str | None = None):
+                 prior_weight: float = 4.0, decay: float = 0.98, alpha_prior: float = 0.8,
+                 keep_calibration: bool = False, name: str | None = None):
         from .theory import step_costs_ms
 
         if not hasattr(drafter, "_stop_after"):
@@ -574,25 +578,38 @@ class AdaptiveLengthDrafter:
         self.t_target, self.t_draft, self.overhead_ms = t_target, t_draft, float(overhead_ms)
         self.bins, self.prior_weight, self.decay = int(bins), float(prior_weight), float(decay)
         self.alpha_prior = float(alpha_prior)
+        self.keep_calibration = bool(keep_calibration)
         self.name = name or f"{getattr(drafter, 'name', 'draft')}, adaptive length"
         self._costs = step_costs_ms(t_target, t_draft, 8, self.overhead_ms)  # checks the costs now
+        self._acc = torch.zeros(self.bins, dtype=torch.float64)
+        self._reached = torch.zeros(self.bins, dtype=torch.float64)
+        self._csum = 0.0  # decayed sum of the reached tokens' confidences
         self.reset()
 
     def reset(self) -> None:
+        """A new sequence: the draft's cache and the block lengths restart; the calibration too unless
+        ``keep_calibration``."""
         self.drafter.reset()
-        self._acc = torch.zeros(self.bins, dtype=torch.float64)
-        self._reached = torch.zeros(self.bins, dtype=torch.float64)
-        self._last: tuple[int, torch.Tensor, list[int]] | None = None
+        if not self.keep_calibration:
+            self._acc = torch.zeros(self.bins, dtype=torch.float64)
+            self._reached = torch.zeros(self.bins, dtype=torch.float64)
+            self._csum = 0.0
+        self._last: tuple[int, torch.Tensor, list[int], list[float]] | None = None
         self.gammas: list[int] = []
 
     def _bin(self, c: float) -> int:
         return min(max(int(c * self.bins), 0), self.bins - 1)
 
     def acceptance(self, confidence: float) -> float:
-        """â(c): the calibrated acceptance rate of a token drafted with confidence c in [0, 1]."""
+        """â(c): the calibrated acceptance rate of a token drafted with confidence c in [0, 1]: the bin's own counts,
+        shrunk toward a pooled calibration min(1, c · ρ), ρ = the accepted tokens over the summed confidences of all
+        reached ones (1 before any verification: a calibrated draft), so bins with few tokens borrow what the
+        others show (a draft that is under-confident everywhere is trusted more everywhere)."""
         b = self._bin(confidence)
-        centre = (b + 0.5) / self.bins
-        return float((self._acc[b] + self.prior_weight * centre) / (self._reached[b] + self.prior_weight))
+        w, a0 = self.prior_weight, self.alpha_prior
+        rho = float((self._acc.sum() + w * a0) / (self._csum + w * a0)) if w * a0 > 0 else 1.0
+        prior = min(1.0, (b + 0.5) / self.bins * rho)
+        return float((self._acc[b] + w * prior) / (self._reached[b] + w))
 
     @property
     def alpha_hat(self) -> float:
@@ -604,7 +621,7 @@ class AdaptiveLengthDrafter:
     def _observe(self, ids: torch.Tensor) -> None:
         if self._last is None:
             return
-        start, block, bins = self._last
+        start, block, bins, confs = self._last
         self._last = None
         if ids.shape[0] <= start or block.numel() == 0:
             return
@@ -613,11 +630,12 @@ class AdaptiveLengthDrafter:
         n = common_prefix(block, committed[:g])
         self._acc *= self.decay
         self._reached *= self.decay
-        for b in bins[:n]:
-            self._acc[b] += 1.0
-            self._reached[b] += 1.0
-        if n < g and committed.numel() > n:
-            self._reached[bins[n]] += 1.0
+        self._csum *= self.decay
+        reached = n + (1 if n < g and committed.numel() > n else 0)
+        for i in range(reached):
+            self._acc[bins[i]] += 1.0 if i < n else 0.0
+            self._reached[bins[i]] += 1.0
+            self._csum += confs[i]
 
     def propose(self, ids, gamma, sampling, generator):
         from .theory import step_costs_ms
@@ -630,9 +648,11 @@ class AdaptiveLengthDrafter:
         costs, abar = self._costs, self.alpha_hat
         state = {"pi": 1.0, "e": 1.0}
         bins: list[int] = []
+        confs: list[float] = []
 
         def stop(i: int, c: float) -> bool:  # after the i-th drafted token, confidence c
             bins.append(self._bin(c))
+            confs.append(float(c))
             if i >= gamma:
                 return True
             state["pi"] *= self.acceptance(c)
@@ -645,5 +665,6 @@ class AdaptiveLengthDrafter:
         finally:
             self.drafter.stop_rule = None
         self.gammas.append(int(prop.tokens.numel()))
-        self._last = (int(ids.shape[0]), prop.tokens.detach().cpu(), bins[: prop.tokens.numel()])
+        k = prop.tokens.numel()
+        self._last = (int(ids.shape[0]), prop.tokens.detach().cpu(), bins[:k], confs[:k])
         return prop

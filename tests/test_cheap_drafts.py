@@ -436,12 +436,16 @@ def test_adaptive_length_follows_the_costs_and_calibrates_from_its_blocks(pair):
     assert before == pytest.approx([0.05, 0.95]) and d.alpha_hat == pytest.approx(0.8)
     block = d.propose(ids, 3, T1, torch.Generator().manual_seed(1)).tokens
     assert block.numel() == 3
-    bins = d._last[2]
+    bins, confs = d._last[2], d._last[3]
     wrong = (int(block[2]) + 1) % 8
     d.propose(torch.cat([ids, block[:2], torch.tensor([wrong])]), 3, T1, torch.Generator().manual_seed(2))
     assert float(d._reached.sum()) == 3 and float(d._acc.sum()) == 2
     assert float(d._acc[bins[0]]) >= 1 and float(d._reached[bins[2]]) >= 1
     assert d.alpha_hat == pytest.approx((2 + 4 * 0.8) / (3 + 4))
+    # a bin nothing fell in borrows the pooled calibration: accepted / summed confidence of the reached tokens
+    empty = next(b for b in range(10) if float(d._reached[b]) == 0)
+    rho = (2 + 4 * 0.8) / (sum(confs) + 4 * 0.8)
+    assert d.acceptance((empty + 0.5) / 10) == pytest.approx(min(1.0, (empty + 0.5) / 10 * rho))
     d.reset()
     assert float(d._reached.sum()) == 0 and d.gammas == []
     # greedy: every emitted token is the target's argmax

@@ -278,14 +278,16 @@ def _sd_draft_auto(ctx, name, gamma):
 @register_method("sd-draft-adaptive", needs_draft=True, prepare=_prepare_max_gamma("sd-draft-adaptive"))
 def _sd_draft_adaptive(ctx, name, gamma):
     """our chain speculative decoding, block length <= @γ (default 8) chosen token by token: the draft stops where its
-    calibrated confidence no longer pays for another drafted token under the measured costs (AdaptiveLengthDrafter;
-    --opt draft_kind: fp32, int8, pruned, int8-pruned)"""
+    calibrated confidence no longer pays for another drafted token under the measured costs (AdaptiveLengthDrafter,
+    calibration carried over the bench's prompts in their fixed order; --opt draft_kind: fp32, int8, pruned,
+    int8-pruned)"""
     from ..drafters import AdaptiveLengthDrafter
 
     kind = draft_kind_option(ctx.options)
     inner = cheap_drafter(ctx, kind)
     curve, t_draft = ctx.shared(f"auto_costs:{kind}:{gamma}", lambda: auto_gamma_costs(ctx, inner, gamma))
-    drafter = AdaptiveLengthDrafter(inner, curve, t_draft, name=f"{inner.name}, adaptive length <= {gamma}")
+    drafter = AdaptiveLengthDrafter(inner, curve, t_draft, keep_calibration=True,
+                                    name=f"{inner.name}, adaptive length <= {gamma}")
     run = _our_runner(ctx, drafter, gamma, predict=False)
     run.gamma = gamma
     run.cost_curve, run.t_draft_ms = curve, t_draft
