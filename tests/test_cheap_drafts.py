@@ -446,6 +446,11 @@ def test_adaptive_length_follows_the_costs_and_calibrates_from_its_blocks(pair):
     empty = next(b for b in range(10) if float(d._reached[b]) == 0)
     rho = (2 + 4 * 0.8) / (sum(confs) + 4 * 0.8)
     assert d.acceptance((empty + 0.5) / 10) == pytest.approx(min(1.0, (empty + 0.5) / 10 * rho))
+    kept = AdaptiveLengthDrafter(DraftModelDrafter(draft, 8), theory.CostCurve([1, 2], [10.0, 10.0]), 0.0,
+                                 keep_calibration=True)
+    kept._reached += d._reached
+    kept.reset()  # a new sequence: the calibration carries over
+    assert float(kept._reached.sum()) == 3 and kept.gammas == []
     d.reset()
     assert float(d._reached.sum()) == 0 and d.gammas == []
     # greedy: every emitted token is the target's argmax
