@@ -538,11 +538,11 @@ def add_predictions(summary, costs: dict, runs=None):
 def with_in_run_predictions(summary: list[dict], runs) -> list[dict]:
     """Leviathan's model with the costs the timed runs themselves recorded, beside each predicted chain.
 
-    Why: on this project's shared 2-core VM the speed of a forward depends on the machine's recent history: after 45 s
-    idle, qwen2.5-coder-1.5b's one-token forward measured 144 ms for the next 15 s of work where it had measured 94
-    just before (2026-11-25, one process, same measurement), and the bench's cost model, measured before and after
-    the timed passes, caught such states (nucleus run of record: t(1) = 140 ms, while AR's own forwards in the timed
-    runs took 95-104). A prediction from costs measured outside the runs then tests the machine's state, not the
+    Why: on this project's shared 2-core VM the speed of a forward switches between states that last minutes
+    (2026-11-25/26, nothing else running: qwen2.5-coder-1.5b's one-token forward measured 94 ms, then 144 ms after the
+    process sat idle 45 s; in other processes 115 then 140-149 ms, or 136-144 ms throughout, an AR loop alike), and
+    the bench's cost model, measured before and after the timed passes, caught such states (nucleus run of record:
+    t(1) = 140 ms, while AR's own forwards in the timed runs took 95-104). A prediction from costs measured outside the runs then tests the machine's state, not the
     model. This one uses the same runs' records (:func:`specrepro.harness.run_interleaved`): t(1) = AR's median
     target forward per step, t(γ + 1) = the chain's median target forward per step, t_draft = the chain's median
     draft time per drafted token, all ms, so measured / predicted is left with what the model leaves out (tokens per
