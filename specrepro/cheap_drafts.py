@@ -466,9 +466,9 @@ def measure_chain_costs(target, drafters: dict, ns: Sequence[int], vocab: int, p
 
     The target's KV-cached forward time over each n in ``ns`` new tokens (:func:`specrepro.theory.measure_cost_curve`)
     and each drafter's time per drafted token (:func:`measure_draft_step_ms` under ``sampling``, along ``text`` when
-    given), on ``prefix_len``-token prefixes: ``rounds`` passes over every point and every drafter (each pass warms up before it
-    times: the first forwards after loading and after a prefill run slow), and the median over the rounds (a drift
-    during the measurement then hits every point alike instead of bending the curve).
+    given), on ``prefix_len``-token prefixes: ``rounds`` passes over every point and every drafter (each pass warms
+    up before it times: the first forwards after loading and after a prefill run slow), and the median over the
+    rounds (a drift during the measurement then hits every point alike instead of bending the curve).
 
     Args:
         target: a transformers causal LM; drafters: label -> drafter; ns: token counts of the target curve;

@@ -66,8 +66,23 @@ def _stop_after(drafter, i: int, logits: torch.Tensor, j) -> bool:
     rule = getattr(drafter, "stop_rule", None)
     if rule is None and drafter.stop_below <= 0.0:
         return False
-    c = float(torch.softmax(logits.float(), -1)[j])
+    logits = logits.float()
+    c = float(torch.exp(logits[j] - torch.logsumexp(logits, -1)))  # softmax(logits)[j] without the whole row
     return bool(rule(i, c)) if rule is not None else c < drafter.stop_below
+
+
+def _block_outcome(last: tuple, ids: torch.Tensor) -> tuple[int, int] | None:
+    """(accepted, reached) of a drafter's previous block ``last = (start, block, ...)`` given the committed ``ids``:
+    the first emitted token that differs from the draft is the rejection point (the residual never re-emits the
+    rejected token), so n accepted out of n + 1 positions reached (n out of n when the whole block was accepted).
+    None when nothing was committed after the block or the block was empty."""
+    start, block = last[0], last[1]
+    if ids.shape[0] <= start or block.numel() == 0:
+        return None
+    committed = ids[start:].cpu()
+    g = block.numel()
+    n = common_prefix(block, committed[:g])
+    return n, n + (1 if n < g and committed.numel() > n else 0)
 
 
 def fit_width(logits: torch.Tensor, width: int | None) -> torch.Tensor:
@@ -484,14 +499,10 @@ class AutoGammaDrafter:
     def _observe(self, ids: torch.Tensor) -> None:
         if self._last is None:
             return
-        start, block = self._last
-        self._last = None
-        if ids.shape[0] <= start or block.numel() == 0:
+        outcome, self._last = _block_outcome(self._last, ids), None
+        if outcome is None:
             return
-        committed = ids[start:].cpu()
-        g = block.numel()
-        n = common_prefix(block, committed[:g])
-        reached = n + (1 if n < g and committed.numel() > n else 0)
+        n, reached = outcome
         self._acc = self.decay * self._acc + n
         self._reached = self.decay * self._reached + reached
 
@@ -525,10 +536,11 @@ class AdaptiveLengthDrafter:
     with the threshold derived from the costs and calibrated online instead of fixed or trained.
 
     Calibration: ``bins`` equal-width confidence bins, each with exponentially forgotten (``decay`` per step) counts of
-    drafted tokens that were reached by verification and of those accepted, and a prior of ``prior_weight`` tokens
-    at a pooled calibration of the bin's centre (:meth:`acceptance`; before any verification, the centre itself). After each block the wrapper compares it with the tokens committed
-    after it (the first emitted token that differs from the draft is the rejection point, as in
-    :class:`AutoGammaDrafter`). State restarts with each sequence (:meth:`reset`) unless ``keep_calibration``.
+    drafted tokens that were reached by verification and of those accepted, and a prior of ``prior_weight`` tokens at a
+    pooled calibration of the bin's centre (:meth:`acceptance`; before any verification, the centre itself). After each
+    block the wrapper compares it with the tokens committed after it (the first emitted token that differs from the
+    draft is the rejection point, as in :class:`AutoGammaDrafter`). State restarts with each sequence (:meth:`reset`)
+    unless ``keep_calibration``.
 
     Exactness: whether the block continues after x_i depends only on values of past steps and on the draft's own
     values up to x_i, never on x_{i+1} or the target, so given the emitted prefix the next token is either verified
@@ -621,17 +633,14 @@ class AdaptiveLengthDrafter:
     def _observe(self, ids: torch.Tensor) -> None:
         if self._last is None:
             return
-        start, block, bins, confs = self._last
-        self._last = None
-        if ids.shape[0] <= start or block.numel() == 0:
+        bins, confs = self._last[2], self._last[3]
+        outcome, self._last = _block_outcome(self._last, ids), None
+        if outcome is None:
             return
-        committed = ids[start:].cpu()
-        g = block.numel()
-        n = common_prefix(block, committed[:g])
+        n, reached = outcome
         self._acc *= self.decay
         self._reached *= self.decay
         self._csum *= self.decay
-        reached = n + (1 if n < g and committed.numel() > n else 0)
         for i in range(reached):
             self._acc[bins[i]] += 1.0 if i < n else 0.0
             self._reached[bins[i]] += 1.0

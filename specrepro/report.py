@@ -177,7 +177,8 @@ def render_bench(profile: str = STANDARD) -> str:
         lines = [head, "", "| method | tokens/s | ms/token | × our AR [95% CI] | × HF assisted [95% CI] |"
                  + "".join(f" {title} |" for _, title in extra) + " α | tokens/step | per-position acceptance |"
                  + pred_head + (" equal to greedy AR |" if greedy else ""),
-                 "|---|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---|" + ("---:|" * (5 if in_run else 3) if predicted else "")
+                 "|---|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---|"
+                 + ("---:|" * (5 if in_run else 3) if predicted else "")
                  + ("---|" if greedy else "")]
         for r in summary:
             row = [f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),

@@ -245,11 +245,12 @@ def _prepare_max_gamma(method: str):
 
 def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int = 200, repeats: int = 3,
                      rounds: int = 3):
-    """The fixed costs sd-draft-auto chooses γ from (and sd-draft-adaptive its block lengths), measured once per benchmark before any timed run: the target's
-    forward time over n = 1..max_gamma+1 new tokens on a ``prefix_len``-token prefix and ``drafter``'s time per
-    drafted token under the run's sampling (:func:`~specrepro.cheap_drafts.measure_chain_costs`: warmed-up passes,
-    then the median of ``rounds``), ms; the target on random ids from a generator seeded with ``ctx.seed``, the drafter
-    along the prompts' tokens (``ctx.cost_text``). Returns ``(CostCurve, t_draft_ms)``."""
+    """The fixed costs sd-draft-auto chooses γ from (and sd-draft-adaptive its block lengths), measured once per
+    benchmark before any timed run: the target's forward time over n = 1..max_gamma+1 new tokens on a
+    ``prefix_len``-token prefix and ``drafter``'s time per drafted token under the run's sampling
+    (:func:`~specrepro.cheap_drafts.measure_chain_costs`: warmed-up passes, then the median of ``rounds``), ms; the
+    target on random ids from a generator seeded with ``ctx.seed``, the drafter along the prompts' tokens
+    (``ctx.cost_text``). Returns ``(CostCurve, t_draft_ms)``."""
     from ..cheap_drafts import measure_chain_costs
 
     curve, t_draft = measure_chain_costs(ctx.target, {"draft": drafter}, ns=range(1, max_gamma + 2),

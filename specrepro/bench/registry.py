@@ -176,8 +176,8 @@ class BenchContext:
             confidence threshold, default 0.4); the cheap drafts': ``int8_backend`` (int8 draft copies, one of
             :data:`specrepro.cheap_drafts.INT8_BACKENDS`, default ``torch``), ``draft_vocab`` (tokens the FR-Spec
             pruned draft head keeps, default 32768), ``draft_kind`` (the draft of sd-hybrid, sd-draft-auto,
-            sd-draft-dynamic and sd-draft-adaptive: fp32, int8, pruned or int8-pruned; default fp32), ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup
-            match, default 2).
+            sd-draft-dynamic and sd-draft-adaptive: fp32, int8, pruned or int8-pruned; default fp32),
+            ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup match, default 2).
         cost_text: the prompts' token ids end to end (long tensor [L]; None = random ids), the text the cost model
             times the drafters along (:func:`specrepro.cheap_drafts.measure_draft_step_ms`).
     """
@@ -220,7 +220,8 @@ OPTION_KEYS: dict[str, tuple[tuple[str, ...], Callable | None]] = {
     "typical_epsilon": (("medusa-typical",), check_typical_option("typical_epsilon")),
     "typical_delta": (("medusa-typical",), check_typical_option("typical_delta")),
     "int8_backend": (("sd-draft-int8", "sd-draft-int8-pruned", "sd-hybrid", "sd-draft-auto", "sd-draft-dynamic",
-                      "sd-draft-adaptive", "sd-tree-int8", "hf-assisted-int8", "hf-assisted-int8-gamma", "hf-assisted-int8-pruned"),
+                      "sd-draft-adaptive", "sd-tree-int8", "hf-assisted-int8", "hf-assisted-int8-gamma",
+                      "hf-assisted-int8-pruned"),
                      int8_backend_option),
     "draft_vocab": (("sd-draft-pruned", "sd-draft-int8-pruned", "sd-hybrid", "sd-draft-auto", "sd-draft-dynamic",
                      "sd-draft-adaptive", "hf-assisted-int8-pruned"), draft_vocab_option),

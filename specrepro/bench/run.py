@@ -531,7 +531,7 @@ def add_predictions(summary, costs: dict, runs=None):
         rows = with_in_run_predictions(out.to_dict("records"), runs)
         for k in ("predicted_speedup_in_run", "measured_over_predicted_in_run"):
             if any(k in r for r in rows):
-                out[k] = [r.get(k, nan) if r.get(k) is not None else nan for r in rows]
+                out[k] = [r.get(k, nan) for r in rows]
     return out
 
 
@@ -540,14 +540,14 @@ def with_in_run_predictions(summary: list[dict], runs) -> list[dict]:
 
     Why: on this project's shared 2-core VM the speed of a forward switches between states that last minutes
     (2026-11-25/26, nothing else running: qwen2.5-coder-1.5b's one-token forward measured 94 ms, then 144 ms after the
-    process sat idle 45 s; in other processes 115 then 140-149 ms, or 136-144 ms throughout, an AR loop alike), and
-    the bench's cost model, measured before and after the timed passes, caught such states (nucleus run of record:
-    t(1) = 140 ms, while AR's own forwards in the timed runs took 95-104). A prediction from costs measured outside the runs then tests the machine's state, not the
-    model. This one uses the same runs' records (:func:`specrepro.harness.run_interleaved`): t(1) = AR's median
-    target forward per step, t(γ + 1) = the chain's median target forward per step, t_draft = the chain's median
-    draft time per drafted token, all ms, so measured / predicted is left with what the model leaves out (tokens per
-    step vs Eq. 1 at the run's α, loop overheads, the prefill's weight as
-    :func:`specrepro.theory.with_prefill` states it, the spread of per-prompt ratios).
+    process sat idle 45 s; in other processes 115 then 140-149 ms, or 136-144 ms throughout, an AR loop alike), and the
+    bench's cost model, measured before and after the timed passes, caught such states (nucleus run of record: t(1) =
+    140 ms, while AR's own forwards in the timed runs took 95-104). A prediction from costs measured outside the runs
+    then tests the machine's state, not the model. This one uses the same runs' records
+    (:func:`specrepro.harness.run_interleaved`): t(1) = AR's median target forward per step, t(γ + 1) = the chain's
+    median target forward per step, t_draft = the chain's median draft time per drafted token, all ms, so measured /
+    predicted is left with what the model leaves out (tokens per step vs Eq. 1 at the run's α, loop overheads, the
+    prefill's weight as :func:`specrepro.theory.with_prefill` states it, the spread of per-prompt ratios).
 
     Args:
         summary: bench summary rows (dicts); rows with a finite ``predicted_speedup``, ``alpha`` and ``gamma`` get
@@ -570,8 +570,7 @@ def with_in_run_predictions(summary: list[dict], runs) -> list[dict]:
         return rows
 
     def median(method, column):
-        v = pd.to_numeric(runs.loc[runs["method"] == method, column], errors="coerce").dropna()
-        return float(v.median()) if len(v) else float("nan")
+        return run_median(runs, method, column)
 
     t1 = median("ar", "target_ms")
     prefill, n_new = _ar_prefill(runs)
@@ -588,6 +587,16 @@ def with_in_run_predictions(summary: list[dict], runs) -> list[dict]:
         r["predicted_speedup_in_run"] = whole
         r["measured_over_predicted_in_run"] = float(r["speedup_vs_ar"]) / whole
     return rows
+
+
+def run_median(runs, method: str, column: str) -> float:
+    """The median of one method's ``column`` over a bench's per-run table (a DataFrame); NaN where absent."""
+    import pandas as pd
+
+    if runs.empty or column not in runs:
+        return float("nan")
+    v = pd.to_numeric(runs.loc[runs["method"] == method, column], errors="coerce").dropna()
+    return float(v.median()) if len(v) else float("nan")
 
 
 def _ar_prefill(runs) -> tuple[float, float]:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..harness import paired_speedup
 from .run import refresh_predictions
+from .run import run_median as _median
 
 __all__ = ["Target", "TARGETS", "MET", "MET_MEDIAN", "MISSED", "NOT_RUN", "check_targets", "prediction_gap",
            "draft_kind_of"]
@@ -40,8 +41,9 @@ class Target:
         kind: ``at_least`` (a paired ratio column of the best of ``methods`` >= ``threshold``), ``within`` (a paired
             ratio column of ``methods[0]`` within ``threshold`` of 1, both ways), ``predicted`` (every chain with a
             prediction: measured / predicted within ``threshold`` of 1, the prediction from the run's own recorded
-            costs where the file has them, :func:`specrepro.bench.run.with_in_run_predictions`), ``tree_over_chain`` (the fastest
-            ``sd-tree*`` method over the fastest other ``sd-*`` chain, paired per prompt, >= ``threshold``).
+            costs where the file has them, :func:`specrepro.bench.run.with_in_run_predictions`), ``tree_over_chain``
+            (the fastest ``sd-tree*`` method over the fastest other ``sd-*`` chain, paired per prompt,
+            >= ``threshold``).
         column: the summary column (``speedup_vs_ar``, ``speedup_vs_hf_assisted``, ...) for at_least / within.
         methods: method-name prefixes the target may pick from ("best of" them, by the median).
         threshold: the number the target names.
@@ -98,8 +100,8 @@ def _picks(summary: list[dict], prefixes) -> list[dict]:
 def draft_kind_of(method: str, options: dict | None = None) -> str | None:
     """The draft a bench method drafts with: ``int8`` / ``int8-pruned`` / ``pruned`` / ``fp32`` from its name
     (``sd-draft-int8@4``, ``sd-tree-int8@2x1``), the run's ``draft_kind`` option for ``sd-draft-auto``,
-    ``sd-draft-dynamic``, ``sd-draft-adaptive`` and ``sd-hybrid`` (default fp32); None for our methods without a draft model (AR, lookup)
-    and for transformers' own methods (``hf-*``: not ours to pick for a target)."""
+    ``sd-draft-dynamic``, ``sd-draft-adaptive`` and ``sd-hybrid`` (default fp32); None for our methods without a
+    draft model (AR, lookup) and for transformers' own methods (``hf-*``: not ours to pick for a target)."""
     base = str(method).split("@", 1)[0]
     if not base.startswith("sd-"):
         return None
@@ -109,13 +111,6 @@ def draft_kind_of(method: str, options: dict | None = None) -> str | None:
         if base.endswith("-" + kind):
             return kind
     return "fp32" if base in ("sd-draft", "sd-tree", "sd-draft-block") else None
-
-
-def _median(runs: pd.DataFrame, method: str, column: str) -> float:
-    if runs.empty or column not in runs:
-        return float("nan")
-    v = pd.to_numeric(runs.loc[runs["method"] == method, column], errors="coerce").dropna()
-    return float(v.median()) if len(v) else float("nan")
 
 
 def prediction_gap(data: dict) -> pd.DataFrame:
