@@ -527,20 +527,25 @@ class AdaptiveLengthDrafter:
     After each drafted token x_i the wrapper decides whether the block goes on. It keeps π_i, the estimated
     probability that x_1..x_i are all accepted (the product of â(c_j), the acceptance rate this sequence has shown so
     far for tokens drafted with a confidence like c_j, c_j the draft's temperature-1 probability of its own token as
-    in transformers' assisted generation), and E_i = 1 + π_1 + ... + π_i, the expected tokens of a step that stops
-    after x_i (Leviathan Eq. 1 with position-dependent rates). It stops after x_i when drafting one more token would
-    not raise the expected tokens per millisecond: (E_i + π_i ᾱ) / cost[i + 1] <= E_i / cost[i], with cost[γ] =
-    t_target(γ + 1) + γ t_draft + o (:func:`specrepro.theory.step_costs_ms`) and ᾱ the running acceptance rate of all
-    tokens. So a confident run of tokens is drafted long and a block stops early where the draft hesitates - the idea
-    of transformers' fixed threshold (stop below 0.4) and of SpecDec++'s learned stopping head (Huang et al. 2024),
-    with the threshold derived from the costs and calibrated online instead of fixed or trained.
+    in transformers' assisted generation). Drafting x_{i+1} adds π_i ᾱ expected tokens (ᾱ the running acceptance
+    rate of all tokens) and cost[i + 1] - cost[i] ms, with cost[γ] = t_target(γ + 1) + γ t_draft + o
+    (:func:`specrepro.theory.step_costs_ms`, the target's curve made non-decreasing so that a noisy measurement
+    cannot make a token look free). The block goes on while π_i ᾱ > λ (cost[i + 1] - cost[i]), λ the long-run
+    tokens per ms: a step maximizes E[tokens] - λ E[ms] when the ratio of the whole run is to be maximal (the
+    renewal-reward argument behind Dinkelbach's method for ratio objectives). λ is estimated from the steps so far:
+    the tokens they emitted over their modelled costs, exponentially forgotten like the calibration, starting from the
+    best fixed γ under Leviathan Eq. 1 at ``alpha_prior``. (The rule of the first version compared the next token's
+    rate with the block's own E_i / cost[i]; a confident block then set itself a higher bar than the run's rate and
+    stopped early.) So a confident run of tokens is drafted long and a block stops early where the draft hesitates -
+    the idea of transformers' fixed threshold (stop below 0.4) and of SpecDec++'s learned stopping head (Huang et al.
+    2024), with the threshold derived from the costs and calibrated online instead of fixed or trained.
 
     Calibration: ``bins`` equal-width confidence bins, each with exponentially forgotten (``decay`` per step) counts of
     drafted tokens that were reached by verification and of those accepted, and a prior of ``prior_weight`` tokens at a
-    pooled calibration of the bin's centre (:meth:`acceptance`; before any verification, the centre itself). After each
-    block the wrapper compares it with the tokens committed after it (the first emitted token that differs from the
-    draft is the rejection point, as in :class:`AutoGammaDrafter`). State restarts with each sequence (:meth:`reset`)
-    unless ``keep_calibration``.
+    pooled calibration curve (:meth:`acceptance`: a logistic fit in logit(c) over all bins, Platt scaling; before any
+    verification the identity, a calibrated draft). After each block the wrapper compares it with the tokens
+    committed after it (the first emitted token that differs from the draft is the rejection point, as in
+    :class:`AutoGammaDrafter`). State restarts with each sequence (:meth:`reset`) unless ``keep_calibration``.
 
     Exactness: whether the block continues after x_i depends only on values of past steps and on the draft's own
     values up to x_i, never on x_{i+1} or the target, so given the emitted prefix the next token is either verified
@@ -592,35 +597,91 @@ class AdaptiveLengthDrafter:
         self.alpha_prior = float(alpha_prior)
         self.keep_calibration = bool(keep_calibration)
         self.name = name or f"{getattr(drafter, 'name', 'draft')}, adaptive length"
-        self._costs = step_costs_ms(t_target, t_draft, 8, self.overhead_ms)  # checks the costs now
+        self._costs = self._step_costs(8)  # checks the costs now
         self._acc = torch.zeros(self.bins, dtype=torch.float64)
         self._reached = torch.zeros(self.bins, dtype=torch.float64)
-        self._csum = 0.0  # decayed sum of the reached tokens' confidences
+        self._platt = (0.0, 1.0)  # (a, b): pooled acceptance sigmoid(a + b logit(c)); identity before any data
+        self._tokens = 0.0  # decayed tokens emitted by the observed steps
+        self._ms = 0.0  # decayed modelled cost of those steps (ms)
         self.reset()
 
+    def _step_costs(self, max_gamma: int):
+        import numpy as np
+
+        from .theory import step_costs_ms
+
+        costs = step_costs_ms(self.t_target, self.t_draft, int(max_gamma), self.overhead_ms)
+        t = np.array([float(self.t_target(g + 1)) for g in range(len(costs))])
+        return costs - t + np.maximum.accumulate(t)  # the target's part made non-decreasing
+
     def reset(self) -> None:
-        """A new sequence: the draft's cache and the block lengths restart; the calibration too unless
-        ``keep_calibration``."""
+        """A new sequence: the draft's cache and the block lengths restart; the calibration and the rate λ too
+        unless ``keep_calibration``."""
         self.drafter.reset()
         if not self.keep_calibration:
             self._acc = torch.zeros(self.bins, dtype=torch.float64)
             self._reached = torch.zeros(self.bins, dtype=torch.float64)
-            self._csum = 0.0
+            self._platt = (0.0, 1.0)
+            self._tokens = self._ms = 0.0
         self._last: tuple[int, torch.Tensor, list[int], list[float]] | None = None
         self.gammas: list[int] = []
 
     def _bin(self, c: float) -> int:
         return min(max(int(c * self.bins), 0), self.bins - 1)
 
+    def _centres(self):
+        import numpy as np
+
+        return (np.arange(self.bins) + 0.5) / self.bins
+
+    def _pooled(self, c):
+        import numpy as np
+
+        from scipy.special import expit
+
+        a, b = self._platt
+        c = np.clip(np.asarray(c, dtype=np.float64), 1e-4, 1 - 1e-4)
+        return expit(a + b * np.log(c / (1 - c)))
+
+    def _fit_platt(self) -> None:
+        """Refit the pooled curve: logistic regression of acceptance on logit(bin centre) over the bins' counts, with
+        ``prior_weight`` pseudo-tokens per bin at the identity (a calibrated draft) so that sparse data bend it only
+        as far as they show; Newton steps from the last fit."""
+        import numpy as np
+        from scipy.special import expit
+
+        c = self._centres()
+        x = np.log(c / (1 - c))
+        w0 = self.prior_weight
+        n = self._reached.numpy() + w0
+        y = (self._acc.numpy() + w0 * c) / n
+        X = np.stack([np.ones_like(x), x], 1)
+
+        def loglik(beta):
+            z = X @ beta
+            return float(np.sum(n * (y * z - np.logaddexp(0.0, z))))
+
+        beta = np.array(self._platt, dtype=np.float64)
+        for _ in range(20):  # Newton's method with backtracking (the log-likelihood is concave)
+            p = expit(X @ beta)
+            g = X.T @ (n * (y - p))
+            H = (X * (n * p * (1 - p))[:, None]).T @ X + 1e-9 * np.eye(2)
+            step, now = np.linalg.solve(H, g), loglik(beta)
+            while loglik(beta + step) < now and float(np.abs(step).max()) > 1e-9:
+                step = step / 2
+            beta = beta + step
+            if float(np.abs(step).max()) < 1e-7:
+                break
+        self._platt = (float(beta[0]), float(beta[1]))
+
     def acceptance(self, confidence: float) -> float:
         """â(c): the calibrated acceptance rate of a token drafted with confidence c in [0, 1]: the bin's own counts,
-        shrunk toward a pooled calibration min(1, c · ρ), ρ = the accepted tokens over the summed confidences of all
-        reached ones (1 before any verification: a calibrated draft), so bins with few tokens borrow what the
-        others show (a draft that is under-confident everywhere is trusted more everywhere)."""
+        shrunk (``prior_weight`` tokens) toward the pooled calibration curve sigmoid(a + b logit(c)) fitted over
+        all bins (:meth:`_fit_platt`; the identity before any verification), so bins with few tokens borrow what
+        the others show."""
         b = self._bin(confidence)
-        w, a0 = self.prior_weight, self.alpha_prior
-        rho = float((self._acc.sum() + w * a0) / (self._csum + w * a0)) if w * a0 > 0 else 1.0
-        prior = min(1.0, (b + 0.5) / self.bins * rho)
+        w = self.prior_weight
+        prior = float(self._pooled((b + 0.5) / self.bins))
         return float((self._acc[b] + w * prior) / (self._reached[b] + w))
 
     @property
@@ -630,32 +691,46 @@ class AdaptiveLengthDrafter:
         w = self.prior_weight
         return float((self._acc.sum() + w * self.alpha_prior) / (self._reached.sum() + w))
 
+    @property
+    def rate(self) -> float:
+        """λ: the long-run expected tokens per ms the stop rule compares a token's marginal gain with: the observed
+        steps' emitted tokens over their modelled costs (decayed), with ``prior_weight`` pseudo-steps at the best
+        fixed γ under Leviathan Eq. 1 at ``alpha_prior``."""
+        from .theory import expected_tokens
+
+        costs = self._costs
+        prior = max(float(expected_tokens(self.alpha_prior, g)) / float(costs[g]) for g in range(len(costs)))
+        w = self.prior_weight
+        return (self._tokens + w * prior * float(costs[1])) / (self._ms + w * float(costs[1]))
+
     def _observe(self, ids: torch.Tensor) -> None:
         if self._last is None:
             return
-        bins, confs = self._last[2], self._last[3]
+        bins = self._last[2]
+        k = int(self._last[1].numel())
         outcome, self._last = _block_outcome(self._last, ids), None
         if outcome is None:
             return
         n, reached = outcome
         self._acc *= self.decay
         self._reached *= self.decay
-        self._csum *= self.decay
+        self._tokens *= self.decay
+        self._ms *= self.decay
         for i in range(reached):
             self._acc[bins[i]] += 1.0 if i < n else 0.0
             self._reached[bins[i]] += 1.0
-            self._csum += confs[i]
+        self._tokens += n + 1.0
+        self._ms += float(self._costs[min(k, len(self._costs) - 1)])
+        self._fit_platt()
 
     def propose(self, ids, gamma, sampling, generator):
-        from .theory import step_costs_ms
-
         self._observe(ids)
         if gamma < 1:
             return Proposal(ids.new_empty(0), None)
         if len(self._costs) <= gamma:
-            self._costs = step_costs_ms(self.t_target, self.t_draft, int(gamma), self.overhead_ms)
-        costs, abar = self._costs, self.alpha_hat
-        state = {"pi": 1.0, "e": 1.0}
+            self._costs = self._step_costs(int(gamma))
+        costs, abar, lam = self._costs, self.alpha_hat, self.rate
+        state = {"pi": 1.0}
         bins: list[int] = []
         confs: list[float] = []
 
@@ -665,8 +740,7 @@ class AdaptiveLengthDrafter:
             if i >= gamma:
                 return True
             state["pi"] *= self.acceptance(c)
-            state["e"] += state["pi"]
-            return (state["e"] + state["pi"] * abar) / costs[i + 1] <= state["e"] / costs[i]
+            return state["pi"] * abar <= lam * float(costs[i + 1] - costs[i])
 
         self.drafter.stop_rule = stop
         try:

@@ -442,10 +442,22 @@ def test_adaptive_length_follows_the_costs_and_calibrates_from_its_blocks(pair):
     assert float(d._reached.sum()) == 3 and float(d._acc.sum()) == 2
     assert float(d._acc[bins[0]]) >= 1 and float(d._reached[bins[2]]) >= 1
     assert d.alpha_hat == pytest.approx((2 + 4 * 0.8) / (3 + 4))
-    # a bin nothing fell in borrows the pooled calibration: accepted / summed confidence of the reached tokens
+    # a bin nothing fell in borrows the pooled calibration curve fitted over all bins
     empty = next(b for b in range(10) if float(d._reached[b]) == 0)
-    rho = (2 + 4 * 0.8) / (sum(confs) + 4 * 0.8)
-    assert d.acceptance((empty + 0.5) / 10) == pytest.approx(min(1.0, (empty + 0.5) / 10 * rho))
+    assert d.acceptance((empty + 0.5) / 10) == pytest.approx(float(d._pooled((empty + 0.5) / 10)))
+    # λ: the observed step's tokens (2 accepted + 1) over its modelled cost, beside the prior pseudo-steps
+    costs = d._costs
+    prior = max(float(theory.expected_tokens(0.8, g)) / costs[g] for g in range(len(costs)))
+    assert d.rate == pytest.approx((3 + 4 * prior * costs[1]) / (costs[3] + 4 * costs[1]))
+    # a draft that proves under-confident (every token accepted, whatever its confidence) bends the pooled curve up
+    u = AdaptiveLengthDrafter(DraftModelDrafter(draft, 8), theory.CostCurve([1, 2], [10.0, 10.0]), 0.0)
+    u._acc += 20.0
+    u._reached += 20.0
+    u._fit_platt()
+    assert all(float(u._pooled(c)) > c + 0.1 for c in (0.2, 0.5, 0.8))
+    # a noisy cost curve that dips is made non-decreasing: no drafted token looks free
+    dip = AdaptiveLengthDrafter(DraftModelDrafter(draft, 8), theory.CostCurve([1, 2, 3, 4], [10, 12, 9, 13]), 0.5)
+    assert all(b - a >= 0.5 for a, b in zip(dip._costs[:-1], dip._costs[1:]))
     kept = AdaptiveLengthDrafter(DraftModelDrafter(draft, 8), theory.CostCurve([1, 2], [10.0, 10.0]), 0.0,
                                  keep_calibration=True)
     kept._reached += d._reached
