@@ -528,7 +528,7 @@ def test_gamma_for_step_agrees_with_the_hardware_aware_optimum():
 # ----------------------------------------------------------------------------------------------------- bench methods
 
 NEW_METHODS = ("sd-draft-int8,sd-draft-pruned,sd-draft-int8-pruned,sd-hybrid,sd-draft-auto@2,sd-draft-dynamic@3,"
-               "sd-draft-adaptive@3,hf-assisted-int8-gamma,hf-assisted-int8-pruned")
+               "sd-draft-adaptive@3,sd-draft-adaptive-int8@3,hf-assisted-int8-gamma,hf-assisted-int8-pruned")
 
 
 @pytest.mark.parametrize("options, message", [

@@ -281,10 +281,12 @@ def _sd_draft_adaptive(ctx, name, gamma):
     """our chain speculative decoding, block length <= @γ (default 8) chosen token by token: the draft stops where its
     calibrated confidence no longer pays for another drafted token under the measured costs (AdaptiveLengthDrafter,
     calibration carried over the bench's prompts in their fixed order; --opt draft_kind: fp32, int8, pruned,
-    int8-pruned)"""
+    int8-pruned; sd-draft-adaptive-<kind> fixes the kind, so one run can hold two)"""
     from ..drafters import AdaptiveLengthDrafter
 
-    kind = draft_kind_option(ctx.options)
+    base = str(name).split("@", 1)[0]
+    fixed = base.removeprefix("sd-draft-adaptive-") if base.startswith("sd-draft-adaptive-") else None
+    kind = fixed or draft_kind_option(ctx.options)
     inner = cheap_drafter(ctx, kind)
     curve, t_draft = ctx.shared(f"auto_costs:{kind}:{gamma}", lambda: auto_gamma_costs(ctx, inner, gamma))
     drafter = AdaptiveLengthDrafter(inner, curve, t_draft, keep_calibration=True,
@@ -293,6 +295,14 @@ def _sd_draft_adaptive(ctx, name, gamma):
     run.gamma = gamma
     run.cost_curve, run.t_draft_ms = curve, t_draft
     return run
+
+
+#: sd-draft-adaptive with the draft kind in its name instead of --opt draft_kind (e.g. sd-draft-adaptive-int8@8)
+ADAPTIVE_KIND_METHODS = tuple(f"sd-draft-adaptive-{k}" for k in ("int8", "pruned", "int8-pruned"))
+for _name in ADAPTIVE_KIND_METHODS:
+    register_method(_name, needs_draft=True, prepare=_prepare_max_gamma(_name),
+                    description=f"sd-draft-adaptive with the {_name.removeprefix('sd-draft-adaptive-')} draft, "
+                                "whatever --opt draft_kind says")(_sd_draft_adaptive)
 
 
 def hf_generation_config(ctx: BenchContext, **extra):
