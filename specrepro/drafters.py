@@ -560,9 +560,10 @@ class AdaptiveLengthDrafter:
         t_target: callable n -> ms (:class:`specrepro.theory.CostCurve`); t_draft: ms per drafted token (a number
             or a callable read at n = 1).
         overhead_ms: per-step time outside the forward passes (ms).
-        bins: confidence bins (>= 1); prior_weight: w > 0 (tokens per bin); decay: in (0, 1] per step.
-        alpha_prior: ᾱ before any verification, in [0, 1].
-        keep_calibration: carry the calibration from one sequence to the next (:meth:`reset` keeps it). Each output
+        bins: confidence bins (>= 1); prior_weight: w > 0 (pseudo-tokens per bin for the calibration, pseudo-steps
+            for λ); decay: in (0, 1] per step.
+        alpha_prior: ᾱ before any verification and the α of λ's prior, in [0, 1].
+        keep_calibration: carry the calibration and λ from one sequence to the next (:meth:`reset` keeps them). Each output
             stays an exact sample, but under sampling which sample a seed gives then depends on the sequences decoded
             before (the default restarts the calibration with every sequence, as :class:`AutoGammaDrafter` does).
         name: a label for tables (default: the wrapped drafter's name + ", adaptive length").
@@ -578,8 +579,6 @@ class AdaptiveLengthDrafter:
     def __init__(self, drafter, t_target, t_draft, *, overhead_ms: float = 0.0, bins: int = 10,
                  prior_weight: float = 4.0, decay: float = 0.98, alpha_prior: float = 0.8,
                  keep_calibration: bool = False, name: str | None = None):
-        from .theory import step_costs_ms
-
         if not hasattr(drafter, "_stop_after"):
             raise ValueError(f"{type(drafter).__name__} has no dynamic draft length (use DraftModelDrafter or "
                              "PrunedHeadDrafter)")
