@@ -563,9 +563,10 @@ class AdaptiveLengthDrafter:
         bins: confidence bins (>= 1); prior_weight: w > 0 (pseudo-tokens per bin for the calibration, pseudo-steps
             for λ); decay: in (0, 1] per step.
         alpha_prior: ᾱ before any verification and the α of λ's prior, in [0, 1].
-        keep_calibration: carry the calibration and λ from one sequence to the next (:meth:`reset` keeps them). Each output
-            stays an exact sample, but under sampling which sample a seed gives then depends on the sequences decoded
-            before (the default restarts the calibration with every sequence, as :class:`AutoGammaDrafter` does).
+        keep_calibration: carry the calibration and λ from one sequence to the next (:meth:`reset` keeps them).
+            Each output stays an exact sample, but under sampling which sample a seed gives then depends on the
+            sequences decoded before (the default restarts the calibration with every sequence, as
+            :class:`AutoGammaDrafter` does).
         name: a label for tables (default: the wrapped drafter's name + ", adaptive length").
 
     Attributes:
@@ -596,22 +597,28 @@ class AdaptiveLengthDrafter:
         self.alpha_prior = float(alpha_prior)
         self.keep_calibration = bool(keep_calibration)
         self.name = name or f"{getattr(drafter, 'name', 'draft')}, adaptive length"
-        self._costs = self._step_costs(8)  # checks the costs now
+        self._set_costs(8)  # checks the costs now
         self._acc = torch.zeros(self.bins, dtype=torch.float64)
         self._reached = torch.zeros(self.bins, dtype=torch.float64)
         self._platt = (0.0, 1.0)  # (a, b): pooled acceptance sigmoid(a + b logit(c)); identity before any data
         self._tokens = 0.0  # decayed tokens emitted by the observed steps
         self._ms = 0.0  # decayed modelled cost of those steps (ms)
+        self._refresh_table()
         self.reset()
 
-    def _step_costs(self, max_gamma: int):
+    def _set_costs(self, max_gamma: int) -> None:
+        """cost[γ] for γ = 0..max_gamma (the target's part made non-decreasing) and λ's prior, the best fixed γ's
+        expected tokens per ms under Leviathan Eq. 1 at ``alpha_prior``: computed when the largest γ grows, not per
+        step."""
         import numpy as np
 
-        from .theory import step_costs_ms
+        from .theory import expected_tokens, step_costs_ms
 
         costs = step_costs_ms(self.t_target, self.t_draft, int(max_gamma), self.overhead_ms)
         t = np.array([float(self.t_target(g + 1)) for g in range(len(costs))])
-        return costs - t + np.maximum.accumulate(t)  # the target's part made non-decreasing
+        self._costs = costs - t + np.maximum.accumulate(t)
+        self._rate_prior = max(float(expected_tokens(self.alpha_prior, g)) / float(self._costs[g])
+                               for g in range(len(self._costs)))
 
     def reset(self) -> None:
         """A new sequence: the draft's cache and the block lengths restart; the calibration and the rate λ too
@@ -622,16 +629,12 @@ class AdaptiveLengthDrafter:
             self._reached = torch.zeros(self.bins, dtype=torch.float64)
             self._platt = (0.0, 1.0)
             self._tokens = self._ms = 0.0
+            self._refresh_table()
         self._last: tuple[int, torch.Tensor, list[int], list[float]] | None = None
         self.gammas: list[int] = []
 
     def _bin(self, c: float) -> int:
         return min(max(int(c * self.bins), 0), self.bins - 1)
-
-    def _centres(self):
-        import numpy as np
-
-        return (np.arange(self.bins) + 0.5) / self.bins
 
     def _pooled(self, c):
         import numpy as np
@@ -649,7 +652,7 @@ class AdaptiveLengthDrafter:
         import numpy as np
         from scipy.special import expit
 
-        c = self._centres()
+        c = (np.arange(self.bins) + 0.5) / self.bins
         x = np.log(c / (1 - c))
         w0 = self.prior_weight
         n = self._reached.numpy() + w0
@@ -673,15 +676,21 @@ class AdaptiveLengthDrafter:
                 break
         self._platt = (float(beta[0]), float(beta[1]))
 
+    def _refresh_table(self) -> None:
+        """â per bin (float64 [bins]), recomputed once per observed step so that the stop rule's per-token work
+        is a lookup."""
+        import numpy as np
+
+        w = self.prior_weight
+        prior = torch.from_numpy(self._pooled((np.arange(self.bins) + 0.5) / self.bins))
+        self._table = ((self._acc + w * prior) / (self._reached + w)).tolist()
+
     def acceptance(self, confidence: float) -> float:
         """â(c): the calibrated acceptance rate of a token drafted with confidence c in [0, 1]: the bin's own counts,
         shrunk (``prior_weight`` tokens) toward the pooled calibration curve sigmoid(a + b logit(c)) fitted over
         all bins (:meth:`_fit_platt`; the identity before any verification), so bins with few tokens borrow what
         the others show."""
-        b = self._bin(confidence)
-        w = self.prior_weight
-        prior = float(self._pooled((b + 0.5) / self.bins))
-        return float((self._acc[b] + w * prior) / (self._reached[b] + w))
+        return self._table[self._bin(confidence)]
 
     @property
     def alpha_hat(self) -> float:
@@ -695,12 +704,8 @@ class AdaptiveLengthDrafter:
         """λ: the long-run expected tokens per ms the stop rule compares a token's marginal gain with: the observed
         steps' emitted tokens over their modelled costs (decayed), with ``prior_weight`` pseudo-steps at the best
         fixed γ under Leviathan Eq. 1 at ``alpha_prior``."""
-        from .theory import expected_tokens
-
-        costs = self._costs
-        prior = max(float(expected_tokens(self.alpha_prior, g)) / float(costs[g]) for g in range(len(costs)))
-        w = self.prior_weight
-        return (self._tokens + w * prior * float(costs[1])) / (self._ms + w * float(costs[1]))
+        w, c1 = self.prior_weight, float(self._costs[1])
+        return (self._tokens + w * self._rate_prior * c1) / (self._ms + w * c1)
 
     def _observe(self, ids: torch.Tensor) -> None:
         if self._last is None:
@@ -721,13 +726,14 @@ class AdaptiveLengthDrafter:
         self._tokens += n + 1.0
         self._ms += float(self._costs[min(k, len(self._costs) - 1)])
         self._fit_platt()
+        self._refresh_table()
 
     def propose(self, ids, gamma, sampling, generator):
         self._observe(ids)
         if gamma < 1:
             return Proposal(ids.new_empty(0), None)
         if len(self._costs) <= gamma:
-            self._costs = self._step_costs(int(gamma))
+            self._set_costs(int(gamma))
         costs, abar, lam = self._costs, self.alpha_hat, self.rate
         state = {"pi": 1.0}
         bins: list[int] = []
