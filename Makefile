@@ -131,11 +131,11 @@ bench: $(STAMP)  ## python -m specrepro bench with the qwen-coder pair (see READ
 # The performance benchmark of record (standard profile only): qwen-coder pair, first 20 HumanEval problems, 128 new
 # tokens. Greedy: our AR and transformers' greedy generate, our chain speculative decoding at γ = 4 with the fp32
 # draft, its int8 copy and the int8 copy with the FR-Spec pruned head (the cheapest exact draft), the cheapest draft
-# at a γ the cost model picks per step (sd-draft-auto@8), the cheapest draft and the int8 draft with a block length
-# chosen token by token (sd-draft-adaptive@8, sd-draft-adaptive-int8@8), and transformers' assisted generation with its
-# default fp32 draft, with the same int8 draft and with the same int8 pruned-head draft.
+# and the int8 draft with a block length of at most 20 chosen token by token (sd-draft-adaptive@20,
+# sd-draft-adaptive-int8@20; 20 is also transformers' cap), and transformers' assisted generation with its default fp32
+# draft, with the same int8 draft and with the same int8 pruned-head draft.
 # Nucleus (Chen's T = 0.8, top-p 0.95): our AR and the int8-draft chain. Each JSON is one interleaved run of
-# BENCH_REPEATS passes (about 38 and 9 min per pass on the 2-core AVX-512 EPYC, the greedy one with 11 methods; 75 and 19 on the AVX2 one with 9), written
+# BENCH_REPEATS passes (about 35 and 9 min per pass on the 2-core AVX-512 EPYC, the greedy one with 10 methods; 75 and 19 on the AVX2 one with 9), written
 # atomically, so an interrupted reproduce reruns only the missing one; within a file, every finished (pass, prompt)
 # block is checkpointed beside it (.<name>.checkpoint), and the rerun on the same machine and code times only the
 # blocks still missing. Before and after timing, the bench measures the target's cost curve and each chain's draft
@@ -145,7 +145,7 @@ bench-results: $(BENCH_RESULTS)
 
 data/results/bench_qwen_greedy.json: | $(STAMP)
 	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --repeats $(BENCH_REPEATS) \
-	    --methods ar,hf-ar,sd-draft@4,sd-draft-int8@4,sd-draft-int8-pruned@4,sd-draft-auto@8,sd-draft-adaptive@8,sd-draft-adaptive-int8@8,hf-assisted,hf-assisted-int8,hf-assisted-int8-pruned \
+	    --methods ar,hf-ar,sd-draft@4,sd-draft-int8@4,sd-draft-int8-pruned@4,sd-draft-adaptive@20,sd-draft-adaptive-int8@20,hf-assisted,hf-assisted-int8,hf-assisted-int8-pruned \
 	    --opt draft_kind=int8-pruned --temperature 0 --json $@
 
 data/results/bench_qwen_nucleus.json: | $(STAMP)
