@@ -48,6 +48,17 @@ def test_valid_options_resolve_with_gamma_overrides():
     assert [(label, g) for label, _, g in out] == [("ar", 3), ("sd-lookup", 3), ("sd-lookup@5", 5), ("hf-ar", 3)]
 
 
+def test_largest_draft_length_defaults():
+    """Without @γ the adaptive length may draft up to transformers' cap of 20 (the auto-γ chain up to 8); @γ overrides
+    both, and a γ above the default raises it."""
+    out = validate_options(**{**OK, "methods": "sd-draft-adaptive,sd-draft-adaptive-int8,sd-draft-auto,"
+                                               "sd-draft-adaptive-pruned@6", "has_draft": True})
+    assert [(label, g) for label, _, g in out] == [("sd-draft-adaptive", 20), ("sd-draft-adaptive-int8", 20),
+                                                   ("sd-draft-auto", 8), ("sd-draft-adaptive-pruned@6", 6)]
+    out = validate_options(**{**OK, "gamma": 24, "methods": "sd-draft-adaptive", "has_draft": True})
+    assert out[0][2] == 24
+
+
 def test_cli_reports_option_errors_with_exit_status_2(capsys):
     from specrepro.__main__ import main
 
