@@ -229,7 +229,8 @@ def _sd_hybrid(ctx, name, gamma):
 AUTO_MAX_GAMMA = 8
 #: the largest block length of sd-draft-adaptive when no ``@γ`` is given: transformers' assisted generation's default
 #: ``num_assistant_tokens`` (20). A cap of 8 cut long confident runs into several steps, each paying a target forward:
-#: on 10 HumanEval prompts x 128 tokens (greedy, int8 draft, one pass) the cap of 20 ran 1.05x the cap of 8.
+#: on 10 HumanEval prompts x 128 tokens (greedy, int8 draft, one pass, 2-core CPU) the cap of 20 ran 1.06x
+#: [0.98, 1.12] the cap of 8 (paired per prompt, 95% bootstrap interval), keeping 6.3 tokens per step instead of 5.2.
 ADAPTIVE_MAX_GAMMA = 20
 
 
