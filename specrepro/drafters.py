@@ -598,6 +598,7 @@ class AdaptiveLengthDrafter:
         self.keep_calibration = bool(keep_calibration)
         self.name = name or f"{getattr(drafter, 'name', 'draft')}, adaptive length"
         self._set_costs(8)  # checks the costs now
+        self._centres = (torch.arange(self.bins, dtype=torch.float64) + 0.5).numpy() / self.bins  # float64 [bins]
         self._acc = torch.zeros(self.bins, dtype=torch.float64)
         self._reached = torch.zeros(self.bins, dtype=torch.float64)
         self._platt = (0.0, 1.0)  # (a, b): pooled acceptance sigmoid(a + b logit(c)); identity before any data
@@ -652,7 +653,7 @@ class AdaptiveLengthDrafter:
         import numpy as np
         from scipy.special import expit
 
-        c = (np.arange(self.bins) + 0.5) / self.bins
+        c = self._centres
         x = np.log(c / (1 - c))
         w0 = self.prior_weight
         n = self._reached.numpy() + w0
@@ -679,10 +680,8 @@ class AdaptiveLengthDrafter:
     def _refresh_table(self) -> None:
         """â per bin (float64 [bins]), recomputed once per observed step so that the stop rule's per-token work
         is a lookup."""
-        import numpy as np
-
         w = self.prior_weight
-        prior = torch.from_numpy(self._pooled((np.arange(self.bins) + 0.5) / self.bins))
+        prior = torch.from_numpy(self._pooled(self._centres))
         self._table = ((self._acc + w * prior) / (self._reached + w)).tolist()
 
     def acceptance(self, confidence: float) -> float:
