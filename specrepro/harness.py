@@ -333,6 +333,47 @@ def bootstrap_ci(values, statistic: Callable = np.median, confidence: float = CO
     return est, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def ratio_of_sums_ci(numerators, denominators, confidence: float = CONFIDENCE, n_resamples: int = 9999,
+                     seed: int = 0) -> tuple[float, float, float]:
+    """A pooled rate sum(numerators) / sum(denominators) and its percentile-bootstrap interval over clusters.
+
+    Each position is one cluster (one prompt): the bootstrap resamples prompts with their numerator and denominator
+    together (scipy.stats.bootstrap, ``paired=True``), so the interval accounts for prompts differing, as the paired
+    speedups' intervals do. The point estimate is the pooled rate a summary table already prints, e.g. tokens per
+    target step (new tokens / steps per prompt) or α (sum of the acceptance terms / their count per prompt).
+
+    Args:
+        numerators, denominators: 1-D array-likes of floats, one entry per cluster (prompt); clusters with a
+            non-finite entry or a zero denominator are dropped.
+        confidence, n_resamples, seed: as :func:`bootstrap_ci`.
+
+    Returns:
+        (estimate, low, high). NaNs when nothing is left; a NaN interval with one cluster; the point itself when
+        every cluster has the same rate.
+
+    Raises:
+        ValueError: the two sequences differ in length.
+    """
+    from scipy import stats
+
+    num, den = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
+    if num.shape != den.shape:
+        raise ValueError(f"numerators and denominators differ in length ({num.size} vs {den.size})")
+    keep = np.isfinite(num) & np.isfinite(den) & (den != 0)
+    num, den = num[keep], den[keep]
+    if num.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    est = float(num.sum() / den.sum())
+    if num.size == 1:
+        return est, float("nan"), float("nan")
+    if np.allclose(num / den, est, rtol=0, atol=1e-12):
+        return est, est, est
+    res = stats.bootstrap((num, den), lambda a, b, axis=-1: a.sum(axis=axis) / b.sum(axis=axis), paired=True,
+                          confidence_level=confidence, n_resamples=n_resamples, method="percentile",
+                          vectorized=True, rng=np.random.default_rng(seed))
+    return est, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
 def paired_ratios(runs: pd.DataFrame, method: str, baseline: str = "ar", value: str = "tokens_per_s") -> pd.Series:
     """Per prompt: the method's ``value`` over the baseline's on the same prompt and repeat, averaged geometrically
     over repeats. Index: prompt id (prompts where either side is missing are dropped).

@@ -123,6 +123,16 @@ def _ratio_cell(row: dict, key: str) -> str:
     return f"{cell} [{lo:.2f}, {hi:.2f}]"
 
 
+def _rate_cell(row: dict, key: str) -> str:
+    """A pooled rate (α, tokens per step) with its 95% interval over prompts where the row has one
+    (:func:`specrepro.bench.run.rate_intervals`)."""
+    v, lo, hi = row.get(key), row.get(f"{key}_lo"), row.get(f"{key}_hi")
+    cell = _bench_cell(v)
+    if cell == "—" or lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
+        return cell
+    return f"{cell} [{lo:.2f}, {hi:.2f}]"
+
+
 def render_bench(profile: str = STANDARD) -> str:
     """Markdown for the README's benchmark-of-record block: one table per ``bench_*.json`` that ``make reproduce``
     wrote into the profile's results directory (:func:`specrepro.bench.run_bench` JSON), each headed by its setting
@@ -130,7 +140,7 @@ def render_bench(profile: str = STANDARD) -> str:
 
     Columns: median tokens/s and ms/token, speedup over our AR and over transformers' assisted generation (ratios of
     the same interleaved run; over transformers' AR and its assisted generation with the int8 draft where the run has
-    them), α, tokens per target step, per-position acceptance, the hardware-aware prediction (the decoding loop's,
+    them), α and tokens per target step (pooled, with 95% intervals over prompts), per-position acceptance, the hardware-aware prediction (the decoding loop's,
     and the whole request's with AR's measured prefill), the free-draft bound and measured / predicted (against the
     whole request's) where the run measured costs (fixed-γ chains), and (greedy) whether every output equals
     greedy AR. A file that cannot be read is named with the error rather than skipped silently.
@@ -175,7 +185,7 @@ def render_bench(profile: str = STANDARD) -> str:
                       + (" predicted from the run's own costs | measured / that |" if in_run else ""))
                      if predicted else "")
         lines = [head, "", "| method | tokens/s | ms/token | × our AR [95% CI] | × HF assisted [95% CI] |"
-                 + "".join(f" {title} |" for _, title in extra) + " α | tokens/step | per-position acceptance |"
+                 + "".join(f" {title} |" for _, title in extra) + " α [95% CI] | tokens/step [95% CI] | per-position acceptance |"
                  + pred_head + (" equal to greedy AR |" if greedy else ""),
                  "|---|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---|"
                  + ("---:|" * (5 if in_run else 3) if predicted else "")
@@ -185,7 +195,7 @@ def render_bench(profile: str = STANDARD) -> str:
                    _bench_cell(r.get("tokens_per_s")), _bench_cell(r.get("ms_per_token"), 0),
                    _ratio_cell(r, "speedup_vs_ar"), _ratio_cell(r, "speedup_vs_hf_assisted"),
                    *[_ratio_cell(r, key) for key, _ in extra],
-                   _bench_cell(r.get("alpha")), _bench_cell(r.get("tokens_per_step")),
+                   _rate_cell(r, "alpha"), _rate_cell(r, "tokens_per_step"),
                    _bench_cell(r.get("per_position_acceptance"))]
             if predicted:
                 pred = _bench_cell(r.get("predicted_speedup"))

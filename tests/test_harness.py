@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from specrepro.harness import (RunOutput, bootstrap_ci, paired_ratios, paired_speedup, run_interleaved, seed_for,
-                               speedup_table)
+from specrepro.harness import (RunOutput, bootstrap_ci, paired_ratios, paired_speedup, ratio_of_sums_ci, run_interleaved,
+                               seed_for, speedup_table)
 
 
 def _recording_runners(log, tokens_for=None):
@@ -116,6 +116,22 @@ def test_bootstrap_ci_edge_cases_and_reproducibility():
     x = np.random.default_rng(1).normal(1.3, 0.2, size=30)
     a, b = bootstrap_ci(x, seed=3), bootstrap_ci(x, seed=3)
     assert a == b and a[1] < a[0] < a[2]
+
+
+def test_ratio_of_sums_ci_keeps_the_pooled_rate_and_resamples_prompts():
+    tokens = np.array([128, 128, 128, 128, 96, 128, 128, 128])
+    steps = np.array([20, 40, 25, 31, 30, 18, 35, 22])
+    est, lo, hi = ratio_of_sums_ci(tokens, steps, seed=2)
+    assert est == pytest.approx(tokens.sum() / steps.sum())  # the pooled rate, not the mean of per-prompt rates
+    assert lo < est < hi and lo > (tokens / steps).min() and hi < (tokens / steps).max()
+    assert ratio_of_sums_ci(tokens, steps, seed=2) == (est, lo, hi)
+    # prompts with one rate: a degenerate interval; one prompt: none; zero or NaN denominators dropped
+    assert ratio_of_sums_ci([4, 8], [2, 4]) == (2.0, 2.0, 2.0)
+    assert np.isnan(ratio_of_sums_ci([4], [2])[1]) and ratio_of_sums_ci([4], [2])[0] == 2.0
+    assert ratio_of_sums_ci([4, 5, np.nan], [2, 0, 1]) [0] == 2.0
+    assert np.isnan(ratio_of_sums_ci([], [])[0])
+    with pytest.raises(ValueError, match="differ in length"):
+        ratio_of_sums_ci([1, 2], [1])
 
 
 class _CharTokenizer:

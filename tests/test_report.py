@@ -131,6 +131,26 @@ def test_render_bench_tabulates_each_json_and_names_unreadable_ones(tmp_path, mo
     assert "bench_b.json`: unreadable" in md
 
 
+def test_render_bench_gives_tokens_per_step_and_alpha_intervals_from_the_runs(tmp_path, monkeypatch):
+    """A file whose summary predates the intervals gets them from its own runs (a bootstrap over prompts)."""
+    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    cfg = {"target": "t", "draft": "d", "workload": "humaneval", "n_prompts": 4, "repeats": 1, "max_new_tokens": 8,
+           "temperature": 1.0, "gamma": 3, "seed": 0}
+    steps, terms = [2, 3, 4, 2], [[1.0, 0.5], [0.5, 0.0, 0.5], [0.0, 0.5, 0.0, 0.5], [1.0, 1.0]]
+    runs = [{"prompt": f"p{i}", "method": "sd-draft@3", "new_tokens": 8, "steps": s, "alpha_terms": a}
+            for i, (s, a) in enumerate(zip(steps, terms))]
+    summary = [{"method": "sd-draft@3", "tokens_per_s": 3.0, "ms_per_token": 333.3, "speedup_vs_ar": 1.5,
+                "alpha": 0.5, "tokens_per_step": 32 / 11, "per_position_acceptance": []}]
+    (tmp_path / "bench_a.json").write_text(json.dumps({"config": cfg, "summary": summary, "runs": runs}))
+    md = report.render_bench("synthetic")
+    assert "α [95% CI] | tokens/step [95% CI]" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| `sd-draft@3`"))
+    alpha_cell, tps_cell = row.split(" | ")[5:7]
+    assert alpha_cell.startswith("0.50 [") and tps_cell.startswith("2.91 [")
+    lo, hi = (float(x) for x in tps_cell.split("[")[1].rstrip("]").split(", "))
+    assert 2.0 <= lo < 32 / 11 < hi <= 4.0  # within the per-prompt extremes 8/4 and 8/2
+
+
 def test_plot_verdicts_uses_integer_ticks():
     import matplotlib
 

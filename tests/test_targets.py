@@ -224,3 +224,23 @@ def test_render_targets_lists_why_for_targets_not_clearly_met(tmp_path, monkeypa
     assert "Why, for each target not clearly met" in text and "- *greedy: ≥ 1.8× our AR*: sd-draft-int8@4 drafts" in text
     gaps = report.prediction_gaps("quick")
     assert list(gaps["file"]) == ["bench_qwen_greedy.json"]
+
+
+def test_a_missed_tree_target_states_the_trade_of_tokens_per_step_against_step_time(tmp_path):
+    runs = []
+    for i in range(10):
+        runs += [{"method": "ar", "prompt": f"p{i}", "repeat": 0, "tokens_per_s": 3.0, "loop_ms": 100.0,
+                  "target_ms": 100.0},
+                 {"method": "sd-draft-int8@4", "prompt": f"p{i}", "repeat": 0, "tokens_per_s": 6.0 + 0.01 * i,
+                  "loop_ms": 200.0, "target_ms": 130.0},
+                 {"method": "sd-tree-int8@2x1x1x1", "prompt": f"p{i}", "repeat": 0, "tokens_per_s": 5.5 + 0.01 * i,
+                  "loop_ms": 260.0, "target_ms": 150.0}]
+    summary = [_row("ar", tokens_per_s=3.0),
+               _row("sd-draft-int8@4", tokens_per_s=6.05, tokens_per_step=3.6, drafted_per_step=3.9),
+               _row("sd-tree-int8@2x1x1x1", tokens_per_s=5.55, tokens_per_step=4.32, drafted_per_step=7.8)]
+    _write(tmp_path, "bench_qwen_t1_trees", summary, runs, n_prompts=10)
+    t = check_targets(tmp_path).set_index("id").loc["t1-tree-over-chain"]
+    assert t["status"] == MISSED
+    # 4.32 / 3.6 = 1.20x the tokens per step at 260 / 200 = 1.30x the step time: 0.92x; break-even 3.6 * 1.3 = 4.68
+    assert "keeps 1.20x the chain's tokens per step at 1.30x its step time (0.92x its tokens/s" in t["why"]
+    assert "would need 4.68 tokens per step" in t["why"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..harness import paired_speedup, run_interleaved
+from ..harness import paired_speedup, ratio_of_sums_ci, run_interleaved
 from ..sampling import SamplingConfig
 from .options import BenchOptionError
 from .registry import DEFAULT_METHODS, BenchContext, MethodSpec, resolve_method, validate_options
@@ -99,6 +99,37 @@ OTHER_BASELINES = ("hf-ar", "hf-assisted-int8", "hf-assisted-int8-pruned")
 DEFAULT_N_PROMPTS = 10
 
 
+def rate_intervals(d, seed: int = 0) -> dict:
+    """95% intervals of one method's pooled tokens per target step and α, bootstrapped over prompts.
+
+    The pooled rates are those of the summary (new tokens / steps, the mean of every step's acceptance term); each
+    prompt's runs (all its repeats) form one cluster (:func:`specrepro.harness.ratio_of_sums_ci`).
+
+    Args:
+        d: one method's runs (a DataFrame with ``prompt``, ``new_tokens``, ``steps`` and ``alpha_terms``, a list
+            of floats per run), as in a bench JSON's ``runs``.
+        seed: the bootstrap's seed.
+
+    Returns:
+        ``tokens_per_step_lo``, ``tokens_per_step_hi``, ``alpha_lo``, ``alpha_hi`` (NaN where the method takes no
+        steps or has no acceptance terms, or with one prompt).
+    """
+    nan = float("nan")
+    out = dict.fromkeys(("tokens_per_step_lo", "tokens_per_step_hi", "alpha_lo", "alpha_hi"), nan)
+    if not len(d) or "prompt" not in d:
+        return out
+    by = d.groupby("prompt", sort=False)
+    if "steps" in d and d["steps"].notna().any():
+        _, out["tokens_per_step_lo"], out["tokens_per_step_hi"] = ratio_of_sums_ci(
+            by["new_tokens"].sum().to_numpy(float), by["steps"].sum().to_numpy(float), seed=seed)
+    if "alpha_terms" in d:
+        terms = by["alpha_terms"].agg(lambda xs: [x for run in xs for x in (run or [])])
+        if terms.map(len).sum():
+            _, out["alpha_lo"], out["alpha_hi"] = ratio_of_sums_ci(
+                terms.map(sum).to_numpy(float), terms.map(len).to_numpy(float), seed=seed)
+    return out
+
+
 def _summarize(runs, resolved, greedy: bool, seed: int = 0):
     import numpy as np
     import pandas as pd
@@ -136,6 +167,7 @@ def _summarize(runs, resolved, greedy: bool, seed: int = 0):
                for base, vs in vs_other.items() for end in ("", "_lo", "_hi")},
             "alpha": float(np.mean(alpha_terms)) if alpha_terms else nan,
             "tokens_per_step": float(d["new_tokens"].sum() / steps) if has_steps else nan,
+            **(rate_intervals(d, seed=seed) if has_steps else {}),
             "accepted_per_step": float(sum(accepted) / steps) if has_steps and drafted else
             (0.0 if has_steps else nan),
             "drafted_per_step": float(sum(drafted) / steps) if has_steps and drafted else
@@ -255,8 +287,9 @@ def run_bench(
         (median), ms_per_token (median), speedup_vs_ar and speedup_vs_hf_assisted with their 95% intervals
         (``_lo``/``_hi``; :func:`specrepro.harness.paired_speedup`: median over prompts of the paired tokens/s
         ratio, percentile bootstrap over prompts), alpha (mean Σ min(p, q) over verified positions, Leviathan
-        Def. 3.1), tokens_per_step, accepted_per_step, drafted_per_step, loop_ms, per_position_acceptance
-        (P(accept position i | positions < i accepted); per depth for trees), greedy_equal_to_ar (greedy only; None
+        Def. 3.1), tokens_per_step (new tokens over target steps, pooled), alpha and tokens_per_step with their 95%
+        intervals over prompts (``_lo``/``_hi``, :func:`rate_intervals`), accepted_per_step, drafted_per_step,
+        loop_ms, per_position_acceptance (P(accept position i | positions < i accepted); per depth for trees), greedy_equal_to_ar (greedy only; None
         under sampling); with ``predict``, for fixed-γ chain methods also predicted_tokens_per_step (Leviathan
         Eq. 1), free_draft_bound, predicted_speedup (hardware-aware) and measured_over_predicted.
 
@@ -629,11 +662,30 @@ def refresh_predictions(data: dict) -> dict:
     Returns:
         ``data`` with its summary rows updated (a shallow copy; the argument is not modified).
     """
-    data = _refresh_with_prefill(data)
+    data = _refresh_with_prefill(_refresh_intervals(data))
     if any("predicted_speedup_in_run" in r for r in data.get("summary") or []):
         return data
     rows = with_in_run_predictions(data.get("summary") or [], data.get("runs") or [])
     return data if rows == list(data.get("summary") or []) else {**data, "summary": rows}
+
+
+def _refresh_intervals(data: dict) -> dict:
+    """Files written before the summary carried them: tokens per step's and α's intervals from the runs
+    (:func:`rate_intervals`, the run's seed)."""
+    import pandas as pd
+
+    summary, runs = data.get("summary") or [], data.get("runs") or []
+    if not summary or not runs or all("tokens_per_step_lo" in r for r in summary):
+        return data
+    todo = [i for i, r in enumerate(summary) if "tokens_per_step_lo" not in r and r.get("tokens_per_step") is not None]
+    df = pd.DataFrame(runs)
+    if not todo or "method" not in df or "prompt" not in df:
+        return data
+    seed = int((data.get("config") or {}).get("seed") or 0)
+    rows = list(summary)
+    for i in todo:
+        rows[i] = {**rows[i], **rate_intervals(df[df["method"] == rows[i]["method"]], seed=seed)}
+    return {**data, "summary": rows}
 
 
 def _refresh_with_prefill(data: dict) -> dict:

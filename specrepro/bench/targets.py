@@ -183,14 +183,25 @@ def prediction_gap(data: dict) -> pd.DataFrame:
 
 
 def _tree_vs_chain_why(runs: pd.DataFrame, summary: list[dict], tree: str, chain: str) -> str:
+    """Each side's tokens per step and median step time (target forward inside it), then the trade in one line:
+    the tree's tokens per step and step time as multiples of the chain's, and the tokens per step at which its
+    step time would break even (tokens/s = tokens per step / step time, so the tree wins only if its gain in
+    tokens per step exceeds its extra step time)."""
     by = {r["method"]: r for r in summary}
-    parts = []
+    parts, sides = [], []
     for m in (tree, chain):
         r = by.get(m, {})
         tps, drafted = r.get("tokens_per_step"), r.get("drafted_per_step")
         step, tgt = _median(runs, m, "loop_ms"), _median(runs, m, "target_ms")
+        ok = _fin(tps) and _fin(drafted) and _fin(step) and _fin(tgt)
         parts.append(f"{m}: {tps:.2f} tokens per step, {drafted:.1f} drafted, step {step:.0f} ms (target {tgt:.0f})"
-                     if _fin(tps) and _fin(drafted) and _fin(step) and _fin(tgt) else f"{m}: no step record")
+                     if ok else f"{m}: no step record")
+        sides.append((tps, step) if ok else None)
+    if all(sides):
+        (tps_t, step_t), (tps_c, step_c) = sides
+        parts.append(f"the tree keeps {tps_t / tps_c:.2f}x the chain's tokens per step at {step_t / step_c:.2f}x its "
+                     f"step time ({tps_t / tps_c * step_c / step_t:.2f}x its tokens/s by this arithmetic); to break "
+                     f"even at its step time it would need {tps_c * step_t / step_c:.2f} tokens per step")
     return "; ".join(parts)
 
 
