@@ -870,12 +870,15 @@ def grows_linearly(claim, tables: Tables) -> Outcome:
     selected rows, with the slope's 95% t-interval. Reproduced exactly if the slope's interval lies above 0 and a
     line explains the data (r² ≥ ``tolerance``, default 0.9); trend reproduced if y rises significantly (slope
     interval above 0, or Spearman ρ > 0 with p < 0.05) but r² is lower; not reproduced if the slope's interval lies
-    below 0; inconclusive otherwise.
+    below 0; inconclusive otherwise. Rows that repeat a timing (a ``repeat`` column beside ``prompt``) are averaged
+    per prompt and x first: the prompt is the unit, so repeated passes do not narrow the interval.
     """
     from scipy import stats
 
     p = params_of(claim)
     df = _rows(claim, tables, p)
+    if {"prompt", "repeat"} <= set(df.columns) and df["repeat"].nunique() > 1:
+        df = (df.assign(**{p["y"]: _num(df[p["y"]])}).groupby(["prompt", p["x"]], as_index=False)[p["y"]].mean())
     x, y = _num(df[p["x"]]), _num(df[p["y"]])
     keep = ~(np.isnan(x) | np.isnan(y))
     x, y = x[keep], y[keep]

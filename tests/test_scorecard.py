@@ -337,6 +337,13 @@ def test_grows_linearly():
     assert verdict(c, {"t": sweep.assign(loop_ms=[100, 140, 90, 130, 95, 135, 100, 120])})["verdict"] == INCONCLUSIVE
 
 
+def test_grows_linearly_counts_prompts_not_repeated_passes():
+    rows = [{"prompt": f"p{i}", "repeat": r, "K": k, "loop_ms": 100 + 20 * k + 5 * i + r}
+            for i in range(4) for r in range(3) for k in range(8)]
+    out = verdict(claim("grows_linearly", "x=K; y=loop_ms; tolerance=0.9"), {"t": pd.DataFrame(rows)})
+    assert "n = 32 points" in out["ours"] and "+20.0 loop ms per unit K" in out["ours"]
+
+
 def k_sweep(speed_by_k, n_prompts=5):
     """Per-prompt tokens/s for K = 0.. (K = 0 is AR) with small prompt-to-prompt noise."""
     rng = np.random.default_rng(0)
