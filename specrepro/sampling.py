@@ -29,6 +29,7 @@ __all__ = [
     "SamplingConfig",
     "logits_to_probs",
     "sample",
+    "draw",
     "rng_device",
     "uniform",
     "acceptance_probability",
@@ -159,14 +160,34 @@ def uniform(shape, generator: torch.Generator | None, *, device: torch.device | 
     return u.to(device)
 
 
+def draw(probs: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """``n`` independent draws (with replacement) from each row of ``probs`` [..., V]; returns long [..., n] on
+    ``probs``' device.
+
+    ``torch.multinomial`` takes one sample by an exponential race over the whole row (V random numbers: 2.3 ms per
+    row at V = 151,936 on a 2-core CPU) but two or more with replacement by a search of the row's cumulative
+    distribution (0.09 ms). So at least two i.i.d. draws are made and the first ``n`` kept: each kept draw is an
+    exact draw from its row. The draws are made on the generator's device (:func:`rng_device`): ``probs`` is moved
+    there if it lives elsewhere.
+
+    Raises:
+        ValueError: n < 1.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    flat = probs.reshape(-1, probs.shape[-1])
+    out = torch.multinomial(flat.to(rng_device(generator, flat.device)), max(int(n), 2), replacement=True,
+                            generator=generator)[:, :n]
+    return out.to(probs.device).reshape(*probs.shape[:-1], n)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Draw one token per row of ``probs`` [..., V] with ``generator``; returns long [...] on ``probs``' device.
+    """Draw one token per row of ``probs`` [..., V] with ``generator``; returns long [...] on ``probs``' device
+    (:func:`draw`, which says why it is not a one-sample ``torch.multinomial``).
 
     The draw is made on the generator's device (:func:`rng_device`): ``probs`` is moved there if it lives elsewhere.
     """
-    flat = probs.reshape(-1, probs.shape[-1])
-    out = torch.multinomial(flat.to(rng_device(generator, flat.device)), 1, generator=generator).squeeze(-1)
-    return out.to(probs.device).reshape(probs.shape[:-1])
+    return draw(probs, 1, generator)[..., 0]
 
 
 def acceptance_probability(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:

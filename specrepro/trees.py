@@ -8,7 +8,7 @@ What this file is:
   in index order).
 * Construction: :class:`TreeTemplate` (a topology with per-node ranks: expansion-based ⟨k1,...,km⟩ as in SpecInfer,
   or a static tree from Medusa-style ``choices``), :func:`sample_children` (i.i.d. with replacement, without
-  replacement by Gumbel top-k with the renormalized proposal rows of Sequoia, or deterministic top-k = point masses),
+  replacement by sequential draws from the renormalized proposal rows of Sequoia, or deterministic top-k = point masses),
   :func:`merge_chains` (merge-based trees from several proposal sources, shared point-mass prefixes merged).
 * Proposers: :class:`DraftTreeProposer` (a draft model expanded level by level with tree attention),
   :class:`MergedTreeProposer` (several chain drafters of :mod:`specrepro.drafters` merged into one tree).
@@ -42,8 +42,8 @@ from .decoding import (MODEL_EOS, GenerationResult, Stopwatch, commit_step, make
                        resolve_eos)
 from .drafters import common_prefix, fit_width
 from .kvcache import crop_cache, new_cache
-from .sampling import (GREEDY, SamplingConfig, acceptance_probability, logits_to_probs, residual_distribution,
-                       rng_device, sample, uniform)
+from .sampling import (GREEDY, SamplingConfig, acceptance_probability, draw, logits_to_probs,
+                       residual_distribution, sample, uniform)
 from .tree_attention import check_tree_attention, compile_topology, keep_path, tree_forward
 
 __all__ = ["TokenTree", "TreeTemplate", "TreeProposer", "SAMPLING_MODES", "VERIFY_METHODS", "sample_children",
@@ -276,7 +276,7 @@ def sample_children(q: torch.Tensor, k: int, mode: str, generator: torch.Generat
         q: float [V], the processed proposal distribution at the node.
         k: number of children wanted.
         mode: "iid" (k independent draws, with replacement; every row is q: SpecInfer), "without_replacement"
-            (Gumbel top-k = sequential sampling without replacement; row j is q renormalized without the earlier
+            (sequential sampling without replacement: child j is drawn from row j, q renormalized without the earlier
             siblings' tokens: Sequoia; at most the size of q's support), "topk" (the k highest ``scores``,
             deterministic: point masses).
         scores: float [V] ranking for "topk" (default q; pass the raw logits when q is one-hot under greedy).
@@ -290,16 +290,19 @@ def sample_children(q: torch.Tensor, k: int, mode: str, generator: torch.Generat
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     if mode == "iid":
-        toks = torch.multinomial(q.to(rng_device(generator, q.device)), k, replacement=True,
-                                 generator=generator).to(q.device) if k else q.new_empty(0).long()
+        toks = draw(q, k, generator) if k else q.new_empty(0).long()
         return toks, q.unsqueeze(0).expand(k, -1)
     if mode == "without_replacement":
+        # sequentially: child j is one draw from q renormalized without the earlier children's tokens, the very row
+        # its verification uses; this is sampling without replacement (the law of Gumbel top-k), one cumulative
+        # search per child instead of V Gumbel keys per node
         k = min(k, int((q > 0).sum()))
-        u = uniform(q.shape, generator, device=q.device, dtype=torch.float64).clamp_min(1e-300)
-        keys = q.double().log() - (-u.log()).log()  # log q + Gumbel noise; -inf where q = 0
-        toks = torch.topk(keys, k).indices
-        rows = [renormalized_without(q, toks[:j].tolist()) for j in range(k)]
-        return toks, (torch.stack(rows) if rows else q.new_empty(0, q.shape[-1]))
+        toks, rows = [], []
+        for _ in range(k):
+            rows.append(renormalized_without(q, toks))
+            toks.append(int(sample(rows[-1], generator)))
+        return (torch.tensor(toks, dtype=torch.long, device=q.device),
+                torch.stack(rows) if rows else q.new_empty(0, q.shape[-1]))
     if mode == "topk":
         s = q if scores is None else scores
         return torch.topk(s, min(k, s.shape[-1])).indices, None

@@ -213,7 +213,7 @@ def test_draws_are_made_on_the_generators_device():
 
     probs = torch.softmax(torch.randn(3, 8, generator=torch.Generator().manual_seed(0)), -1)
     assert sample(probs, torch.Generator().manual_seed(4)).tolist() == \
-        torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(4)).squeeze(-1).tolist()
+        torch.multinomial(probs, 2, replacement=True, generator=torch.Generator().manual_seed(4))[:, 0].tolist()
     u = uniform(5, torch.Generator().manual_seed(4), device="cpu", dtype=torch.float64)
     assert u.dtype == torch.float64 and torch.equal(u, torch.rand(5, generator=torch.Generator().manual_seed(4),
                                                                   dtype=torch.float64))

@@ -14,7 +14,7 @@ import torch
 
 from specrepro.exactness import (NEGATIVE_CONTROLS, RULES, ToyLM, adversarial_pairs, exact_chain_distribution,
                                  gof_test, sample_chain_sequences, target_distribution, total_variation)
-from specrepro.sampling import (SamplingConfig, logits_to_probs, residual_distribution, sample, verify_chain)
+from specrepro.sampling import (SamplingConfig, draw, logits_to_probs, residual_distribution, sample, verify_chain)
 
 CONFIGS = {
     "T=1": SamplingConfig(1.0),
@@ -155,6 +155,35 @@ def test_sample_uses_the_generator():
     a = sample(p, torch.Generator().manual_seed(3))
     b = sample(p, torch.Generator().manual_seed(3))
     assert torch.equal(a, b)
+
+
+def test_draw_fits_its_row_and_a_shifted_row_is_caught():
+    """sample/draw keep the first of >= 2 i.i.d. multinomial draws: a chi-square goodness-of-fit test on 60,000
+    draws per row accepts the rows drawn from, never sees a zero-probability token, and rejects a row shifted by
+    0.01 of mass (the same test, so it could have failed)."""
+    from scipy import stats
+
+    probs = torch.tensor([[0.4, 0.25, 0.0, 0.2, 0.1, 0.05], [0.0, 0.0, 0.5, 0.0, 0.25, 0.25]], dtype=torch.float32)
+    n = 60_000
+    g = torch.Generator().manual_seed(7)
+    singles = torch.stack([sample(probs, g) for _ in range(n // 2)], dim=1)  # [2, n/2]
+    pairs = draw(probs, 3, g).reshape(2, -1)
+    for row, q in enumerate(probs):
+        for xs in (singles[row], pairs[row], torch.cat([singles[row], draw(probs[row], n // 2, g)])):
+            counts = torch.bincount(xs, minlength=q.numel()).double()
+            assert counts[q == 0].sum() == 0
+            support = q > 0
+            expected = q[support].double() * counts.sum() / q[support].sum()
+            assert stats.chisquare(counts[support].numpy(), expected.numpy()).pvalue > 1e-3
+    shifted = probs[0].clone()
+    shifted[0] -= 0.01
+    shifted[1] += 0.01
+    counts = torch.bincount(draw(shifted, n, g), minlength=6).double()
+    expected = probs[0][probs[0] > 0].double() * n
+    assert stats.chisquare(counts[probs[0] > 0].numpy(), expected.numpy()).pvalue < 1e-3
+    assert draw(probs, 2, g).shape == (2, 2) and sample(probs, g).shape == (2,)
+    with pytest.raises(ValueError, match="n must be"):
+        draw(probs, 0, g)
 
 
 def _top_p_reference(x, top_p):
