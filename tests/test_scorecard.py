@@ -528,3 +528,21 @@ def test_a_ratio_is_explained_by_the_forwards_its_own_runs_timed():
     assert "took 1.20× the baseline's in these runs" in sc._explain(method, base, tables)
     text = sc._explain(method.drop(columns="target_ms"), base, tables)
     assert "costs 0.8× a 1-token forward on nb04 cpu" in text
+
+
+def repeated(ratios_per_pass, **kw):
+    """runs() for several timed passes, each pass's rows tagged with its ``repeat``."""
+    return pd.concat([runs(r, **kw).assign(repeat=i) for i, r in enumerate(ratios_per_pass)], ignore_index=True)
+
+
+def test_rules_on_repeated_passes_pair_within_a_pass_and_count_prompts_once():
+    summary = pd.DataFrame({"method": ["sd γ=3"], "temperature": [0], "c": [0.1]})
+    t = repeated([[2.2, 2.3, 2.27, 2.4, 2.1], [2.25, 2.28, 2.2, 2.35, 2.15], [2.3, 2.2, 2.3, 2.3, 2.2]],
+                 gamma=3, alpha=0.8)
+    t.loc[t["repeat"] == 1, "tokens_per_s"] *= 2  # a fast pass, both sides: paired within it, no gap appears
+    c = claim("close_to_prediction", "method=gamma > 0; measured=speedup", our_table="t; s", paper_value="0.15")
+    out = verdict(c, {"t": t, "s": summary})
+    assert out["verdict"] == EXACT and "n = 5 prompts" in out["ours"] and "(15 runs)" in out["ours"]
+    c = claim("computed_speedup", "method=gamma > 0; c=0; tolerance=0.10", paper_value="1.25", paper_kind="computed")
+    out = verdict(c, {"t": repeated([[0.9] * 4] * 3, gamma=3, alpha=0.2)})
+    assert out["verdict"] == EXACT and "n = 4 prompts" in out["ours"]
