@@ -165,9 +165,13 @@ def render_bench(profile: str = STANDARD) -> str:
         sampling = "greedy (T = 0)" if greedy else f"T = {cfg.get('temperature')}, top-p {cfg.get('top_p')}" + (
             f", top-k {cfg['top_k']}" if cfg.get("top_k") else "")
         linear = f", CPU linear {cfg['cpu_linear']}" if cfg.get("cpu_linear") else ""
+        # the run's --gamma reaches only the speculative methods named without "@γ"; the others carry theirs in
+        # their name (sd-draft@4), and AR and transformers' assisted generation take none
+        plain = [str(r["method"]) for r in summary if "@" not in str(r["method"]) and r.get("gamma")]
+        gamma = f"γ = {cfg.get('gamma')} ({', '.join(plain)}) · " if plain else ""
         head = (f"**{cfg.get('target')} + {cfg.get('draft')}** · {cfg.get('workload')}, {cfg.get('n_prompts')} prompts "
                 f"× {cfg.get('repeats', 1)} · {cfg.get('max_new_tokens')} new tokens · {sampling} · "
-                f"γ = {cfg.get('gamma')} · {cfg.get('device_description', cfg.get('device'))}"
+                f"{gamma}{cfg.get('device_description', cfg.get('device'))}"
                 + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", {cfg.get('dtype')}{linear} · torch "
                 f"{cfg.get('torch')}, transformers {cfg.get('transformers')}"
                 + (f" · commit `{cfg['commit']}`" if cfg.get("commit") else "") + f" · [`{rel}`]({rel})")

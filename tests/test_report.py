@@ -128,7 +128,11 @@ def test_render_bench_tabulates_each_json_and_names_unreadable_ones(tmp_path, mo
     assert rows[0].split(" | ")[1:4] == ["2.00", "500", "1.00"]
     assert "| 1.50 | — | 0.90 | 3.20 | 0.90 0.80 | 1/2 |" in rows[1]
     assert "greedy (T = 0)" in md and "commit `abc123`" in md
+    assert "γ = 3" not in md  # every speculative method names its own γ (sd-draft@3): the run's --gamma reached none
     assert "bench_b.json`: unreadable" in md
+    summary[1].update(method="sd-draft", gamma=3)  # named without @γ: the run's γ is its γ, and the header says so
+    (tmp_path / "bench_a.json").write_text(json.dumps({"config": cfg, "summary": summary, "runs": []}))
+    assert "γ = 3 (sd-draft) · cpu (2 cores)" in report.render_bench("synthetic")
 
 
 def test_render_bench_gives_tokens_per_step_and_alpha_intervals_from_the_runs(tmp_path, monkeypatch):
