@@ -126,3 +126,17 @@ def test_papermill_reads_every_parameter(path):
 
     names = set(papermill.inspect_notebook(str(path)))
     assert set(_parameters(path)) <= names, f"papermill cannot read {sorted(set(_parameters(path)) - names)}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_header_lists_exactly_the_notebooks_scorecard_rows(path):
+    """The header's "Scorecard rows" names every claim of data/claims.csv that the notebook feeds, and no other id
+    (a renamed or removed claim leaves no stale id for a reader to look up in vain)."""
+    import csv
+
+    with open(ROOT / "data" / "claims.csv", newline="") as f:
+        own = {row["id"] for row in csv.DictReader(f) if row["notebook"] == path.stem}
+    header = nbformat.read(path, as_version=4).cells[0].source
+    line = re.search(r"\*\*Scorecard rows\*\*[^\n]*", header)
+    listed = set(re.findall(r"`([a-z0-9][a-z0-9-]*)`", line.group(0))) if line else set()
+    assert listed == own, f"{path.name} header lists {sorted(listed)}; data/claims.csv gives it {sorted(own)}"
