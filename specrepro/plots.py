@@ -355,6 +355,9 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
                 ax.annotate(f"{row.get('task', '')} {str(row['draft']).replace('T5-', '')}".strip(),
                             (row["gamma"], row["measured"]), xytext=(4, 0), textcoords="offset points",
                             fontsize=6, color=PAPER_STYLE["color"], va="center")
+        # room right of the last γ for its labels ("EnDe small" at γ = 7), which would otherwise cross the frame
+        lo, hi = ax.get_xlim()
+        ax.set_xlim(lo, max(hi, float(paper["gamma"].max()) + 0.9))
     ax.axhline(1, color="0.5", lw=0.8)
     ax.set(xlabel="γ (draft length)", ylabel="speedup over AR (×)", title=title)
     integer_ticks(ax, "x")
