@@ -114,18 +114,9 @@ def _bench_cell(v, digits: int = 2) -> str:
 
 
 def _ratio_cell(row: dict, key: str) -> str:
-    """A paired speedup with its 95% bootstrap interval over prompts when the JSON has one (``key_lo``/``key_hi``,
-    :func:`specrepro.harness.paired_speedup`); bench JSON written before intervals existed shows the median only."""
-    v, lo, hi = row.get(key), row.get(f"{key}_lo"), row.get(f"{key}_hi")
-    cell = _bench_cell(v)
-    if cell == "—" or lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
-        return cell
-    return f"{cell} [{lo:.2f}, {hi:.2f}]"
-
-
-def _rate_cell(row: dict, key: str) -> str:
-    """A pooled rate (α, tokens per step) with its 95% interval over prompts where the row has one
-    (:func:`specrepro.bench.run.rate_intervals`)."""
+    """A value with its 95% bootstrap interval over prompts when the JSON has one (``key_lo``/``key_hi``): a paired
+    speedup (:func:`specrepro.harness.paired_speedup`) or a pooled rate, α or tokens per step
+    (:func:`specrepro.bench.run.rate_intervals`); bench JSON written before intervals existed shows the value only."""
     v, lo, hi = row.get(key), row.get(f"{key}_lo"), row.get(f"{key}_hi")
     cell = _bench_cell(v)
     if cell == "—" or lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
@@ -199,7 +190,7 @@ def render_bench(profile: str = STANDARD) -> str:
                    _bench_cell(r.get("tokens_per_s")), _bench_cell(r.get("ms_per_token"), 0),
                    _ratio_cell(r, "speedup_vs_ar"), _ratio_cell(r, "speedup_vs_hf_assisted"),
                    *[_ratio_cell(r, key) for key, _ in extra],
-                   _rate_cell(r, "alpha"), _rate_cell(r, "tokens_per_step"),
+                   _ratio_cell(r, "alpha"), _ratio_cell(r, "tokens_per_step"),
                    _bench_cell(r.get("per_position_acceptance"))]
             if predicted:
                 pred = _bench_cell(r.get("predicted_speedup"))
