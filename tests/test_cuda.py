@@ -15,7 +15,7 @@ Skipped on a machine without CUDA (CI has none); run on a GPU with ``python -m p
 - Greedy: every method returns AR's tokens on the device, and AR on the device returns the CPU's tokens.
 
 Chi-square goodness of fit (:func:`specrepro.exactness.gof_test`, sparse bins pooled) at level 1e-3 per test; with
-13 tests of correct samplers and fixed seeds, a correct implementation fails one with probability <= 1.3% for a
+11 tests of correct samplers and fixed seeds, a correct implementation fails one with probability <= 1.1% for a
 random seed (Bonferroni).
 """
 
