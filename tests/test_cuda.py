@@ -29,23 +29,16 @@ import torch
 from conftest import tiny_lm
 from specrepro import decoding
 from specrepro.decoding import generate
-from specrepro.drafters import DraftModelDrafter, NGramDrafter, PromptLookupDrafter
+from specrepro.drafters import DraftModelDrafter, PromptLookupDrafter
 from specrepro.exactness import RULES, ToyLM, gof_test, target_distribution
 from specrepro.medusa import MedusaProposer, medusa_generate, random_heads
 from specrepro.sampling import SamplingConfig
-from specrepro.trees import DraftTreeProposer, MergedTreeProposer, tree_generate, verify_tree
+from specrepro.trees import DraftTreeProposer, tree_generate
+from test_decoding import CONFIGS, LEVEL, N, PROMPT  # the CPU tests' settings, prompt and sample size
+from test_trees import MC_CASES as TREES, _no_residual_mss  # the CPU tests' tree proposers and negative control
 
 DEVICE = torch.device(os.environ.get("SPECREPRO_TEST_DEVICE", "cuda"))
 pytestmark = pytest.mark.skipif(DEVICE.type == "cuda" and not torch.cuda.is_available(), reason="needs CUDA")
-
-LEVEL = 1e-3
-N = 1500
-PROMPT = torch.tensor([1, 5, 2, 7])
-CONFIGS = {
-    "T=1": SamplingConfig(1.0),
-    "T=0.8,top-k=4": SamplingConfig(0.8, top_k=4),
-    "T=1.2,top-p=0.8": SamplingConfig(1.2, top_p=0.8),
-}
 
 
 @pytest.fixture(scope="module")
@@ -116,15 +109,6 @@ def test_chain_without_residual_is_rejected_on_device(cpu_pair, pair, monkeypatc
 
 # ---------------------------------------------------------------------------------------------------------- trees
 
-TREES = {
-    "iid <2,1>": lambda d: DraftTreeProposer(d, [2, 1], "iid", 8),
-    "without replacement <3,1>": lambda d: DraftTreeProposer(d, [3, 1], "without_replacement", 8),
-    "top-k <2,2> point masses": lambda d: DraftTreeProposer(d, [2, 2], "topk", 8),
-    "merged: draft + prompt lookup + bigram": lambda d: MergedTreeProposer(
-        [DraftModelDrafter(d, 8), PromptLookupDrafter(2), NGramDrafter([[1, 5, 2, 7, 1, 5, 3, 3, 4]], 8)], 2, 8),
-}
-
-
 def _trees(target, proposer, cfg, n, seed, length=2):
     g = _generator(seed)
     prompt = PROMPT.to(DEVICE)
@@ -138,10 +122,6 @@ def test_tree_goodness_of_fit_on_device(cpu_pair, pair, case):
     cfg = SamplingConfig(1.0)
     samples = _trees(target, TREES[case](draft), cfg, 1000, seed=7)
     assert gof_test(samples, _exact(cpu_pair[0], cfg, 2))[1] > LEVEL
-
-
-def _no_residual_mss(parents, tokens, p, q, generator):
-    return verify_tree(parents, tokens, p, q, generator, "mss", residual_fn=lambda p, q, x: p)
 
 
 def test_tree_without_residual_is_rejected_on_device(cpu_pair, pair):
