@@ -84,7 +84,7 @@ fetch: $(STAMP)  ## fetch, verify and cache the model zoo for PROFILE (smollm2 f
 test: unit nbval  ## run the unit tests and the exactness battery, then nbval on the quick-profile notebooks
 
 unit: $(STAMP) $(BROWSER_STAMP)  ## pytest: unit tests, the exactness battery and the browser check (tests/)
-	$(PY) -m pytest -q -n $(JOBS) --dist worksteal tests
+	$(PY) -m pytest -q -n $(JOBS) --dist worksteal --durations=15 tests
 
 nbval: $(STAMP)  ## re-execute the committed quick-profile notebooks and compare their checked cells (nbval, lax)
 	$(PY) -m pytest -q --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly $(QUICK_EXECUTED)
