@@ -39,7 +39,9 @@ def test_quick_reference_is_current(path):
         f"{ref.relative_to(ROOT)} is stale: rerun `make notebooks PROFILE=quick`")
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "notebooks" / "executed").glob("*/*.ipynb")),
+# a run in progress (or stopped) leaves an ignored *.partial.ipynb that nbclean has not cleaned yet: not a record
+@pytest.mark.parametrize("path", sorted(p for p in (ROOT / "notebooks" / "executed").glob("*/*.ipynb")
+                                        if not p.name.endswith(".partial.ipynb")),
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_executed_notebooks_have_no_absolute_paths_or_timestamps(path):
     text = path.read_text()
