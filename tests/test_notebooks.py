@@ -1,6 +1,7 @@
 """The notebooks' conventions: one `parameters` cell, no algorithm code, executed quick-profile references that are
 current (nbval re-executes those, so a stale reference would test old code), and no absolute paths in outputs."""
 
+import json
 import re
 import time
 from pathlib import Path
@@ -30,6 +31,17 @@ def test_one_parameters_cell_and_no_outputs(path):
     for src in _code(nb):
         assert not re.search(r"^\s*(def |class )", src, re.M), "algorithm code belongs in the package"
         assert "%pip" not in src and "!pip" not in src
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_sources_are_stored_as_jupyter_saves_them(path):
+    """Every cell has an id and the file is nbformat's own serialization (what JupyterLab writes on save), so opening
+    and saving a notebook in JupyterLab leaves git status clean instead of adding ids and reordering keys."""
+    raw = path.read_text(encoding="utf-8")
+    cells = json.loads(raw)["cells"]
+    assert all("id" in c for c in cells), f"{path.name}: cells without an id: {[i for i, c in enumerate(cells) if 'id' not in c]}"
+    canonical = nbformat.writes(nbformat.reads(raw, as_version=4))
+    assert raw == canonical + ("" if canonical.endswith("\n") else "\n"), f"{path.name} is not in nbformat's layout"
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
