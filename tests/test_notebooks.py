@@ -39,7 +39,8 @@ def test_sources_are_stored_as_jupyter_saves_them(path):
     and saving a notebook in JupyterLab leaves git status clean instead of adding ids and reordering keys."""
     raw = path.read_text(encoding="utf-8")
     cells = json.loads(raw)["cells"]
-    assert all("id" in c for c in cells), f"{path.name}: cells without an id: {[i for i, c in enumerate(cells) if 'id' not in c]}"
+    missing = [i for i, c in enumerate(cells) if "id" not in c]
+    assert not missing, f"{path.name}: cells without an id: {missing}"
     canonical = nbformat.writes(nbformat.reads(raw, as_version=4))
     assert raw == canonical + ("" if canonical.endswith("\n") else "\n"), f"{path.name} is not in nbformat's layout"
 
