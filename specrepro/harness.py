@@ -39,7 +39,8 @@ import pandas as pd
 import torch
 
 __all__ = ["RunOutput", "seed_for", "make_generator", "timed_call", "as_run_output", "run_interleaved",
-           "per_run_table", "bootstrap_ci", "paired_ratios", "paired_speedup", "speedup_table", "CONFIDENCE"]
+           "per_run_table", "bootstrap_ci", "paired_ratios", "paired_speedup", "speedup_table", "draft_of_method",
+           "in_run_cost_coefficient", "CONFIDENCE"]
 
 #: Confidence level of every interval the harness reports.
 CONFIDENCE = 0.95
@@ -445,3 +446,74 @@ def speedup_table(runs: pd.DataFrame, baseline: str = "ar", methods: Sequence[st
                      "drafted_per_step": float(drafted / steps) if steps else float("nan"),
                      "equal_to_baseline": f"{int(eq.astype(bool).sum())}/{len(eq)}" if len(eq) else ""})
     return pd.DataFrame(rows)
+
+
+def draft_of_method(method: str) -> str:
+    """The draft's label in a method label of the form ``"<draft> γ=<n>"`` (notebook 04's naming); the label itself
+    when it has no ``γ=`` suffix."""
+    head, sep, tail = str(method).rpartition(" γ=")
+    return head if sep and tail.strip().isdigit() else str(method)
+
+
+def in_run_cost_coefficient(runs: pd.DataFrame, baseline: str = "AR",
+                            draft_of: Callable[[str], str] = draft_of_method, seed: int = 0) -> pd.DataFrame:
+    """Leviathan et al.'s cost coefficient c (arXiv 2211.17192, §3: the time of one run of the draft model over the
+    time of one run of the target), measured inside the timed runs rather than in a separate micro-benchmark, so that
+    a prediction rests on the machine state of the runs it predicts.
+
+    For each draft model and each pairing cell (temperature where the table has one, ``repeat``, ``prompt``): ``u``,
+    the draft's time per drafted token, is the least-squares slope of its total draft time (``draft_ms`` ×
+    ``drafted``, ms) against the number of tokens it drafted, over the draft model's methods in that cell (its γ
+    sweep: the runs differ in tokens drafted, not in prompt); the intercept takes the draft's one-time prompt prefill
+    and other per-run costs, which Leviathan's c leaves out. ``t`` is the baseline's mean target forward per step
+    (``target_ms``) in the same cell. The cell's c is u / t; a prompt's c is the median over its cells (passes,
+    temperatures); the table reports the median over prompts with its 95% percentile-bootstrap interval over prompts
+    (:func:`bootstrap_ci`). Cells where the draft model ran fewer than two distinct drafted counts (a single γ, such
+    as notebook 04's T = 1 runs) are skipped, so c comes from the γ sweep and applies to every temperature.
+
+    Args:
+        runs: :func:`per_run_table` rows with columns method, gamma, repeat, prompt, drafted (int, tokens drafted in
+            the run), draft_ms (ms per drafted token) and target_ms (ms per step); optionally temperature.
+        baseline: the method whose ``target_ms`` is the target's time per step (AR, gamma 0).
+        draft_of: method label -> draft model label (default: the label without its ``" γ=<n>"`` suffix).
+        seed: seed of the bootstrap resampling.
+
+    Returns:
+        One row per draft model with at least one usable cell: draft, c, c_lo, c_hi, n_prompts, cells,
+        draft_ms_per_token (median u, ms), draft_fixed_ms (median intercept, ms per run), target_ms (median t, ms).
+
+    Raises:
+        KeyError: a needed column is missing, or ``baseline`` has no runs.
+    """
+    need = ["method", "gamma", "prompt", "drafted", "draft_ms", "target_ms"]
+    missing = [c for c in need if c not in runs.columns]
+    if missing:
+        raise KeyError(f"in_run_cost_coefficient needs columns {missing} in the runs table")
+    if not (runs["method"] == baseline).any():
+        raise KeyError(f"no runs of the baseline {baseline!r}; methods: {sorted(set(runs['method']))}")
+    runs = runs if "repeat" in runs.columns else runs.assign(repeat=0)
+    key = [k for k in ("temperature", "repeat") if k in runs.columns] + ["prompt"]
+    base = runs[runs["method"] == baseline].groupby(key)["target_ms"].median()
+    d = runs[(runs["method"] != baseline) & (pd.to_numeric(runs["gamma"], errors="coerce") > 0)].copy()
+    d["drafted"] = [_total(x) for x in d["drafted"]]
+    d = d[np.isfinite(d["draft_ms"].astype(float)) & (d["drafted"] > 0)]
+    d["draft"] = [draft_of(m) for m in d["method"]]
+    d["draft_total_ms"] = d["draft_ms"].astype(float) * d["drafted"]
+    cells = []
+    for (draft, *cell), grp in d.groupby(["draft", *key], sort=False):
+        t = base.get(tuple(cell) if len(cell) > 1 else cell[0], float("nan"))
+        if grp["drafted"].nunique() < 2 or not np.isfinite(t) or t <= 0:
+            continue
+        u, fixed = np.polyfit(grp["drafted"].to_numpy(float), grp["draft_total_ms"].to_numpy(float), 1)
+        cells.append({"draft": draft, "prompt": cell[-1], "u": u, "fixed": fixed, "t": t, "c": u / t})
+    rows = []
+    if cells:
+        f = pd.DataFrame(cells)
+        for draft, g in f.groupby("draft", sort=False):
+            per_prompt = g.groupby("prompt", sort=False)["c"].median()
+            est, lo, hi = bootstrap_ci(per_prompt.to_numpy(), seed=seed)
+            rows.append({"draft": draft, "c": est, "c_lo": lo, "c_hi": hi, "n_prompts": int(per_prompt.size),
+                         "cells": int(len(g)), "draft_ms_per_token": float(g["u"].median()),
+                         "draft_fixed_ms": float(g["fixed"].median()), "target_ms": float(g["t"].median())})
+    return pd.DataFrame(rows, columns=["draft", "c", "c_lo", "c_hi", "n_prompts", "cells", "draft_ms_per_token",
+                                       "draft_fixed_ms", "target_ms"])

@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from .harness import bootstrap_ci, paired_ratios
+from .harness import bootstrap_ci, draft_of_method, in_run_cost_coefficient, paired_ratios
 from .results import STANDARD, read_dirs, repo_root
 from .theory import expected_tokens, walltime_improvement
 
@@ -736,14 +736,18 @@ def row_order(claim, tables: Tables) -> Outcome:
                                                  "paper's", n=n_min)
 
 
-@rule("select", "method", "measured", "tolerance")
+@rule("select", "method", "measured", "tolerance", "c")
 def close_to_prediction(claim, tables: Tables) -> Outcome:
     """Measured against Leviathan's prediction, row by row (one row per prompt and setting of the first table).
     ``measured`` = tokens_per_step (predicted by Eq. 1 at the row's α and γ) or speedup (the row's tokens/s over the
     same prompt's AR tokens/s at the same temperature and in the same timed pass (``repeat``, where recorded),
-    predicted by Thm 3.8 at the row's α, γ and the ``c`` that the second table records for the method). Per row the
-    gap |measured / predicted − 1|; per prompt its median over settings and passes; our number is the median over
-    prompts with a 95% bootstrap interval.
+    predicted by Thm 3.8 at the row's α, γ and a cost coefficient c). Where c comes from: ``c=in_run`` measures it in
+    the first table's own runs (:func:`specrepro.harness.in_run_cost_coefficient`: per draft model, the draft's time
+    per drafted token without its prompt prefill over AR's target forward per step, same prompt and pass), so that
+    prediction and measurement share one machine state; otherwise (``c=summary``, the default) it is the ``c`` that
+    the second table records for the method (notebook 04: from cost curves timed once, before the runs). With
+    ``c=in_run`` the text reports each draft's c and, beside it, the second table's. Per row the gap |measured / predicted − 1|; per prompt its median over settings and
+    passes; our number is the median over prompts with a 95% bootstrap interval.
 
     Reproduced exactly if the interval's upper end is at most the tolerance (for a paper_kind "computed" formula:
     ``tolerance``, default 10%, absorbing that acceptance is not i.i.d. in real text) or, for a gap the paper
@@ -762,10 +766,31 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
     if p["measured"] == "tokens_per_step":
         measured = _num(rows["tokens_per_step"])
         predicted = np.asarray(expected_tokens(alpha, gamma), dtype=float)
+        c_note = ""
     elif p["measured"] == "speedup":
         summary = _table(claim, tables, 1)
         key = ["method", "temperature"] if "temperature" in summary else ["method"]
-        c = rows[key].merge(summary[key + ["c"]].drop_duplicates(key), on=key, how="left")["c"].to_numpy(dtype=float)
+        c_summary = rows[key].merge(summary[key + ["c"]].drop_duplicates(key), on=key, how="left")["c"]
+        c_source = p.get("c", "summary")
+        if c_source == "in_run":
+            in_run = in_run_cost_coefficient(df)
+            by_draft = in_run.set_index("draft")
+            drafts = rows["method"].map(draft_of_method)
+            c = drafts.map(by_draft["c"]).to_numpy(dtype=float)
+            if not np.isfinite(c).all():
+                raise NotRun(f"no γ sweep in {_names(claim['our_table'])[0]} to measure c in the runs for "
+                             f"{sorted(set(drafts[~np.isfinite(c)]))}")
+            shown = by_draft.loc[list(dict.fromkeys(drafts))]
+            c_note = "; c in the runs " + ", ".join(
+                f"{d} {r.c:.2f} [{r.c_lo:.2f}, {r.c_hi:.2f}]" for d, r in shown.iterrows())
+            before = c_summary.groupby(drafts.to_numpy()).median()
+            if before.notna().any():
+                c_note += " (pre-run cost curve: " + ", ".join(f"{before[d]:.2f}" for d in shown.index
+                                                               if pd.notna(before.get(d))) + ")"
+        elif c_source == "summary":
+            c, c_note = c_summary.to_numpy(dtype=float), ""
+        else:
+            raise ValueError(f"claim {claim['id']}: c must be in_run or summary, not {c_source!r}")
         # the same prompt's AR run at the same temperature and in the same timed pass (repeat)
         key = [k for k in ("temperature", "repeat") if k in df] + ["prompt"]
         ar = df[df["gamma"] == 0].set_index(key)
@@ -786,7 +811,7 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
         ok = _has_ci(lo, hi) and lo <= bound
         against = f"the paper's {bound:.0%}"
     text = (f"median gap {_fmt_ci(est, lo, hi, n, 'prompts')} ({len(gap)} runs)"
-            + ("" if math.isnan(rho) else f", ρ = {rho:.2f} (p = {pval:.2g})"))
+            + ("" if math.isnan(rho) else f", ρ = {rho:.2f} (p = {pval:.2g})") + c_note)
     if ok:
         return Outcome(EXACT, text, est, "", lo, hi, n)
     if not _has_ci(lo, hi):

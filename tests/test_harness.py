@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from specrepro.harness import (RunOutput, bootstrap_ci, paired_ratios, paired_speedup, ratio_of_sums_ci, run_interleaved,
-                               seed_for, speedup_table)
+from specrepro.harness import (RunOutput, bootstrap_ci, draft_of_method, in_run_cost_coefficient, paired_ratios,
+                               paired_speedup, ratio_of_sums_ci, run_interleaved, seed_for, speedup_table)
 
 
 def _recording_runners(log, tokens_for=None):
@@ -242,3 +242,42 @@ def test_an_unreadable_checkpoint_is_set_aside(tmp_path):
                                checkpoint=ckpt, checkpoint_key={})
     assert len(runs) == 3 and json.loads(ckpt.read_text())["key"] == {}
     assert [p.read_text() for p in tmp_path.glob("t.checkpoint.stale-*")] == ["{not json"]
+
+
+def sweep_runs(u=40.0, fixed=200.0, t=100.0, prompts=6, noise=0.0, seed=0):
+    """Per-run rows of AR and a draft model at γ = 1, 2, 4: the draft's total time is fixed + u · drafted (ms),
+    AR's target forward t ms per step; two passes (repeats), two temperatures, the T = 1 runs at one γ only."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for temp in (0.0, 1.0):
+        for rep in range(2):
+            for i in range(prompts):
+                rows.append({"temperature": temp, "repeat": rep, "prompt": f"p{i}", "method": "AR", "gamma": 0,
+                             "drafted": 0, "draft_ms": np.nan, "target_ms": t * (1 + noise * rng.normal())})
+                for g in ((1, 2, 4) if temp == 0 else (4,)):
+                    drafted = 40 * g // (1 + g // 2)
+                    total = fixed + u * (1 + noise * rng.normal()) * drafted
+                    rows.append({"temperature": temp, "repeat": rep, "prompt": f"p{i}", "method": f"small γ={g}",
+                                 "gamma": g, "drafted": drafted, "draft_ms": total / drafted, "target_ms": 2 * t})
+    return pd.DataFrame(rows)
+
+
+def test_in_run_cost_coefficient_leaves_the_prefill_out_of_c():
+    out = in_run_cost_coefficient(sweep_runs(u=40.0, fixed=200.0, t=100.0))
+    assert list(out["draft"]) == ["small"]
+    r = out.iloc[0]
+    # the slope over the γ sweep is the draft's time per token: c = 40 / 100, not draft_ms (which carries the prefill)
+    assert r["c"] == pytest.approx(0.4) and r["draft_fixed_ms"] == pytest.approx(200.0)
+    assert r["target_ms"] == pytest.approx(100.0) and r["n_prompts"] == 6 and r["cells"] == 12  # T = 1: one γ, skipped
+    noisy = in_run_cost_coefficient(sweep_runs(noise=0.05, seed=1)).iloc[0]
+    assert noisy["c_lo"] < 0.4 < noisy["c_hi"] and noisy["c_hi"] - noisy["c_lo"] < 0.1
+
+
+def test_in_run_cost_coefficient_errors_and_draft_labels():
+    assert draft_of_method("int8 qwen γ=4") == "int8 qwen" and draft_of_method("bigram") == "bigram"
+    with pytest.raises(KeyError, match="draft_ms"):
+        in_run_cost_coefficient(sweep_runs().drop(columns="draft_ms"))
+    with pytest.raises(KeyError, match="baseline"):
+        in_run_cost_coefficient(sweep_runs(), baseline="ar")
+    single = sweep_runs().query("method in ('AR', 'small γ=4')")  # no sweep: c cannot be separated from the prefill
+    assert in_run_cost_coefficient(single).empty

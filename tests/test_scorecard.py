@@ -295,6 +295,37 @@ def test_close_to_prediction_of_a_measured_gap_and_of_speedups():
     assert out["verdict"] == NOT_REPRODUCED  # gap ≈ 55% in every prompt, one setting: no rise to see
 
 
+def test_close_to_prediction_can_take_c_from_the_runs_themselves():
+    """c=in_run: c is measured in the runs (the draft's per-token slope over AR's target step), not read from a
+    summary whose c was timed in another machine state; without a γ sweep there is nothing to measure it from."""
+    from specrepro.theory import walltime_improvement
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(8):
+        rows.append({"prompt": f"p{i}", "method": "AR", "gamma": 0, "tokens_per_s": 10.0, "alpha": np.nan,
+                     "drafted": 0, "draft_ms": np.nan, "target_ms": 100.0, "temperature": 0})
+        for g in (1, 2, 4):
+            drafted = 10 * g
+            speed = 10.0 * walltime_improvement(0.8, g, 0.3) * (1 + 0.02 * rng.normal())
+            rows.append({"prompt": f"p{i}", "method": f"sd γ={g}", "gamma": g, "tokens_per_s": speed, "alpha": 0.8,
+                         "drafted": drafted, "draft_ms": (250 + 30 * drafted) / drafted, "target_ms": 130.0,
+                         "temperature": 0})
+    t = pd.DataFrame(rows)
+    stale = pd.DataFrame({"method": [f"sd γ={g}" for g in (1, 2, 4)], "temperature": 0, "c": 0.05})
+    base = "method=gamma > 0; measured=speedup"
+    out = verdict(claim("close_to_prediction", base + "; c=in_run", our_table="t; s", paper_value="0.15"),
+                  {"t": t, "s": stale})
+    assert out["verdict"] == EXACT and out["ours_hi"] < 0.05
+    assert "c in the runs sd 0.30" in out["ours"] and "pre-run cost curve: 0.05" in out["ours"]
+    # the same runs against the stale c: the gap is the stale c's, about 35%
+    out = verdict(claim("close_to_prediction", base, our_table="t; s", paper_value="0.15"), {"t": t, "s": stale})
+    assert out["verdict"] != EXACT and out["ours_lo"] > 0.3
+    one_gamma = t[t["gamma"].isin([0, 4])]
+    out = verdict(claim("close_to_prediction", base + "; c=in_run", our_table="t; s", paper_value="0.15"),
+                  {"t": one_gamma, "s": stale})
+    assert out["verdict"] == NOT_RUN and "no γ sweep" in out["reason"]
+
+
 def width_runs(per_prompt):
     """per_prompt: {prompt: [tokens per step at widths 1..]}; two series (greedy, stochastic) alike."""
     return pd.DataFrame([{"decoding": d, "prompt": p, "width": w + 1, "tokens_per_step": y}
