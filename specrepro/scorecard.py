@@ -746,8 +746,9 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
     per drafted token without its prompt prefill over AR's target forward per step, same prompt and pass), so that
     prediction and measurement share one machine state; otherwise (``c=summary``, the default) it is the ``c`` that
     the second table records for the method (notebook 04: from cost curves timed once, before the runs). With
-    ``c=in_run`` the text reports each draft's c and, beside it, the second table's. Per row the gap |measured / predicted − 1|; per prompt its median over settings and
-    passes; our number is the median over prompts with a 95% bootstrap interval.
+    ``c=in_run`` the text reports each draft's c and, beside it, the second table's. Per row the gap
+    |measured / predicted − 1|; per prompt its median over settings and passes; our number is the median over
+    prompts with a 95% bootstrap interval.
 
     Reproduced exactly if the interval's upper end is at most the tolerance (for a paper_kind "computed" formula:
     ``tolerance``, default 10%, absorbing that acceptance is not i.i.d. in real text) or, for a gap the paper
@@ -773,7 +774,10 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
         c_summary = rows[key].merge(summary[key + ["c"]].drop_duplicates(key), on=key, how="left")["c"]
         c_source = p.get("c", "summary")
         if c_source == "in_run":
-            in_run = in_run_cost_coefficient(df)
+            baseline = df.loc[pd.to_numeric(df["gamma"], errors="coerce") == 0, "method"]
+            if baseline.empty:
+                raise NotRun(f"no AR runs (gamma 0) in {_names(claim['our_table'])[0]} to measure c against")
+            in_run = in_run_cost_coefficient(df, baseline=str(baseline.iloc[0]))
             by_draft = in_run.set_index("draft")
             drafts = rows["method"].map(draft_of_method)
             c = drafts.map(by_draft["c"]).to_numpy(dtype=float)
