@@ -53,8 +53,9 @@ def _cell(text) -> str:
 
 
 def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
-    """The scorecard as a markdown table, preceded by a line naming the profile, hardware, commits, the number of
-    distinct claims (one per statement of a paper) and the count of each verdict.
+    """The scorecard as a markdown table, preceded by a line naming the profile, each machine with the number of
+    claims measured on it, the commits, the number of distinct claims (one per statement of a paper) and the count
+    of each verdict.
 
     Each row: paper, location and arXiv version; the claim with the paper's setting; the paper's number with its
     kind (measured / computed / asserted); ours with its 95% interval and n, and our setting; the verdict; why.
@@ -62,9 +63,10 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
     profile = profile or next((p for p in card["profile"] if p), STANDARD)
     counts = card["verdict"].value_counts()
     summary = " · ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
-    hw = sorted({h for h in card["hardware"] if h})
+    hw = card.loc[card["hardware"].fillna("").astype(str) != "", "hardware"].value_counts()
     commits = sorted({c for c in card["commit"] if c})
-    head = f"Profile **{profile}**" + (f" on {', '.join(hw)}" if hw else "")
+    machines = "; ".join(f"{h} ({n} claim{'s' if n > 1 else ''})" for h, n in hw.items())
+    head = f"Profile **{profile}**" + (f" on {machines}" if machines else "")
     if commits:
         head += f", tables from commit{'s' if len(commits) > 1 else ''} " + ", ".join(f"`{c}`" for c in commits)
     head += (f". {card['id'].nunique()} distinct claims, one per statement of a paper: {summary}. Intervals are 95% "

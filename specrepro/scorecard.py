@@ -103,6 +103,16 @@ def _bench_provenance(path: Path) -> dict:
         return {}
 
 
+def _hardware(prov: dict) -> str:
+    """The machine a table was measured on, from its provenance: the device (a bench JSON's ``device_description``
+    where it has one, else ``device``) and, on a CPU, the CPU model with its widest SIMD extension (``cpu``; tables
+    written before it was recorded say so). Empty without a provenance."""
+    device = str(prov.get("device_description") or prov.get("device") or "")
+    if not device.startswith("cpu"):
+        return device
+    return f"{device}, {prov['cpu']}" if prov.get("cpu") else f"{device}, CPU model not recorded"
+
+
 class Tables:
     """The result tables and provenance records of one profile, read lazily and cached.
 
@@ -1118,7 +1128,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
     row = {k: claim[k] for k in ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind",
                                  "rule", "our_table")}
     row.update(our_setting="; ".join(s for s in (models, claim["our_setting"]) if s),
-               hardware=prov.get("device", ""), profile=prov.get("profile", tables.profile if names else ""),
+               hardware=_hardware(prov), profile=prov.get("profile", tables.profile if names else ""),
                commit=prov.get("commit", ""))
     missing = [n for n in names if tables.get(n) is None]
     if not names:

@@ -48,6 +48,15 @@ def test_markdown_counts_distinct_claims_escapes_pipes_and_shows_kinds():
     assert "<sub>measured</sub>" in md and "(arXiv 2211.17192v2)" in md
 
 
+def test_markdown_head_names_each_machine_with_its_claim_count():
+    card = empty_card().iloc[:3].copy()
+    card["hardware"] = ["cpu (2 cores), AMD EPYC, avx512f", "cpu (2 cores), AMD EPYC, avx512f",
+                        "cpu (2 cores), CPU model not recorded"]
+    head = report.render_markdown(card, "standard").splitlines()[0]
+    assert ("on cpu (2 cores), AMD EPYC, avx512f (2 claims); cpu (2 cores), CPU model not recorded (1 claim)"
+            in head)
+
+
 def test_markdown_shows_intervals_in_the_ours_cell():
     card = empty_card().iloc[:1].copy()
     card.loc[card.index[0], ["ours", "verdict"]] = ["1.43× [1.26, 1.66], n = 5 prompts", sc.TREND]

@@ -470,6 +470,15 @@ def test_provenance_fills_setting_and_hardware():
     assert out["profile"] == "full" and out["commit"] == "abc"
 
 
+def test_hardware_names_the_cpu_where_the_provenance_records_it():
+    cpu = "AMD EPYC (family 25, model 1), avx2"
+    assert sc._hardware({"device": "cpu (2 cores, x86_64)", "cpu": cpu}) == f"cpu (2 cores, x86_64), {cpu}"
+    # a bench JSON's config: device "cpu" and its description
+    assert sc._hardware({"device": "cpu", "device_description": "cpu (2 cores)", "cpu": cpu}) == f"cpu (2 cores), {cpu}"
+    assert sc._hardware({"device": "cpu (2 cores)"}) == "cpu (2 cores), CPU model not recorded"
+    assert sc._hardware({"device": "cuda: H100", "cpu": cpu}) == "cuda: H100" and sc._hardware({}) == ""
+
+
 # ------------------------------------------------------------------------------------ the committed record
 
 
