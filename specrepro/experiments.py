@@ -10,14 +10,14 @@ the algorithms (:mod:`specrepro.decoding`, :mod:`specrepro.sampling`).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import pandas as pd
 import torch
 
 from .decoding import default_eos_ids, generate
-from .harness import bootstrap_ci, per_run_table, run_interleaved, speedup_table
+from .harness import bootstrap_ci, draft_of_method, per_run_table, run_interleaved, speedup_table
 from .sampling import SamplingConfig
 from .theory import (expected_tokens, hardware_aware_speedup, measure_alpha, operations_factor,
                      speedup_decomposition, target_probs_along, walltime_improvement)
@@ -139,17 +139,28 @@ def speed_table(target, tokenizer, methods: dict[str, tuple], prompts, max_new_t
     return out.rename(columns={"equal_to_baseline": "same_as_ar"})
 
 
-def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd.DataFrame:
+def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict,
+                    c_in_run: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Per method: measured speedup over AR (the harness's paired per-prompt ratio, median over prompts, with its 95%
     bootstrap interval ``measured_speedup_lo``/``_hi``; :func:`specrepro.harness.speedup_table`), α, c and the
-    predicted speedups (Leviathan's constant-c model and the hardware-aware model, which also counts each method's
-    measured per-step overhead outside the forward passes). Predictions use the mean number of tokens actually
-    drafted per step (γ for a draft model, fewer for prompt lookup, which proposes only where an n-gram matches).
+    predicted speedups (Leviathan's constant-c model, Thm 3.8, and the hardware-aware model, which also counts each
+    method's measured per-step overhead outside the forward passes). Predictions use the mean number of tokens
+    actually drafted per step (γ for a draft model, fewer for prompt lookup, which proposes only where an n-gram
+    matches).
 
     Args:
         runs: :func:`speed_table` output (must contain the AR method, gamma 0).
         t_target: target cost curve n -> ms (e.g. :class:`~specrepro.theory.CostCurve`).
         t_draft: method name -> draft cost curve n -> ms, or None for free drafts.
+        c_in_run: optional draft label (:func:`~specrepro.harness.draft_of_method` of the method) -> c measured in
+            the timed runs (:func:`~specrepro.harness.in_run_cost_coefficient`); adds ``c_in_run`` and
+            ``predicted_speedup_constant_c_in_run`` (Thm 3.8 at that c; NaN for methods without one).
+
+    Returns:
+        one row per method: method, gamma, tokens, seconds, accepted, drafted, steps, overhead_ms (ms), alpha,
+        n_prompts, repeats, tokens_per_s, tokens_per_step, measured_speedup (+ _lo/_hi), c (t_draft(1) / t_target(1)
+        from the cost curves), drafted_per_step, expected_tokens_per_step, predicted_speedup_constant_c,
+        predicted_speedup_hardware, and with ``c_in_run`` the two columns above.
     """
     agg = runs.groupby("method", sort=False).agg(gamma=("gamma", "first"), tokens=("tokens", "sum"),
                                                  seconds=("seconds", "sum"), accepted=("accepted", "sum"),
@@ -190,6 +201,14 @@ def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict) -> pd
     agg["expected_tokens_per_step"] = exp_tok
     agg["predicted_speedup_constant_c"] = const_pred
     agg["predicted_speedup_hardware"] = hw_pred
+    if c_in_run is not None:
+        c_run = [float(c_in_run.get(draft_of_method(name), np.nan)) if row["gamma"] else np.nan
+                 for name, row in agg.iterrows()]
+        agg["c_in_run"] = c_run
+        agg["predicted_speedup_constant_c_in_run"] = [
+            float(walltime_improvement(min(max(a if np.isfinite(a) else 0.0, 0.0), 1.0), g, c))
+            if np.isfinite(c) else np.nan
+            for a, g, c in zip(agg["alpha"].astype(float), agg["drafted_per_step"].astype(float), c_run)]
     return agg.reset_index()
 
 

@@ -329,7 +329,9 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
     Args:
         summary: DataFrame, one row per (draft, γ), columns ``draft_col``, gamma, measured_speedup,
             measured_speedup_lo, measured_speedup_hi (NaN allowed), predicted_speedup_hardware,
-            predicted_speedup_constant_c (as :func:`specrepro.experiments.summarize_speed` plus a draft name).
+            predicted_speedup_constant_c (as :func:`specrepro.experiments.summarize_speed` plus a draft name); where
+            a draft's rows all have ``predicted_speedup_constant_c_in_run`` (c measured in the timed runs), the
+            constant-c curve uses it, and its legend says so.
         paper: optional DataFrame with columns gamma, measured, draft (e.g. :func:`leviathan_table2` rows).
 
     Returns:
@@ -345,8 +347,10 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
                           d["measured_speedup_hi"], fmt="o-", color=col, label=f"{readable(name)}: measured (95% CI)")
         ax.plot(d["gamma"], d["predicted_speedup_hardware"], "s--", color=col, mfc="none",
                 label=f"{readable(name)}: predicted, hardware-aware")
-        ax.plot(d["gamma"], d["predicted_speedup_constant_c"], "^:", color=col, mfc="none",
-                label=f"{readable(name)}: predicted, constant c (Leviathan)")
+        in_run = "predicted_speedup_constant_c_in_run" in d and d["predicted_speedup_constant_c_in_run"].notna().all()
+        ax.plot(d["gamma"], d["predicted_speedup_constant_c_in_run" if in_run else "predicted_speedup_constant_c"],
+                "^:", color=col, mfc="none", label=f"{readable(name)}: predicted, constant c (Leviathan)"
+                + (", c measured in the runs" if in_run else ""))
     if paper is not None and len(paper):
         ax.plot(paper["gamma"], paper["measured"], linestyle="none", marker=PAPER_STYLE["marker"],
                 color=PAPER_STYLE["color"], label="Leviathan Table 2, measured (T5-XXL, TPU-v4)")

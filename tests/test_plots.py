@@ -16,7 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from specrepro import plots  # noqa: E402
 from specrepro.experiments import best_measured_drafts, leviathan_table1, limit_table, summarize_speed  # noqa: E402
 from specrepro.theory import (CostCurve, expected_tokens, free_draft_bound, hardware_aware_speedup,  # noqa: E402
-                              optimal_gamma)
+                              optimal_gamma, walltime_improvement)
 
 
 @pytest.fixture(autouse=True)
@@ -183,6 +183,20 @@ def test_speedup_vs_gamma_measured_has_error_bars_and_paper_points():
     assert_legend_covers_no_axes(fig)
 
 
+def test_speedup_vs_gamma_measured_uses_c_measured_in_the_runs_where_every_row_has_it():
+    summary = _summary()
+    summary["predicted_speedup_constant_c_in_run"] = summary["measured_speedup"] + 0.1
+    summary.loc[summary["draft"] == "int8", "predicted_speedup_constant_c_in_run"] = np.nan  # int8: not measured
+    ax = plots.fig_speedup_vs_gamma_measured(summary).axes[0]
+    fp32 = summary[summary["draft"] == "fp32"]
+    assert np.allclose(_line(ax, "fp32: predicted, constant c (Leviathan), c measured in the runs").get_ydata(),
+                       fp32["predicted_speedup_constant_c_in_run"])
+    int8 = summary[summary["draft"] == "int8"]
+    line = _line(ax, "int8: predicted, constant c (Leviathan)")
+    assert "measured in the runs" not in line.get_label()
+    assert np.allclose(line.get_ydata(), int8["predicted_speedup_constant_c"])
+
+
 def _ladder():
     t_target, t_draft = CostCurve([1, 2, 3, 5], [100, 110, 120, 200]), CostCurve([1, 2], [30, 32])
     rows = []
@@ -233,6 +247,21 @@ def _runs():
                          "new_tokens": 64, "seconds": secs, "tokens_per_s": 64 / secs, "accepted": 0,
                          "drafted": drafted, "steps": steps, "overhead_ms": 2.0 if gamma else 1.0, "alpha": alpha})
     return pd.DataFrame(rows)
+
+
+def test_summarize_speed_predicts_with_c_measured_in_the_runs_when_given():
+    t_target, t_draft = CostCurve([1, 2, 3, 4], [100, 110, 120, 180]), CostCurve([1, 2], [30, 32])
+    drafts = {"AR": None, "draft γ=2": t_draft, "lookup γ=3": None}
+    plain = summarize_speed(_runs(), t_target, drafts).set_index("method")
+    assert "c_in_run" not in plain
+    s = summarize_speed(_runs(), t_target, drafts, c_in_run={"draft": 0.5}).set_index("method")
+    assert s.loc["draft γ=2", "c"] == pytest.approx(0.3) and s.loc["draft γ=2", "c_in_run"] == 0.5
+    # Thm 3.8 at the method's α (0.8) and drafted per step (60 / 30 = 2) with c = 0.5 instead of the curves' 0.3
+    assert s.loc["draft γ=2", "predicted_speedup_constant_c_in_run"] == pytest.approx(
+        walltime_improvement(0.8, 2, 0.5))
+    assert s.loc["draft γ=2", "predicted_speedup_constant_c"] == pytest.approx(walltime_improvement(0.8, 2, 0.3))
+    assert np.isnan(s.loc["lookup γ=3", "c_in_run"]) and np.isnan(s.loc["AR", "predicted_speedup_constant_c_in_run"])
+    pd.testing.assert_frame_equal(s.drop(columns=["c_in_run", "predicted_speedup_constant_c_in_run"]), plain)
 
 
 def test_limit_table_ladder_matches_summarize_speed_and_shares_sum_to_one():
