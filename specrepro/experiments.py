@@ -182,7 +182,7 @@ def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict,
     agg["measured_speedup_hi"] = speed["speedup_hi"]
     t1 = float(t_target(1))
     ar_overhead = float(ar["overhead_ms"].iloc[0])
-    c, const_pred, hw_pred, exp_tok = [], [], [], []
+    c, const_pred, hw_pred, exp_tok, c_run, const_pred_run = [], [], [], [], [], []
     for name, row in agg.iterrows():
         # mean tokens actually drafted per step: gamma for a draft model (less near max_new_tokens), fewer for
         # prompt lookup, which proposes only where an n-gram matches
@@ -196,19 +196,18 @@ def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict,
         const_pred.append(float(walltime_improvement(a, g, ci)) if row["gamma"] else 1.0)
         hw_pred.append(hardware_aware_speedup(a, g, t_target, td, overhead_ms=float(row["overhead_ms"]),
                                               ar_overhead_ms=ar_overhead) if row["gamma"] else 1.0)
+        # the same Thm 3.8 at the c measured in the runs, for the methods that have one
+        cr = float((c_in_run or {}).get(draft_of_method(name), np.nan)) if row["gamma"] else np.nan
+        c_run.append(cr)
+        const_pred_run.append(float(walltime_improvement(a, g, cr)) if np.isfinite(cr) else np.nan)
     agg["c"] = c
     agg["drafted_per_step"] = agg["drafted"] / agg["steps"]
     agg["expected_tokens_per_step"] = exp_tok
     agg["predicted_speedup_constant_c"] = const_pred
     agg["predicted_speedup_hardware"] = hw_pred
     if c_in_run is not None:
-        c_run = [float(c_in_run.get(draft_of_method(name), np.nan)) if row["gamma"] else np.nan
-                 for name, row in agg.iterrows()]
         agg["c_in_run"] = c_run
-        agg["predicted_speedup_constant_c_in_run"] = [
-            float(walltime_improvement(min(max(a if np.isfinite(a) else 0.0, 0.0), 1.0), g, c))
-            if np.isfinite(c) else np.nan
-            for a, g, c in zip(agg["alpha"].astype(float), agg["drafted_per_step"].astype(float), c_run)]
+        agg["predicted_speedup_constant_c_in_run"] = const_pred_run
     return agg.reset_index()
 
 
