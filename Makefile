@@ -103,7 +103,7 @@ $(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb profiles/$(PROFILE).yaml $(SOURCES) |
 	cd notebooks && SPECREPRO_RECORD=1 ../$(VENV)/bin/papermill --no-progress-bar -k python3 \
 	    -f ../profiles/$(PROFILE).yaml \
 	    $*.ipynb ../$@.partial.ipynb
-	$(PY) -m specrepro.nbclean $@.partial.ipynb
+	$(PY) -m specrepro.record.nbclean $@.partial.ipynb
 	mv $@.partial.ipynb $@
 
 # Notebook 02 marks the drafts' measured (α, c) of notebook 04's table on Leviathan's Fig. 3 and 4: it runs after 04.

@@ -1,20 +1,24 @@
 """specrepro: a reference replication of speculative decoding.
 
-Modules, one concept each:
+The package is built in layers; each imports only from the layers below it (``pyproject.toml``'s import-linter
+contract, checked by ``tests/test_layers.py``):
 
-* :mod:`specrepro.models` — model zoo: named pinned checkpoints and any Hugging Face model; fetch, verify, cache, load.
-* :mod:`specrepro.data` — workloads (HumanEval, Python docs, JSONL files, the papers' hub datasets).
-* :mod:`specrepro.sampling` — logits processing and the speculative accept/reject rule (``verify_chain``).
-* :mod:`specrepro.decoding` — the KV-cached AR and chain speculative decoding loop.
-* :mod:`specrepro.drafters` — proposal sources: draft model, unigram/bigram, prompt lookup.
-* :mod:`specrepro.kvcache` — cache rollback and path selection on top of transformers' caches.
-* :mod:`specrepro.theory` — Leviathan's analysis (α, expected tokens, speedup, optimal γ) and a hardware-aware model.
-* :mod:`specrepro.exactness` — exact enumeration and Monte Carlo goodness-of-fit (the exactness battery).
-* :mod:`specrepro.experiments` — the loops behind the notebooks' tables.
-* :mod:`specrepro.results`, :mod:`specrepro.plots`, :mod:`specrepro.nbclean` — result files with provenance, figure
-  style, executed-notebook cleaning.
+* :mod:`specrepro.record` — the committed record: result files and who may write them, claims, rules, scorecard,
+  README blocks, figures, executed-notebook cleaning; the ``scorecard`` and ``greedy-equality`` commands.
+* :mod:`specrepro.bench` — the benchmark: methods registry, runs, targets; the ``bench`` command.
+* :mod:`specrepro.lab` — the experiments behind each paper's notebooks.
+* :mod:`specrepro.measure` (timing harness, cost curves, α), :mod:`specrepro.sim` (toy models, exact enumeration,
+  negative controls and published bugs, the battery), :mod:`specrepro.train` (Medusa-1/-2 heads, distilled draft).
+* :mod:`specrepro.drafters` — proposal sources: draft models (fp32, int8, pruned head), lookup, n-gram, hybrid,
+  adaptive lengths.
+* :mod:`specrepro.core` — the algorithms as the papers state them: sampling and verification rules, the chain and
+  tree decoding loops, KV-cache operations, tree attention, Medusa heads and decoding.
+* :mod:`specrepro.theory` (closed forms, cost model), :mod:`specrepro.stats` (intervals, goodness of fit),
+  :mod:`specrepro.data` (workloads), :mod:`specrepro.models` (model zoo), :mod:`specrepro.humaneval`,
+  :mod:`specrepro.files` (atomic writes, provenance facts).
 
-Submodules are imported on use (``from specrepro.decoding import generate``) so that ``import specrepro`` is cheap.
+Submodules are imported on use (``from specrepro.core.decoding import generate``) so that ``import specrepro`` is
+cheap.
 """
 
 __version__ = "0.1.0"

@@ -22,8 +22,8 @@ import sys
 #: command -> (module, one-line help). The module provides configure_parser(p) and run_command(args, parser).
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("specrepro.bench", "time decoding methods (ours and transformers') side by side on a workload"),
-    "scorecard": ("specrepro.scorecard", "score every headline claim of the papers against a profile's result tables"),
-    "greedy-equality": ("specrepro.equality", "greedy speculative vs greedy AR on a whole workload, divergences "
+    "scorecard": ("specrepro.record.cli", "score every headline claim of the papers against a profile's result tables"),
+    "greedy-equality": ("specrepro.record.equality", "greedy speculative vs greedy AR on a whole workload, divergences "
                                               "explained by near-ties or counted"),
 }
 

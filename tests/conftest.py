@@ -13,8 +13,8 @@ torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // max(1, _workers))))
 
 
 def tiny_lm(arch: str = "llama", vocab: int = 8, seed: int = 0, sharpness: float = 8.0):
-    """See :func:`specrepro.exactness.tiny_random_lm` (kept under this short name for the tests)."""
-    from specrepro.exactness import tiny_random_lm
+    """See :func:`specrepro.sim.toy.tiny_random_lm` (kept under this short name for the tests)."""
+    from specrepro.sim.toy import tiny_random_lm
 
     return tiny_random_lm(arch, vocab, seed, sharpness)
 

@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from specrepro import bench
-from specrepro.bench import BenchOptionError, RunOutput, register_method, resolve_method, run_bench, validate_options
+from specrepro.bench import (
+    BenchOptionError,
+    RunOutput,
+    register_method,
+    resolve_method,
+    run_bench,
+    validate_options,
+)
 
 OK = dict(methods=["ar"], gamma=3, n_prompts=2, max_new_tokens=8, temperature=0.0, top_p=1.0, top_k=0, repeats=1,
           device="cpu")
@@ -337,7 +344,7 @@ def test_tree_and_medusa_nonsense_is_refused(methods, options, message, tmp_path
 
 
 def test_tree_draft_and_medusa_tree_size_refusals(tmp_path, tiny_with_tokenizer):
-    from specrepro.medusa import MedusaHeads
+    from specrepro.core.medusa_heads import MedusaHeads
 
     with pytest.raises(BenchOptionError, match="needs a draft model"):
         validate_options(**{**OK, "methods": ["sd-tree-merge"], "has_draft": False})
@@ -379,7 +386,7 @@ def test_tree_methods_equal_ar_under_greedy(tiny_with_tokenizer, one_thread, mon
 
 
 def test_tree_and_medusa_methods_run_under_sampling(tiny_with_tokenizer, tmp_path, one_thread):
-    from specrepro.medusa import MedusaHeads
+    from specrepro.core.medusa_heads import MedusaHeads
 
     model, tok = tiny_with_tokenizer
     heads = MedusaHeads.from_base(model, 2).save(tmp_path / "heads")
@@ -394,7 +401,7 @@ def test_tree_and_medusa_methods_run_under_sampling(tiny_with_tokenizer, tmp_pat
 
 def test_medusa_with_saved_heads_equals_ar_under_greedy(tiny_with_tokenizer, tmp_path, monkeypatch, capsys,
                                                        one_thread):
-    from specrepro.medusa import MedusaHeads
+    from specrepro.core.medusa_heads import MedusaHeads
 
     model, tok = tiny_with_tokenizer
     heads_dir = MedusaHeads.from_base(model, 2).save(tmp_path / "heads")
@@ -613,7 +620,7 @@ def test_bench_predicts_fixed_gamma_chains_from_costs_it_measured(tiny_with_toke
 def test_bench_times_the_drafters_along_the_prompts_tokens(tiny_with_tokenizer, one_thread, monkeypatch):
     """The draft's cost under top-p depends on its distribution (a random prefix gives a flat one whose nucleus
     needs a full sort): the bench times the drafters along its own prompts' tokens, before and after timing."""
-    import specrepro.cheap_drafts as cd
+    import specrepro.measure.cost as cd
     from specrepro.data import format_prompt
 
     model, tok = tiny_with_tokenizer
@@ -683,7 +690,7 @@ def test_int8_tree_and_transformers_baselines_in_one_bench(tiny_with_tokenizer, 
 def test_render_bench_shows_predictions_and_extra_baselines(tmp_path, monkeypatch):
     import json
 
-    import specrepro.report as report
+    import specrepro.record.report as report
 
     summary = [
         {"method": "ar", "exact": True, "tokens_per_s": 3.0, "ms_per_token": 333.0, "speedup_vs_ar": 1.0,

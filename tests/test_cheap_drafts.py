@@ -9,16 +9,28 @@ head, the draft model's q for copied tokens) must fail the same test. Greedy dec
 
 import pytest
 import torch
-
 from conftest import tiny_lm
+
 from specrepro import theory
-from specrepro.cheap_drafts import (check_int8_backend, frequent_token_ids, pruned_head, quantize_draft,
-                                    quantize_linear, token_frequencies)
-from specrepro.decoding import generate
-from specrepro.drafters import (AdaptiveLengthDrafter, AutoGammaDrafter, DraftModelDrafter, HybridDrafter,
-                                PromptLookupDrafter, Proposal, PrunedHeadDrafter)
-from specrepro.exactness import ToyLM, gof_test, target_distribution
-from specrepro.sampling import SamplingConfig
+from specrepro.core.decoding import generate
+from specrepro.core.sampling import SamplingConfig
+from specrepro.drafters import compress
+from specrepro.drafters.adaptive import AdaptiveLengthDrafter, AutoGammaDrafter
+from specrepro.drafters.base import Proposal
+from specrepro.drafters.compress import (
+    check_int8_backend,
+    frequent_token_ids,
+    pruned_head,
+    quantize_draft,
+    quantize_linear,
+    token_frequencies,
+)
+from specrepro.drafters.lookup import HybridDrafter, PromptLookupDrafter
+from specrepro.drafters.model import DraftModelDrafter, PrunedHeadDrafter
+from specrepro.measure.alpha import measure_alpha, target_probs_along
+from specrepro.sim.exact import target_distribution
+from specrepro.sim.toy import ToyLM
+from specrepro.stats import gof_test
 
 LEVEL = 1e-3
 N = 600
@@ -88,7 +100,7 @@ def test_int8_draft_goodness_of_fit_and_a_wrong_q_fails(pair, coarse_int8):
             ctx = torch.cat([ids, prop.tokens])
             with torch.inference_mode():
                 logits = fp32(input_ids=ctx[None]).logits[0, ids.numel() - 1: ids.numel() - 1 + prop.tokens.numel()]
-            from specrepro.sampling import logits_to_probs
+            from specrepro.core.sampling import logits_to_probs
 
             return Proposal(prop.tokens, logits_to_probs(logits, sampling))
 
@@ -97,9 +109,9 @@ def test_int8_draft_goodness_of_fit_and_a_wrong_q_fails(pair, coarse_int8):
 
 def test_quantize_draft_copies_converts_and_refuses(pair):
     _, draft = pair
-    from specrepro.models import OneDNNLinear, use_onednn_linear
-
     import copy
+
+    from specrepro.models import OneDNNLinear, use_onednn_linear
 
     packed = copy.deepcopy(draft)
     use_onednn_linear(packed)
@@ -196,7 +208,7 @@ def test_pruned_head_q_lives_on_the_kept_set_and_matches_teacher_forcing(pair):
         full = torch.softmax(draft(input_ids=PROMPT[None]).logits[0, -1], -1)
     restricted = full[KEPT] / full[KEPT].sum()
     assert torch.allclose(prop.probs[0, KEPT], restricted, atol=1e-5)
-    terms = theory.measure_alpha(target, drafter, ids, PROMPT.numel(), T1)
+    terms = measure_alpha(target, drafter, ids, PROMPT.numel(), T1)
     assert len(terms) == 3 and all(0 <= a <= 1 for a in terms)
     with pytest.raises(ValueError, match="kept_ids"):
         PrunedHeadDrafter(draft, torch.tensor([0, 8]), 8)
@@ -232,7 +244,7 @@ def test_full_width_pruned_head_drafts_what_the_pruned_drafter_drafts(pair):
     """FullWidthHead + with_output_head (transformers' assisted generation drafting with the pruned head): logits at
     the kept ids are the pruned head's, the lowest value elsewhere; the greedy draft equals PrunedHeadDrafter's; the
     model passed in keeps its own head."""
-    from specrepro.cheap_drafts import FullWidthHead, with_output_head
+    from specrepro.drafters.compress import FullWidthHead, with_output_head
 
     _, draft = pair
     head = pruned_head(draft, KEPT)
@@ -294,7 +306,7 @@ def test_frequent_token_ids_and_cached_frequencies(tmp_path, monkeypatch):
 
 
 def test_stdlib_corpus_leaves_out_tests_and_third_party():
-    from specrepro.cheap_drafts import stdlib_sources
+    from specrepro.drafters.compress import stdlib_sources
 
     files = stdlib_sources()
     assert len(files) > 100
@@ -328,7 +340,7 @@ def test_hybrid_goodness_of_fit_uses_both_sources_and_a_model_q_for_copies_fails
             if prop.probs is not None:
                 return prop
             ctx = torch.cat([ids, prop.tokens])
-            from specrepro.sampling import logits_to_probs
+            from specrepro.core.sampling import logits_to_probs
 
             with torch.inference_mode():
                 logits = draft(input_ids=ctx[None]).logits[0, ids.numel() - 1: ids.numel() - 1 + prop.tokens.numel()]
@@ -569,8 +581,8 @@ def test_cheap_draft_methods_equal_ar_in_the_bench(tmp_path, monkeypatch):
         model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
                                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                              eos_token_id=tok.eos_token_id)).eval().requires_grad_(False)
-    stdlib = cheap_drafts.stdlib_sources()
-    monkeypatch.setattr(cheap_drafts, "stdlib_sources",
+    stdlib = compress.stdlib_sources()
+    monkeypatch.setattr(compress, "stdlib_sources",
                         lambda root=None: [f for f in stdlib if f.name in ("bisect.py", "keyword.py")])
     monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path))
     res = run_bench(models=(model, model, tok), prompts=["def f(x):\n    return x", "x = [1, 2]\ny = [1, 2"],
@@ -586,11 +598,11 @@ def test_cheap_draft_methods_equal_ar_in_the_bench(tmp_path, monkeypatch):
 def test_measure_alpha_knows_the_new_drafters(pair):
     target, draft = pair
     ids = torch.tensor([1, 5, 2, 7, 1, 5, 2, 3, 4])
-    model = theory.measure_alpha(target, DraftModelDrafter(draft, 8), ids, 4, T1)
-    auto = theory.measure_alpha(target, _auto(draft), ids, 4, T1)
+    model = measure_alpha(target, DraftModelDrafter(draft, 8), ids, 4, T1)
+    auto = measure_alpha(target, _auto(draft), ids, 4, T1)
     assert auto == model  # α does not depend on the draft length
     lookup = PromptLookupDrafter(3, 2)
-    hybrid = theory.measure_alpha(target, HybridDrafter(lookup, DraftModelDrafter(draft, 8)), ids, 4, T1)
+    hybrid = measure_alpha(target, HybridDrafter(lookup, DraftModelDrafter(draft, 8)), ids, 4, T1)
     with torch.inference_mode():
         p = torch.softmax(target(input_ids=ids[None]).logits[0, 3:-1], -1)
     for i, t in enumerate(range(4, ids.numel())):
@@ -599,18 +611,18 @@ def test_measure_alpha_knows_the_new_drafters(pair):
         assert hybrid[i] == pytest.approx(expected, abs=1e-6)
     assert hybrid != model  # the lookup proposed somewhere (after "1 5" comes "2")
     # one target forward shared by every drafter (alpha_table) scores exactly as a forward per drafter
-    shared = theory.target_probs_along(target, ids, 4, T1)
+    shared = target_probs_along(target, ids, 4, T1)
     hybrid_drafter = HybridDrafter(lookup, DraftModelDrafter(draft, 8))
     for drafter, terms in ((DraftModelDrafter(draft, 8), model), (hybrid_drafter, hybrid)):
-        assert theory.measure_alpha(target, drafter, ids, 4, T1, target_probs=shared) == terms
+        assert measure_alpha(target, drafter, ids, 4, T1, target_probs=shared) == terms
     with pytest.raises(ValueError, match="rows"):
-        theory.measure_alpha(target, DraftModelDrafter(draft, 8), ids, 3, T1, target_probs=shared)
+        measure_alpha(target, DraftModelDrafter(draft, 8), ids, 3, T1, target_probs=shared)
 
 
 def test_measure_chain_costs_times_every_point_and_drafter_under_the_runs_sampling(monkeypatch):
     """The shared cost measurement of the bench and sd-draft-auto: one curve point per n, one cost per drafter, the
     drafter timed under the sampling it is given (not always greedy), bad sizes refused."""
-    import specrepro.cheap_drafts as cd
+    import specrepro.drafters.compress as cd
 
     model = tiny_lm(vocab=16)
     seen = []

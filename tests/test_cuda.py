@@ -14,7 +14,7 @@ Skipped on a machine without CUDA (CI has none); run on a GPU with ``python -m p
   update (chain, token tree and Medusa).
 - Greedy: every method returns AR's tokens on the device, and AR on the device returns the CPU's tokens.
 
-Chi-square goodness of fit (:func:`specrepro.exactness.gof_test`, sparse bins pooled) at level 1e-3 per test; with
+Chi-square goodness of fit (:func:`specrepro.stats.gof_test`, sparse bins pooled) at level 1e-3 per test; with
 11 tests of correct samplers and fixed seeds, a correct implementation fails one with probability <= 1.1% for a
 random seed (Bonferroni).
 """
@@ -25,17 +25,29 @@ import os
 
 import pytest
 import torch
-
 from conftest import tiny_lm
-from specrepro import decoding
-from specrepro.decoding import generate
-from specrepro.drafters import DraftModelDrafter, PromptLookupDrafter
-from specrepro.exactness import RULES, ToyLM, gof_test, target_distribution
-from specrepro.medusa import MedusaProposer, medusa_generate, random_heads
-from specrepro.sampling import SamplingConfig
-from specrepro.trees import DraftTreeProposer, tree_generate
-from test_decoding import CONFIGS, LEVEL, N, PROMPT  # the CPU tests' settings, prompt and sample size
-from test_trees import MC_CASES as TREES, _no_residual_mss  # the CPU tests' tree proposers and negative control
+from test_decoding import (  # the CPU tests' settings, prompt and sample size
+    CONFIGS,
+    LEVEL,
+    PROMPT,
+    N,
+)
+from test_trees import (  # the CPU tests' tree proposers and negative control
+    MC_CASES as TREES,
+)
+from test_trees import _no_residual_mss
+
+from specrepro.core import decoding
+from specrepro.core.decoding import generate
+from specrepro.core.medusa import MedusaProposer, medusa_generate
+from specrepro.core.medusa_heads import random_heads
+from specrepro.core.sampling import SamplingConfig
+from specrepro.core.trees import DraftTreeProposer, tree_generate
+from specrepro.drafters.lookup import PromptLookupDrafter
+from specrepro.drafters.model import DraftModelDrafter
+from specrepro.sim.exact import RULES, target_distribution
+from specrepro.sim.toy import ToyLM
+from specrepro.stats import gof_test
 
 DEVICE = torch.device(os.environ.get("SPECREPRO_TEST_DEVICE", "cuda"))
 pytestmark = pytest.mark.skipif(DEVICE.type == "cuda" and not torch.cuda.is_available(), reason="needs CUDA")

@@ -12,13 +12,17 @@ import functools
 
 import pytest
 import torch
-
 from conftest import tiny_lm
-from specrepro import decoding
-from specrepro.decoding import generate
-from specrepro.drafters import DraftModelDrafter, NGramDrafter, PromptLookupDrafter, Proposal
-from specrepro.exactness import RULES, ToyLM, gof_test, target_distribution
-from specrepro.sampling import SamplingConfig
+
+from specrepro.core import decoding
+from specrepro.core.decoding import generate
+from specrepro.core.sampling import SamplingConfig
+from specrepro.drafters.base import Proposal
+from specrepro.drafters.lookup import NGramDrafter, PromptLookupDrafter
+from specrepro.drafters.model import DraftModelDrafter
+from specrepro.sim.exact import RULES, target_distribution
+from specrepro.sim.toy import ToyLM
+from specrepro.stats import gof_test
 
 LEVEL = 1e-3
 N = 1500
@@ -209,7 +213,7 @@ def test_seed_is_an_alternative_to_a_generator(pair):
 def test_draws_are_made_on_the_generators_device():
     """sample / uniform draw on the generator's device (a CPU generator with CUDA probabilities must work) and leave
     the stream of a same-device generator unchanged."""
-    from specrepro.sampling import rng_device, sample, uniform
+    from specrepro.core.sampling import rng_device, sample, uniform
 
     probs = torch.softmax(torch.randn(3, 8, generator=torch.Generator().manual_seed(0)), -1)
     assert sample(probs, torch.Generator().manual_seed(4)).tolist() == \

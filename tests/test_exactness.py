@@ -5,7 +5,7 @@ verification, greedy equality at scale.
   false-alarm rate at level 1e-3 over 100,000 exact experiments is within 3 binomial standard errors of the level
   (the old single "rest" bin of expected count 0.02 rejected ~2 % of them); every bin has expected count >= 5.
 * every goodness-of-fit test of the battery (exactness.battery_gof_cases): false-alarm rate <= level + 3 se.
-* the bug registry (specrepro.bugs): every negative control is caught through the real loop (chi-square p < 1e-3,
+* the bug registry (specrepro.sim.controls): every negative control is caught through the real loop (chi-square p < 1e-3,
   or exact-enumeration TV > 1e-6 where the mistake is too small for Monte Carlo, or the reproducibility check),
   every positive look-alike passes. Seeds are fixed, so outcomes are deterministic run to run.
 * block verification: exact enumeration TV < 1e-12 for gamma 1..4 and several samplings; goodness of fit through
@@ -18,16 +18,37 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_lm
-from specrepro.bugs import BUGS, NEGATIVE, POSITIVE, check_bug, tokenwise_block_terms
-from specrepro.decoding import generate
-from specrepro.drafters import DraftModelDrafter
-from specrepro.exactness import (RULES, Rule, ToyLM, battery_gof_cases, compare_verification, exact_chain_distribution,
-                                 expected_tokens_per_step, gof_counts, gof_test, greedy_equality, min_detectable_tv,
-                                 pooled_groups, rejection_rate, sample_chain_sequences, target_distribution,
-                                 total_variation)
-from specrepro.sampling import SamplingConfig, verify_block
+
+from specrepro.core.decoding import generate
+from specrepro.core.sampling import SamplingConfig, verify_block
+from specrepro.drafters.model import DraftModelDrafter
+from specrepro.sim.battery import battery_gof_cases
+from specrepro.sim.controls import (
+    BUGS,
+    NEGATIVE,
+    POSITIVE,
+    check_bug,
+    tokenwise_block_terms,
+)
+from specrepro.sim.exact import (
+    RULES,
+    Rule,
+    exact_chain_distribution,
+    expected_tokens_per_step,
+    sample_chain_sequences,
+    target_distribution,
+)
+from specrepro.sim.real import compare_verification, greedy_equality
+from specrepro.sim.toy import ToyLM
+from specrepro.stats import (
+    gof_counts,
+    gof_test,
+    min_detectable_tv,
+    pooled_groups,
+    rejection_rate,
+    total_variation,
+)
 
 LEVEL = 1e-3
 PROMPT = torch.tensor([1, 5, 2, 7])

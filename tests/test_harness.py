@@ -7,8 +7,17 @@ import pandas as pd
 import pytest
 import torch
 
-from specrepro.harness import (RunOutput, bootstrap_ci, draft_of_method, in_run_cost_coefficient, paired_ratios,
-                               paired_speedup, ratio_of_sums_ci, run_interleaved, seed_for, speedup_table)
+from specrepro.measure.harness import (
+    RunOutput,
+    draft_of_method,
+    in_run_cost_coefficient,
+    paired_ratios,
+    paired_speedup,
+    run_interleaved,
+    seed_for,
+    speedup_table,
+)
+from specrepro.stats import bootstrap_ci, ratio_of_sums_ci
 
 
 def _recording_runners(log, tokens_for=None):
@@ -150,12 +159,13 @@ def test_notebook_runners_share_the_harness():
     """speed_table, tree_vs_chain_speed and compare_methods all time through run_interleaved: the same columns,
     paired speedups, greedy outputs equal to AR."""
     from conftest import tiny_lm
+
+    from specrepro.core.sampling import GREEDY
     from specrepro.data import Prompt
-    from specrepro.drafters import DraftModelDrafter
-    from specrepro.experiments import speed_table, summarize_speed
-    from specrepro.medusa import acceleration_table, compare_methods, make_runner
-    from specrepro.sampling import GREEDY
-    from specrepro.tree_experiments import tree_vs_chain_speed
+    from specrepro.drafters.model import DraftModelDrafter
+    from specrepro.lab.leviathan import speed_table, summarize_speed
+    from specrepro.lab.medusa import acceleration_table, compare_methods, make_runner
+    from specrepro.lab.specinfer import tree_vs_chain_speed
 
     target, draft = tiny_lm("llama", seed=0), tiny_lm("llama", seed=1)
     tok = _CharTokenizer()
@@ -180,7 +190,7 @@ def test_notebook_runners_share_the_harness():
 
 
 def test_alpha_summary_gives_each_cell_its_size_and_interval():
-    from specrepro.experiments import alpha_summary
+    from specrepro.lab.leviathan import alpha_summary
 
     rng = np.random.default_rng(0)
     runs = pd.DataFrame([{"workload": w, "temperature": t, "drafter": d, "prompt": f"p{i}", "positions": 64 - i,

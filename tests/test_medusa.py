@@ -23,16 +23,32 @@ What is tested:
 
 import pytest
 import torch
-
 from conftest import tiny_lm
-from specrepro.decoding import generate
-from specrepro.exactness import ToyLM, empirical_distribution, gof_test, target_distribution, total_variation
-from specrepro.medusa import (DEFAULT_CHOICES, PAPER_HEAD_ACCURACY, HeadMismatchError, MedusaHeads, MedusaProposer,
-                              MedusaTrainConfig, expected_acceptance_length, get_or_train_heads, head_topk_accuracy,
-                              medusa_generate, medusa_step_samples, random_heads, self_distillation_data, sparse_tree_from_accuracies,
-                              train_medusa_heads, typical_acceptance_verify)
-from specrepro.sampling import SamplingConfig, logits_to_probs
-from specrepro.trees import TokenTree, TreeTemplate, tree_generate
+
+from specrepro.core.decoding import generate
+from specrepro.core.medusa import (
+    DEFAULT_CHOICES,
+    PAPER_HEAD_ACCURACY,
+    MedusaProposer,
+    expected_acceptance_length,
+    medusa_generate,
+    sparse_tree_from_accuracies,
+    typical_acceptance_verify,
+)
+from specrepro.core.medusa_heads import HeadMismatchError, MedusaHeads, random_heads
+from specrepro.core.sampling import SamplingConfig, logits_to_probs
+from specrepro.core.trees import TokenTree, TreeTemplate, tree_generate
+from specrepro.sim.exact import target_distribution
+from specrepro.sim.medusa import medusa_step_samples
+from specrepro.sim.toy import ToyLM
+from specrepro.stats import empirical_distribution, gof_test, total_variation
+from specrepro.train.medusa1 import (
+    MedusaTrainConfig,
+    get_or_train_heads,
+    head_topk_accuracy,
+    self_distillation_data,
+    train_medusa_heads,
+)
 
 LEVEL = 1e-3
 PROMPT = torch.tensor([1, 5, 2, 7])
@@ -197,7 +213,7 @@ def test_typical_acceptance_is_not_distribution_preserving(target, toy):
 
 
 def _no_residual_mss(parents, tokens, p, q, generator):
-    from specrepro.trees import verify_tree
+    from specrepro.core.trees import verify_tree
     return verify_tree(parents, tokens, p, q, generator, "mss", residual_fn=lambda p, q, x: p)
 
 
@@ -267,9 +283,15 @@ def test_medusa_sampling_modes_run(target):
 
 
 def test_distilled_draft(tmp_path, monkeypatch, target):
-    from specrepro.distill import DistillConfig, draft_kl, get_or_train_draft, init_draft_from_target, load_draft
-    from specrepro.drafters import DraftModelDrafter
-    from specrepro.trees import DraftTreeProposer
+    from specrepro.core.trees import DraftTreeProposer
+    from specrepro.drafters.model import DraftModelDrafter
+    from specrepro.train.distill import (
+        DistillConfig,
+        draft_kl,
+        get_or_train_draft,
+        init_draft_from_target,
+        load_draft,
+    )
 
     full = init_draft_from_target(target, layers=(0, 1))
     torch.testing.assert_close(full(input_ids=PROMPT[None]).logits, target(input_ids=PROMPT[None]).logits)

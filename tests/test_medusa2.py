@@ -1,4 +1,4 @@
-"""Medusa-2: heads and LoRA adapters trained jointly (specrepro.medusa.medusa2).
+"""Medusa-2: heads and LoRA adapters trained jointly (specrepro.train.medusa2).
 
 What is tested (tiny random llama, V = 8, one thread): joint training lowers the combined loss and leaves the original
 backbone untouched; the adapter and heads are cached and come back identical, and are refused for another base
@@ -11,11 +11,17 @@ import copy
 
 import pytest
 import torch
-
 from conftest import tiny_lm
-from specrepro.decoding import generate
-from specrepro.medusa import (HeadMismatchError, Medusa2Config, MedusaProposer, get_or_train_medusa2,
-                              medusa_generate, quality_cost, random_heads, train_medusa2)
+
+from specrepro.core.decoding import generate
+from specrepro.core.medusa import MedusaProposer, medusa_generate
+from specrepro.core.medusa_heads import HeadMismatchError, random_heads
+from specrepro.train.medusa2 import (
+    Medusa2Config,
+    get_or_train_medusa2,
+    quality_cost,
+    train_medusa2,
+)
 
 PROMPT = torch.tensor([1, 5, 2, 7])
 CHOICES = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
@@ -58,7 +64,7 @@ def test_cache_round_trip_and_refusal(tmp_path, monkeypatch, base):
     torch.testing.assert_close(again["tuned"](input_ids=x).logits, first["tuned"](input_ids=x).logits)
     hs = torch.randn(2, 32)
     torch.testing.assert_close(again["heads"](hs), first["heads"](hs))
-    from specrepro.medusa import load_medusa2
+    from specrepro.train.medusa2 import load_medusa2
 
     with pytest.raises(HeadMismatchError, match="trained on base model"):
         load_medusa2(first["directory"], tiny_lm("llama", vocab=8, seed=2))

@@ -19,15 +19,23 @@ What is tested:
 
 import pytest
 import torch
-
 from conftest import tiny_lm
-from specrepro.decoding import generate
-from specrepro.exactness import ToyLM, gof_test, target_distribution
-from specrepro.medusa import (MedusaHeads, MedusaProposer, MedusaTrainConfig, medusa_generate, medusa_step_samples,
-                              random_heads, stdlib_distillation_data, train_medusa_heads)
-from specrepro.medusa.train import _soft_head_targets
-from specrepro.sampling import SamplingConfig
-from specrepro.trees import tree_generate, verify_tree
+
+from specrepro.core.decoding import generate
+from specrepro.core.medusa import MedusaProposer, medusa_generate
+from specrepro.core.medusa_heads import MedusaHeads, random_heads
+from specrepro.core.sampling import SamplingConfig
+from specrepro.core.trees import tree_generate, verify_tree
+from specrepro.sim.exact import target_distribution
+from specrepro.sim.medusa import medusa_step_samples
+from specrepro.sim.toy import ToyLM
+from specrepro.stats import gof_test
+from specrepro.train.medusa1 import (
+    MedusaTrainConfig,
+    _soft_head_targets,
+    train_medusa_heads,
+)
+from specrepro.train.stdlib import stdlib_distillation_data
 
 LEVEL = 1e-3
 PROMPT = torch.tensor([1, 5, 2, 7])
@@ -197,7 +205,7 @@ def test_soft_training_lowers_loss_and_resumes(tmp_path, monkeypatch, target):
     assert losses.loss.iloc[-3:].mean() < 0.9 * losses.loss.iloc[:3].mean()
     assert heads.vocab_ids.tolist() == KEEP.tolist()
 
-    import specrepro.medusa.train as train_mod
+    import specrepro.train.medusa1 as train_mod
 
     real_save, calls = train_mod._atomic_torch_save, []
 
@@ -230,8 +238,8 @@ def _real_model_gof(model, heads, prompt):
 
 @pytest.mark.real_model
 def test_smollm2_restricted_stdlib_heads_goodness_of_fit(smollm2):
-    from specrepro.medusa import get_or_train_stdlib_heads
     from specrepro.models import load_tokenizer
+    from specrepro.train.stdlib import get_or_train_stdlib_heads
 
     model = smollm2[0] if isinstance(smollm2, tuple) else smollm2
     tok = load_tokenizer("smollm2-135m")
@@ -243,7 +251,11 @@ def test_smollm2_restricted_stdlib_heads_goodness_of_fit(smollm2):
 
 
 def test_tree_builders_and_ablation(target):
-    from specrepro.medusa import chain_choices, dense_choices, tree_ablation
+    from specrepro.lab.medusa_ablation import (
+        chain_choices,
+        dense_choices,
+        tree_ablation,
+    )
 
     assert chain_choices(3) == [[0], [0, 0], [0, 0, 0]]
     dense = dense_choices((2, 2))
@@ -292,7 +304,7 @@ def test_qwen_1p5b_stdlib_heads_goodness_of_fit():
     Medusa step (children i.i.d. from the heads at T = 1, top-k 3), continued to 2 tokens, against the target's
     exact top-3 distribution. Runs where the 1.5B model and its stdlib heads are cached (notebook 06 / the bench's
     --medusa-heads stdlib trained them); skipped elsewhere, with the reason."""
-    from specrepro.medusa import base_fingerprint
+    from specrepro.core.medusa_heads import base_fingerprint
     from specrepro.models import cache_dir, load_model
 
     if not any((cache_dir() / "hf").glob("qwen2.5-coder-1.5b-*")):

@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 def _save_tiny_model(directory: Path) -> None:
     """A 1-layer random llama over a 6-word vocabulary with its tokenizer, saved with save_pretrained."""
     import torch
-    from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as tok_models
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     vocab = {w: i for i, w in enumerate(["<unk>", "</s>", "def", "f", "(", ")"])}
@@ -42,7 +43,7 @@ def test_bare_hub_id_loads_from_the_hub_cache(tmp_path):
     (tmp_path / "hub" / "models--tinybare" / "refs" / "main").write_text("0" * 40)
     code = textwrap.dedent("""
         from specrepro.models import load_model
-        from specrepro.decoding import default_eos_ids
+        from specrepro.core.decoding import default_eos_ids
         model, tok = load_model("tinybare")
         print("loaded", type(model).__name__, tok.eos_token_id, default_eos_ids(model, tok))
     """)

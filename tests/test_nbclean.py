@@ -1,4 +1,4 @@
-"""specrepro.nbclean: executed notebooks keep each progress bar's final state and nothing run-dependent."""
+"""specrepro.record.nbclean: executed notebooks keep each progress bar's final state and nothing run-dependent."""
 
 import json
 
@@ -6,8 +6,14 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from specrepro.nbclean import WIDGET_STATE, WIDGET_VIEW, clean_notebook, clean_notebook_node, resolve_carriage_returns
-from specrepro.results import repo_root
+from specrepro.files import repo_root
+from specrepro.record.nbclean import (
+    WIDGET_STATE,
+    WIDGET_VIEW,
+    clean_notebook,
+    clean_notebook_node,
+    resolve_carriage_returns,
+)
 
 IPROGRESS = ("./.venv/lib/python3.11/site-packages/tqdm/auto.py:21: TqdmWarning: IProgress not found. Please update "
              "jupyter and ipywidgets. See https://ipywidgets.readthedocs.io/en/stable/user_install.html\n"

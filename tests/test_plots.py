@@ -1,4 +1,4 @@
-"""The figure functions of specrepro.plots on small synthetic tables: each returns a Figure, draws the paper's points
+"""The figure functions of specrepro.record.plots on small synthetic tables: each returns a Figure, draws the paper's points
 where it says, carries error bars where the data has intervals, integer ticks on integer axes, and a legend that
 covers no axes (so no data)."""
 
@@ -13,10 +13,21 @@ import pytest  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from specrepro import plots  # noqa: E402
-from specrepro.experiments import best_measured_drafts, leviathan_table1, limit_table, summarize_speed  # noqa: E402
-from specrepro.theory import (CostCurve, expected_tokens, free_draft_bound, hardware_aware_speedup,  # noqa: E402
-                              optimal_gamma, walltime_improvement)
+from specrepro.lab.leviathan import (  # noqa: E402
+    best_measured_drafts,
+    leviathan_table1,
+    limit_table,
+    summarize_speed,
+)
+from specrepro.record import plots  # noqa: E402
+from specrepro.theory import (
+    CostCurve,
+    expected_tokens,
+    free_draft_bound,
+    hardware_aware_speedup,
+    optimal_gamma,
+    walltime_improvement,
+)
 
 
 @pytest.fixture(autouse=True)

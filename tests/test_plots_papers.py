@@ -17,11 +17,15 @@ from matplotlib.container import BarContainer, ErrorbarContainer  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from specrepro import plots  # noqa: E402
-from specrepro.chen_experiments import CHEN_TABLE1_HUMANEVAL, k_sweep_runs, k_sweep_summary  # noqa: E402
-from specrepro.medusa.ablation import chain_choices, dense_choices, tree_kind  # noqa: E402
-from specrepro.results import add_footer  # noqa: E402
-from specrepro.tree_experiments import SPECINFER_TABLE2, expansion_widths, tree_width_summary  # noqa: E402
+from specrepro.lab.chen import CHEN_TABLE1_HUMANEVAL, k_sweep_runs, k_sweep_summary  # noqa: E402
+from specrepro.lab.medusa_ablation import chain_choices, dense_choices, tree_kind  # noqa: E402
+from specrepro.lab.specinfer import (  # noqa: E402
+    SPECINFER_TABLE2,
+    expansion_widths,
+    tree_width_summary,
+)
+from specrepro.record import plots  # noqa: E402
+from specrepro.record.results import add_footer  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

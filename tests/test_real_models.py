@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from specrepro import models
+from specrepro.core.decoding import generate
+from specrepro.core.sampling import SamplingConfig
 from specrepro.data import corpus_token_ids, load_workload
-from specrepro.decoding import generate
-from specrepro.drafters import DraftModelDrafter, NGramDrafter, PromptLookupDrafter
-from specrepro.exactness import greedy_divergence
-from specrepro.experiments import encode
-from specrepro.sampling import SamplingConfig
+from specrepro.drafters.lookup import NGramDrafter, PromptLookupDrafter
+from specrepro.drafters.model import DraftModelDrafter
+from specrepro.lab.leviathan import encode
+from specrepro.sim.real import greedy_divergence
 
 NEAR_TIE = 1e-3  # logits; fp32 reassociation noise is ~1e-5 here
 

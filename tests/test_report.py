@@ -1,4 +1,4 @@
-"""The scorecard's rendering (specrepro.report): the markdown table counts distinct claims and verdicts, escapes
+"""The scorecard's rendering (specrepro.record.report): the markdown table counts distinct claims and verdicts, escapes
 pipes and shows each paper number's kind; README blocks are replaced atomically and idempotently, only under
 ``make reproduce`` unless forced; the bench block tabulates each JSON and names unreadable ones."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specrepro import report
-from specrepro import scorecard as sc
-from specrepro.scorecard import Tables
+from specrepro.record import report
+from specrepro.record import scorecard as sc
+from specrepro.record.scorecard import Tables
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,7 +84,7 @@ def test_update_readme_is_idempotent_and_only_make_reproduce_writes_it(tmp_path,
 
 
 def test_update_readme_writes_atomically(tmp_path, monkeypatch):
-    import specrepro.results as results
+    import specrepro.record.results as results
 
     path = tmp_path / "README.md"
     path.write_text(README)
@@ -182,7 +182,7 @@ def test_plot_helpers_integer_ticks_interval_bars_and_labels():
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from specrepro import plots
+    from specrepro.record import plots
 
     fig, ax = plt.subplots()
     ax.plot([1, 2, 3, 4, 6], [1.2, 1.3, 1.5, 1.4, 1.3])

@@ -5,7 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from specrepro import results
+from specrepro import files
+from specrepro.record import results
 
 
 @pytest.fixture
@@ -67,12 +68,12 @@ def test_dirty_means_code_not_outputs(tmp_path, monkeypatch):
     git("init", "-q")
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    monkeypatch.setattr(results, "repo_root", lambda: tmp_path)
-    assert not results.git_commit().endswith("-dirty")
+    monkeypatch.setattr(files, "repo_root", lambda: tmp_path)
+    assert not files.git_commit().endswith("-dirty")
     (tmp_path / "data" / "results" / "t.csv").write_text("a\n2\n")
-    assert not results.git_commit().endswith("-dirty")
+    assert not files.git_commit().endswith("-dirty")
     (tmp_path / "specrepro" / "m.py").write_text("x = 2\n")
-    assert results.git_commit().endswith("-dirty")
+    assert files.git_commit().endswith("-dirty")
 
 
 def test_only_make_reproduce_writes_the_record(monkeypatch):
@@ -92,7 +93,7 @@ def test_only_make_reproduce_writes_the_record(monkeypatch):
 
 
 def test_cpu_description_names_the_model_and_its_widest_simd():
-    from specrepro.results import cpu_description
+    from specrepro.files import cpu_description
 
     info = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
             "flags\t\t: fpu sse4_2 avx avx2 fma\n\nprocessor\t: 1\nmodel name\t: AMD EPYC\n")

@@ -12,9 +12,23 @@ import math
 import pytest
 import torch
 
-from specrepro.exactness import (NEGATIVE_CONTROLS, RULES, ToyLM, adversarial_pairs, exact_chain_distribution,
-                                 gof_test, sample_chain_sequences, target_distribution, total_variation)
-from specrepro.sampling import (SamplingConfig, draw, logits_to_probs, residual_distribution, sample, verify_chain)
+from specrepro.core.sampling import (
+    SamplingConfig,
+    draw,
+    logits_to_probs,
+    residual_distribution,
+    sample,
+    verify_chain,
+)
+from specrepro.sim.exact import (
+    NEGATIVE_CONTROLS,
+    RULES,
+    exact_chain_distribution,
+    sample_chain_sequences,
+    target_distribution,
+)
+from specrepro.sim.toy import ToyLM, adversarial_pairs
+from specrepro.stats import gof_test, total_variation
 
 CONFIGS = {
     "T=1": SamplingConfig(1.0),
@@ -208,7 +222,7 @@ def _assert_same_nucleus(drop, x, top_p):
 @pytest.mark.parametrize("first_k", [2, 256])
 @pytest.mark.parametrize("scale", [0.05, 1.0, 8.0])  # flat rows need the candidate set to grow; peaked rows do not
 def test_top_p_over_the_largest_logits_drops_what_a_full_sort_drops(monkeypatch, first_k, scale):
-    import specrepro.sampling as sp
+    import specrepro.core.sampling as sp
 
     monkeypatch.setattr(sp, "TOP_P_FIRST_K", first_k)
     gen = torch.Generator().manual_seed(int(10 * scale) + first_k)

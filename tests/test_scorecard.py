@@ -10,9 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specrepro import scorecard as sc
-from specrepro.results import record_dir
-from specrepro.scorecard import EXACT, INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, TREND, Tables
+from specrepro.record import scorecard as sc
+from specrepro.record.results import record_dir
+from specrepro.record.scorecard import (
+    EXACT,
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    NOT_RUN,
+    TREND,
+    Tables,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 #: rules whose "ours" cell must carry an interval or say why there is none, and n

@@ -5,7 +5,15 @@ import json
 
 import pytest
 
-from specrepro.bench.targets import MET, MET_MEDIAN, MISSED, NOT_RUN, TARGETS, Target, check_targets
+from specrepro.bench.targets import (
+    MET,
+    MET_MEDIAN,
+    MISSED,
+    NOT_RUN,
+    TARGETS,
+    Target,
+    check_targets,
+)
 
 
 def _row(method, **kw):
@@ -82,7 +90,7 @@ def test_every_target_reads_a_bench_file_of_the_record():
 
 
 def test_render_targets_block(tmp_path, monkeypatch):
-    import specrepro.report as report
+    import specrepro.record.report as report
 
     _write(tmp_path, "bench_qwen_nucleus", [_row("ar", speedup_vs_ar=1.0),
                                             _row("sd-draft-int8@4", speedup_vs_ar=1.4, speedup_vs_ar_lo=1.2,
@@ -216,7 +224,7 @@ def test_predicted_target_uses_the_forward_and_draft_times_the_runs_recorded(tmp
 
 
 def test_render_targets_lists_why_for_targets_not_clearly_met(tmp_path, monkeypatch):
-    import specrepro.report as report
+    import specrepro.record.report as report
 
     _gap_run(tmp_path)
     monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)

@@ -22,17 +22,36 @@ import types
 
 import pytest
 import torch
-
 from conftest import tiny_lm
-from specrepro.decoding import generate
-from specrepro.drafters import DraftModelDrafter, NGramDrafter, PromptLookupDrafter, Proposal
-from specrepro.exactness import ToyLM, gof_test, target_distribution, total_variation
-from specrepro.kvcache import new_cache
-from specrepro.sampling import SamplingConfig
-from specrepro.tree_attention import check_tree_attention, compile_topology, keep_path, tree_forward
-from specrepro.trees import (DraftTreeProposer, MergedTreeProposer, TokenTree, TreeTemplate, children_outcomes,
-                             drawn_tree_outcomes, exact_tree_distribution, merge_chains, sample_children,
-                             tree_generate, verify_tree, verify_tree_outcomes)
+
+from specrepro.core.decoding import generate
+from specrepro.core.kvcache import new_cache
+from specrepro.core.sampling import SamplingConfig
+from specrepro.core.tree_attention import (
+    check_tree_attention,
+    compile_topology,
+    keep_path,
+    tree_forward,
+)
+from specrepro.core.trees import (
+    DraftTreeProposer,
+    MergedTreeProposer,
+    TokenTree,
+    TreeTemplate,
+    children_outcomes,
+    merge_chains,
+    sample_children,
+    tree_generate,
+    verify_tree,
+    verify_tree_outcomes,
+)
+from specrepro.drafters.base import Proposal
+from specrepro.drafters.lookup import NGramDrafter, PromptLookupDrafter
+from specrepro.drafters.model import DraftModelDrafter
+from specrepro.sim.exact import target_distribution
+from specrepro.sim.toy import ToyLM
+from specrepro.sim.trees import drawn_tree_outcomes, exact_tree_distribution
+from specrepro.stats import gof_test, total_variation
 
 LEVEL = 1e-3
 PROMPT = torch.tensor([1, 5, 2, 7])
@@ -450,8 +469,8 @@ def test_hidden_state_hook(pair):
 @pytest.mark.real_model
 def test_greedy_tree_equals_ar_on_smollm2(smollm2):
     from specrepro.data import load_workload
-    from specrepro.exactness import greedy_divergence
-    from specrepro.experiments import encode
+    from specrepro.lab.leviathan import encode
+    from specrepro.sim.real import greedy_divergence
 
     model, tok = smollm2
     vocab = model.get_output_embeddings().weight.shape[0]

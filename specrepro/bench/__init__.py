@@ -14,15 +14,15 @@ prints one pandas table and can write JSON.
 Tree and Medusa methods (:data:`TREE_MODES`, :func:`parse_tree_spec`):
 
 * ``sd-tree`` — SpecInfer (Miao et al. 2023) expansion tree ⟨k1,...,km⟩ from the draft model
-  (:class:`~specrepro.trees.DraftTreeProposer`, one target forward per step with tree attention). The tree is
+  (:class:`~specrepro.core.trees.DraftTreeProposer`, one target forward per step with tree attention). The tree is
   ``sd-tree@2x2x1x1`` per entry, else ``--tree 2x2x1x1`` for every ``sd-tree`` entry, else ⟨2,1,...,1⟩ of depth γ
   (two chains of length γ). Children are the draft's top-k tokens under greedy decoding (greedy verification) and
   sampled i.i.d. from the draft (``--opt tree_mode=iid``, default; ``without_replacement`` = Sequoia;
   ``topk`` = point masses) with multi-step speculative sampling (MSS) under sampling: exact in both cases.
 * ``sd-tree-merge`` — SpecInfer's merge-based tree of three chains of γ tokens: draft model, prompt lookup, bigram
-  (:class:`~specrepro.trees.MergedTreeProposer`); greedy verification or MSS: exact.
+  (:class:`~specrepro.core.trees.MergedTreeProposer`); greedy verification or MSS: exact.
 * ``medusa`` — Medusa-1 heads (Cai et al. 2024) on the target, static sparse tree (``medusa@N``: N nodes by Medusa's
-  accuracy-driven recipe on the paper's head accuracies; default :data:`specrepro.medusa.DEFAULT_CHOICES`, 16 nodes).
+  accuracy-driven recipe on the paper's head accuracies; default :data:`specrepro.core.medusa.DEFAULT_CHOICES`, 16 nodes).
   Needs trained heads: ``--medusa-heads DIR`` (written by ``MedusaHeads.save`` / ``get_or_train_heads``) or
   ``--medusa-heads auto`` (the newest heads cached for this target by ``get_or_train_heads``, e.g. by notebook 06).
   Greedy acceptance under greedy decoding; under sampling exact MSS with children sampled from the heads
@@ -51,26 +51,42 @@ recorded in :data:`PLUGIN_ERRORS` and shown when a method is not found. Any meth
 (``sd-draft@3``) to override the benchmark's γ for that entry, so one interleaved run can sweep γ; a method
 registered with a ``prepare`` hook parses the text after ``@`` itself (``sd-tree@2x2x1``, ``medusa@32``).
 
-Timing and randomness: :mod:`specrepro.harness`, the repository's one timing loop (interleaved prompt by prompt,
+Timing and randomness: :mod:`specrepro.measure.harness`, the repository's one timing loop (interleaved prompt by prompt,
 method order rotated, one untimed warm-up call per method with an 8-token budget, one seeding rule, the same clock
 for our loops and HF's, speedup = median over prompts of the paired per-prompt ratio with a 95% bootstrap
 interval). HF ``generate`` has no generator argument, so for the ``hf-*`` methods an integer seed drawn from the
 harness's generator seeds torch's global RNG inside ``torch.random.fork_rng`` (global state is restored).
 
-What it is not: the algorithms (:mod:`specrepro.decoding`, :mod:`specrepro.drafters`, :mod:`specrepro.trees`), the
+What it is not: the algorithms (:mod:`specrepro.core.decoding`, :mod:`specrepro.drafters`, :mod:`specrepro.core.trees`), the
 speed model (:mod:`specrepro.theory`) or quality evaluation (:mod:`specrepro.humaneval`).
 """
 
 from __future__ import annotations
 
-from ..harness import RunOutput
-from . import methods as _builtin_methods  # noqa: F401  (registers the built-in methods)
-from .cli import configure_parser, run_command
-from .methods import bigram_corpus, hf_generation_config
-from .options import MAX_TREE_NODES, TREE_MODES, BenchOptionError, parse_tree_spec
-from .registry import (DEFAULT_METHODS, OPTION_KEYS, PLUGIN_ERRORS, PLUGIN_MODULES, REGISTRY, BenchContext,
-                       MethodSpec, known_methods, register_method, resolve_method, validate_options)
-from .run import BenchResult, checkpoint_path, run_bench
+from specrepro.bench import methods as _builtin_methods  # noqa: F401  (registers the built-in methods)
+from specrepro.bench.cli import configure_parser, run_command
+from specrepro.bench.methods import bigram_corpus, hf_generation_config
+from specrepro.bench.options import (
+                                      MAX_TREE_NODES,
+                                      TREE_MODES,
+                                      BenchOptionError,
+                                      parse_tree_spec,
+)
+from specrepro.bench.registry import (
+                                      DEFAULT_METHODS,
+                                      OPTION_KEYS,
+                                      PLUGIN_ERRORS,
+                                      PLUGIN_MODULES,
+                                      REGISTRY,
+                                      BenchContext,
+                                      MethodSpec,
+                                      known_methods,
+                                      register_method,
+                                      resolve_method,
+                                      validate_options,
+)
+from specrepro.bench.run import BenchResult, checkpoint_path, run_bench
+from specrepro.measure.harness import RunOutput
 
 __all__ = [
     "BenchOptionError", "BenchContext", "RunOutput", "MethodSpec", "BenchResult", "REGISTRY", "PLUGIN_MODULES",

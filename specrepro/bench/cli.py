@@ -13,9 +13,13 @@ import sys
 
 import torch
 
-from .registry import DEFAULT_METHODS, PLUGIN_ERRORS, REGISTRY, known_methods
-from .run import run_bench
-
+from specrepro.bench.registry import (
+    DEFAULT_METHODS,
+    PLUGIN_ERRORS,
+    REGISTRY,
+    known_methods,
+)
+from specrepro.bench.run import run_bench
 
 # ---------------------------------------------------------------------------------------------------------------
 # Command line

@@ -3,8 +3,8 @@ own generation (AR, assisted generation, prompt lookup), each registered with :f
 
 What this file is: one factory per method, ``factory(ctx, name, gamma) -> runner(ids, generator)``.
 
-What it is not: the algorithms (:mod:`specrepro.decoding`, :mod:`specrepro.trees`, :mod:`specrepro.medusa`) or the
-timing (:mod:`specrepro.harness`).
+What it is not: the algorithms (:mod:`specrepro.core.decoding`, :mod:`specrepro.core.trees`, :mod:`specrepro.core.medusa`) or the
+timing (:mod:`specrepro.measure.harness`).
 """
 
 from __future__ import annotations
@@ -16,22 +16,33 @@ from typing import Callable
 
 import torch
 
-from ..harness import RunOutput
-from .options import (MAX_TREE_NODES, BenchOptionError, default_expansion, draft_kind_option, draft_stop_option,
-                      draft_vocab_option, hybrid_min_ngram_option, int8_backend_option, lookup_max_ngram_option,
-                      parse_tree_spec, tree_mode_option, typical_thresholds_option)
-from .registry import BenchContext, register_method
+from specrepro.bench.options import (
+    MAX_TREE_NODES,
+    BenchOptionError,
+    default_expansion,
+    draft_kind_option,
+    draft_stop_option,
+    draft_vocab_option,
+    hybrid_min_ngram_option,
+    int8_backend_option,
+    lookup_max_ngram_option,
+    parse_tree_spec,
+    tree_mode_option,
+    typical_thresholds_option,
+)
+from specrepro.bench.registry import BenchContext, register_method
+from specrepro.measure.harness import RunOutput
 
 
 def _our_runner(ctx: BenchContext, drafter, gamma: int, predict: bool = True):
-    """A runner of :func:`specrepro.decoding.generate` with ``drafter`` (None: AR) at a fixed ``gamma``.
+    """A runner of :func:`specrepro.core.decoding.generate` with ``drafter`` (None: AR) at a fixed ``gamma``.
 
     ``predict``: the method drafts exactly γ tokens per step with token verification, so Leviathan's model with the
     measured cost curves (:func:`specrepro.theory.hardware_aware_speedup`) predicts its speedup; the bench then
     measures ``drafter``'s cost per token (``run.cost_drafter``) before timing. False for dynamic or mixed drafters
     and block verification, whose tokens per step the i.i.d. formula does not give.
     """
-    from ..decoding import generate
+    from specrepro.core.decoding import generate
 
     def run(ids, generator):
         return generate(ctx.target, ids, drafter=drafter, gamma=gamma, max_new_tokens=ctx.max_new_tokens,
@@ -43,14 +54,14 @@ def _our_runner(ctx: BenchContext, drafter, gamma: int, predict: bool = True):
 
 @register_method("ar", uses_gamma=False)
 def _ar(ctx, name, gamma):
-    """our KV-cached autoregressive baseline (specrepro.decoding.generate, no drafter)"""
+    """our KV-cached autoregressive baseline (specrepro.core.decoding.generate, no drafter)"""
     return _our_runner(ctx, None, 1)
 
 
 @register_method("sd-draft", needs_draft=True)
 def _sd_draft(ctx, name, gamma):
     """our chain speculative decoding with the draft model (Leviathan Alg. 1 / Chen Alg. 2)"""
-    from ..drafters import DraftModelDrafter
+    from specrepro.drafters.model import DraftModelDrafter
 
     return _our_runner(ctx, DraftModelDrafter(ctx.draft, ctx.vocab_size), gamma)
 
@@ -58,8 +69,8 @@ def _sd_draft(ctx, name, gamma):
 @register_method("sd-draft-block", needs_draft=True)
 def _sd_draft_block(ctx, name, gamma):
     """our chain speculative decoding with the draft model, block verification (Sun et al. 2025); exact"""
-    from ..decoding import generate
-    from ..drafters import DraftModelDrafter
+    from specrepro.core.decoding import generate
+    from specrepro.drafters.model import DraftModelDrafter
 
     drafter = DraftModelDrafter(ctx.draft, ctx.vocab_size)
 
@@ -93,7 +104,7 @@ def _sd_draft_dynamic(ctx, name, gamma):
 @register_method("sd-lookup")
 def _sd_lookup(ctx, name, gamma):
     """our chain speculative decoding with prompt lookup (n-gram copy of the context, n = 3..1)"""
-    from ..drafters import PromptLookupDrafter
+    from specrepro.drafters.lookup import PromptLookupDrafter
 
     return _our_runner(ctx, PromptLookupDrafter(max_ngram=lookup_max_ngram_option(ctx.options)), gamma)
 
@@ -102,14 +113,14 @@ def bigram_corpus(tokenizer, exclude_ids=()) -> list[list[int]]:
     """Token ids of the corpus the ``sd-bigram`` draft is estimated from: every HumanEval prompt with its canonical
     solution and every pydoc topic prompt, minus the benchmark's own prompts (``exclude_ids``), so the draft has not
     seen the text it drafts for (Leviathan Table 3's bigram is likewise fitted on training text)."""
-    from ..data import corpus_token_ids
+    from specrepro.data import corpus_token_ids
 
     return corpus_token_ids(tokenizer, workloads=("humaneval", "pydoc"), exclude_ids=set(exclude_ids))
 
 
 def _bigram_drafter(ctx: BenchContext):
-    """The bigram :class:`~specrepro.drafters.NGramDrafter` of ``sd-bigram`` / ``sd-tree-merge``, built once."""
-    from ..drafters import NGramDrafter
+    """The bigram :class:`~specrepro.drafters.lookup.NGramDrafter` of ``sd-bigram`` / ``sd-tree-merge``, built once."""
+    from specrepro.drafters.lookup import NGramDrafter
 
     return ctx.shared("bigram", lambda: NGramDrafter(
         bigram_corpus(ctx.tokenizer, [p.id for p in ctx.prompts]), ctx.vocab_size, n=2))
@@ -125,9 +136,9 @@ def _sd_bigram(ctx, name, gamma):
 # Cheap drafts (issue 18): int8 draft, FR-Spec pruned head, hybrid lookup/model drafter, per-step γ
 # ---------------------------------------------------------------------------------------------------------------
 def _int8_draft(ctx: BenchContext):
-    """The int8 copy of ``ctx.draft`` (:func:`~specrepro.cheap_drafts.quantize_draft`), built once per benchmark and
+    """The int8 copy of ``ctx.draft`` (:func:`~specrepro.drafters.compress.quantize_draft`), built once per benchmark and
     shared by every method that uses it. Raises BenchOptionError: a draft the CPU int8 kernels cannot take."""
-    from ..cheap_drafts import quantize_draft
+    from specrepro.drafters.compress import quantize_draft
 
     backend = int8_backend_option(ctx.options)
 
@@ -144,7 +155,7 @@ def _kept_ids(ctx: BenchContext):
     """FR-Spec's kept vocabulary: the target's stop ids plus the ``draft_vocab`` most frequent tokens of the Python
     standard library's sources under the pair's tokenizer (counts cached per tokenizer), ids below both the target's
     width and the draft head's rows."""
-    from ..cheap_drafts import frequent_token_ids, token_frequencies
+    from specrepro.drafters.compress import frequent_token_ids, token_frequencies
 
     n = draft_vocab_option(ctx.options)
 
@@ -158,9 +169,9 @@ def _kept_ids(ctx: BenchContext):
 
 
 def _int8_pruned_head(ctx: BenchContext, kept):
-    """The int8 FR-Spec pruned head over ``kept`` (:func:`~specrepro.cheap_drafts.pruned_head` of the draft, then
-    :func:`~specrepro.cheap_drafts.quantize_linear`), built once per benchmark."""
-    from ..cheap_drafts import pruned_head, quantize_linear
+    """The int8 FR-Spec pruned head over ``kept`` (:func:`~specrepro.drafters.compress.pruned_head` of the draft, then
+    :func:`~specrepro.drafters.compress.quantize_linear`), built once per benchmark."""
+    from specrepro.drafters.compress import pruned_head, quantize_linear
 
     backend = int8_backend_option(ctx.options)
     return ctx.shared(f"fr_spec_head_int8:{kept.numel()}:{backend}",
@@ -172,9 +183,9 @@ def cheap_drafter(ctx: BenchContext, kind: str, stop_below: float = 0.0):
     ``int8`` its int8 copy, ``pruned`` its FR-Spec pruned head, ``int8-pruned`` the int8 backbone with an int8
     pruned head. Models and kept vocabularies are built once per benchmark (``ctx.shared``); each call returns a
     fresh drafter (its own KV cache). ``stop_below`` > 0: dynamic draft length (the drafter stops after a token its
-    temperature-1 confidence puts below it; :class:`~specrepro.drafters.DraftModelDrafter`)."""
-    from ..cheap_drafts import pruned_head
-    from ..drafters import DraftModelDrafter, PrunedHeadDrafter
+    temperature-1 confidence puts below it; :class:`~specrepro.drafters.model.DraftModelDrafter`)."""
+    from specrepro.drafters.compress import pruned_head
+    from specrepro.drafters.model import DraftModelDrafter, PrunedHeadDrafter
 
     if kind == "fp32":
         return DraftModelDrafter(ctx.draft, ctx.vocab_size, stop_below=stop_below)
@@ -217,7 +228,7 @@ def _sd_draft_int8_pruned(ctx, name, gamma):
 def _sd_hybrid(ctx, name, gamma):
     """our chain speculative decoding: prompt lookup where an n-gram (n >= hybrid_min_ngram, default 2) matches,
     else the draft model (--opt draft_kind: fp32, int8, pruned, int8-pruned)"""
-    from ..drafters import HybridDrafter, PromptLookupDrafter
+    from specrepro.drafters.lookup import HybridDrafter, PromptLookupDrafter
 
     lookup = PromptLookupDrafter(max_ngram=lookup_max_ngram_option(ctx.options),
                                  min_ngram=hybrid_min_ngram_option(ctx.options))
@@ -253,10 +264,10 @@ def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int
     """The fixed costs sd-draft-auto chooses γ from (and sd-draft-adaptive its block lengths), measured once per
     benchmark before any timed run: the target's forward time over n = 1..max_gamma+1 new tokens on a
     ``prefix_len``-token prefix and ``drafter``'s time per drafted token under the run's sampling
-    (:func:`~specrepro.cheap_drafts.measure_chain_costs`: warmed-up passes, then the median of ``rounds``), ms; the
+    (:func:`~specrepro.measure.cost.measure_chain_costs`: warmed-up passes, then the median of ``rounds``), ms; the
     target on random ids from a generator seeded with ``ctx.seed``, the drafter along the prompts' tokens
     (``ctx.cost_text``). Returns ``(CostCurve, t_draft_ms)``."""
-    from ..cheap_drafts import measure_chain_costs
+    from specrepro.measure.cost import measure_chain_costs
 
     curve, t_draft = measure_chain_costs(ctx.target, {"draft": drafter}, ns=range(1, max_gamma + 2),
                                          vocab=ctx.vocab_size, prefix_len=prefix_len, repeats=repeats, rounds=rounds,
@@ -269,7 +280,7 @@ def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int
 def _sd_draft_auto(ctx, name, gamma):
     """our chain speculative decoding, γ <= @γ (default 8) chosen per step from measured cost curves and the running α
     (hardware-aware cost model; --opt draft_kind: fp32, int8, pruned, int8-pruned)"""
-    from ..drafters import AutoGammaDrafter
+    from specrepro.drafters.adaptive import AutoGammaDrafter
 
     kind = draft_kind_option(ctx.options)
     inner = cheap_drafter(ctx, kind)
@@ -288,7 +299,7 @@ def _sd_draft_adaptive(ctx, name, gamma):
     calibrated confidence no longer pays for another drafted token under the measured costs (AdaptiveLengthDrafter,
     calibration carried over the bench's prompts in their fixed order; --opt draft_kind: fp32, int8, pruned,
     int8-pruned; sd-draft-adaptive-<kind> fixes the kind, so one run can hold two)"""
-    from ..drafters import AdaptiveLengthDrafter
+    from specrepro.drafters.adaptive import AdaptiveLengthDrafter
 
     base = str(name).split("@", 1)[0]
     fixed = base.removeprefix("sd-draft-adaptive-") if base.startswith("sd-draft-adaptive-") else None
@@ -394,7 +405,7 @@ def _hf_assisted_int8_gamma(ctx, name, gamma):
 def _hf_assisted_int8_pruned(ctx, name, gamma):
     """transformers assisted generation with our cheapest draft, the int8 copy with the int8 FR-Spec pruned head
     (draft_vocab tokens; full-width logits, the lowest value outside the kept set), HF's defaults"""
-    from ..cheap_drafts import FullWidthHead, with_output_head
+    from specrepro.drafters.compress import FullWidthHead, with_output_head
 
     kept = _kept_ids(ctx)
     rows = ctx.draft.get_output_embeddings().weight.shape[0]
@@ -416,7 +427,7 @@ def _hf_lookup(ctx, name, gamma):
 # Token-tree and Medusa methods
 # ---------------------------------------------------------------------------------------------------------------
 def _check_tree_attention(ctx_model, name: str, which: str) -> None:
-    from ..tree_attention import check_tree_attention
+    from specrepro.core.tree_attention import check_tree_attention
 
     try:
         check_tree_attention(ctx_model)
@@ -449,7 +460,7 @@ def _sd_tree(ctx, name, gamma):
 def _draft_tree_runner(ctx: BenchContext, name: str, gamma: int, model, which: str):
     """The runner of an expansion tree (``name@K1xK2x...``, --tree, or ⟨2,1,...,1⟩ of depth ``gamma``) drafted by
     ``model`` and verified by the target with tree attention (SpecInfer); ``which`` names the model in errors."""
-    from ..trees import DraftTreeProposer, tree_generate
+    from specrepro.core.trees import DraftTreeProposer, tree_generate
 
     at = name.partition("@")[2] or ctx.options.get("tree")
     widths = parse_tree_spec(at) if at else default_expansion(gamma)
@@ -478,8 +489,9 @@ def _sd_tree_int8(ctx, name, gamma):
 @register_method("sd-tree-merge", needs_draft=True)
 def _sd_tree_merge(ctx, name, gamma):
     """our merge-based token tree (SpecInfer): γ-token chains of draft model, prompt lookup and bigram merged"""
-    from ..drafters import DraftModelDrafter, PromptLookupDrafter
-    from ..trees import MergedTreeProposer, tree_generate
+    from specrepro.core.trees import MergedTreeProposer, tree_generate
+    from specrepro.drafters.lookup import PromptLookupDrafter
+    from specrepro.drafters.model import DraftModelDrafter
 
     _check_tree_attention(ctx.target, name, "target")
     drafters = [DraftModelDrafter(ctx.draft, ctx.vocab_size),
@@ -495,15 +507,15 @@ def _sd_tree_merge(ctx, name, gamma):
 
 _HOW_TO_TRAIN_HEADS = (
     "train heads with notebook 06 (notebooks/06_medusa.ipynb, which caches them) or in Python: "
-    "data = specrepro.medusa.self_distillation_data(model, tokenizer, prompts); "
-    "heads, _, _ = specrepro.medusa.get_or_train_heads(model, data)  (cached under <cache>/medusa/heads/<key>/) "
+    "data = specrepro.train.medusa1.self_distillation_data(model, tokenizer, prompts); "
+    "heads, _, _ = specrepro.train.medusa1.get_or_train_heads(model, data)  (cached under <cache>/medusa/heads/<key>/) "
     "or heads.save(DIR); then pass --medusa-heads DIR, or --medusa-heads auto for the newest cached heads of the "
     "target, or --medusa-heads stdlib to train (once, then cached) heads on the Python standard library's sources "
-    "with specrepro.medusa.get_or_train_stdlib_heads")
+    "with specrepro.train.stdlib.get_or_train_stdlib_heads")
 
 
 def _heads_cache_root() -> Path:
-    from ..models import cache_dir
+    from specrepro.models import cache_dir
 
     return cache_dir() / "medusa" / "heads"
 
@@ -526,11 +538,15 @@ def _read_heads_config(directory) -> dict:
 
 def _medusa_choices(at: str | None, n_heads: int, accuracies=None):
     """The static tree for K = ``n_heads`` heads. With the heads' own measured top-i accuracies (``accuracies``,
-    [K][I], from the accuracy.csv that :func:`~specrepro.medusa.get_or_train_stdlib_heads` saves beside them):
-    Medusa's accuracy-driven sparse tree of N (default 16) nodes on them. Without: :data:`~specrepro.medusa.
+    [K][I], from the accuracy.csv that :func:`~specrepro.train.stdlib.get_or_train_stdlib_heads` saves beside them):
+    Medusa's accuracy-driven sparse tree of N (default 16) nodes on them. Without: :data:`~specrepro.core.medusa.
     DEFAULT_CHOICES` when it fits (depth <= K) and no ``@N`` is given, else the sparse tree of N nodes on the paper's
     Vicuna-7B head accuracies, restricted to the first K heads."""
-    from ..medusa import DEFAULT_CHOICES, PAPER_HEAD_ACCURACY, sparse_tree_from_accuracies
+    from specrepro.core.medusa import (
+        DEFAULT_CHOICES,
+        PAPER_HEAD_ACCURACY,
+        sparse_tree_from_accuracies,
+    )
 
     n_nodes = int(at) if at else 16
     if accuracies is not None:
@@ -581,13 +597,17 @@ def _load_medusa_heads(ctx: BenchContext):
         BenchOptionError: no heads there, heads trained for another base model (HeadMismatchError), or 'auto' and
             no cached heads match the target's fingerprint.
     """
-    from ..medusa import HeadMismatchError, MedusaHeads, base_fingerprint
+    from specrepro.core.medusa_heads import (
+        HeadMismatchError,
+        MedusaHeads,
+        base_fingerprint,
+    )
 
     where = str(ctx.options.get("medusa_heads"))
 
     def load():
         if where == "stdlib":
-            from ..medusa import get_or_train_stdlib_heads
+            from specrepro.train.stdlib import get_or_train_stdlib_heads
 
             return get_or_train_stdlib_heads(ctx.target, ctx.tokenizer)["heads"]
         if where == "auto":
@@ -618,7 +638,7 @@ def _load_medusa_heads(ctx: BenchContext):
 
 
 def _medusa_factory(ctx, name, acceptance_under_sampling: str, proposal_under_sampling: str | None):
-    from ..medusa import MedusaProposer, medusa_generate
+    from specrepro.core.medusa import MedusaProposer, medusa_generate
 
     _check_tree_attention(ctx.target, name, "target")
     heads = _load_medusa_heads(ctx)

@@ -11,9 +11,6 @@ What it is not: the registry (:mod:`specrepro.bench.registry`) or the methods (:
 from __future__ import annotations
 
 
-
-
-
 class BenchOptionError(ValueError):
     """An impossible or unknown benchmark option (the message says which and what is allowed)."""
 
@@ -115,7 +112,7 @@ DEFAULT_DRAFT_VOCAB = 32768
 
 
 def int8_backend_option(options: dict) -> str:
-    from ..cheap_drafts import check_int8_backend
+    from specrepro.drafters.compress import check_int8_backend
 
     backend = str(options.get("int8_backend", "torch"))
     try:

@@ -5,7 +5,7 @@ plugin loading, :func:`resolve_method` (``name``, ``name@γ``, ``name@spec``), :
 :func:`validate_options` (every option checked before a model is loaded).
 
 What it is not: the built-in methods (:mod:`specrepro.bench.methods`), the run (:mod:`specrepro.bench.run`) or
-the timing loop (:mod:`specrepro.harness`).
+the timing loop (:mod:`specrepro.measure.harness`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,18 @@ from typing import Any, Callable
 
 import torch
 
-from ..sampling import SamplingConfig
-from .options import (BenchOptionError, check_typical_option, draft_kind_option, draft_stop_option,
-                      draft_vocab_option, hybrid_min_ngram_option, int8_backend_option, lookup_max_ngram_option,
-                      tree_mode_option)
-
+from specrepro.bench.options import (
+    BenchOptionError,
+    check_typical_option,
+    draft_kind_option,
+    draft_stop_option,
+    draft_vocab_option,
+    hybrid_min_ngram_option,
+    int8_backend_option,
+    lookup_max_ngram_option,
+    tree_mode_option,
+)
+from specrepro.core.sampling import SamplingConfig
 
 #: Methods run when none are named (draft-model methods are dropped when no draft is given).
 DEFAULT_METHODS = ("ar", "sd-draft", "sd-lookup", "sd-bigram", "hf-ar", "hf-assisted", "hf-lookup")
@@ -174,12 +181,12 @@ class BenchContext:
             ``medusa_heads`` (``--medusa-heads``: a directory, 'auto' or 'stdlib'), ``typical_epsilon`` / ``typical_delta``
             (medusa-typical thresholds, Medusa's defaults 0.09 / 0.3), ``draft_stop`` (sd-draft-dynamic's draft
             confidence threshold, default 0.4); the cheap drafts': ``int8_backend`` (int8 draft copies, one of
-            :data:`specrepro.cheap_drafts.INT8_BACKENDS`, default ``torch``), ``draft_vocab`` (tokens the FR-Spec
+            :data:`specrepro.drafters.compress.INT8_BACKENDS`, default ``torch``), ``draft_vocab`` (tokens the FR-Spec
             pruned draft head keeps, default 32768), ``draft_kind`` (the draft of sd-hybrid, sd-draft-auto,
             sd-draft-dynamic and sd-draft-adaptive: fp32, int8, pruned or int8-pruned; default fp32),
             ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup match, default 2).
         cost_text: the prompts' token ids end to end (long tensor [L]; None = random ids), the text the cost model
-            times the drafters along (:func:`specrepro.cheap_drafts.measure_draft_step_ms`).
+            times the drafters along (:func:`specrepro.measure.cost.measure_draft_step_ms`).
     """
 
     target: Any
@@ -310,7 +317,7 @@ def validate_options(*, methods, gamma: int, n_prompts: int | None, max_new_toke
     if not (dev == "cpu" or dev.startswith("cuda") or dev == "mps"):
         bad(f"device must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {dev!r}")
     if dtype is not None:
-        from ..models import resolve_dtype
+        from specrepro.models import resolve_dtype
 
         try:
             resolve_dtype(dtype, dev)

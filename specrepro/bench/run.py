@@ -3,7 +3,7 @@
 What this file is: :func:`run_bench` and :class:`BenchResult` (per-run rows, a per-method summary with paired
 speedups and their 95% intervals, JSON).
 
-What it is not: the timing loop (:mod:`specrepro.harness`) or the command line (:mod:`specrepro.bench.cli`).
+What it is not: the timing loop (:mod:`specrepro.measure.harness`) or the command line (:mod:`specrepro.bench.cli`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,17 @@ from typing import Any
 
 import torch
 
-from ..harness import paired_speedup, ratio_of_sums_ci, run_interleaved
-from ..sampling import SamplingConfig
-from .options import BenchOptionError
-from .registry import DEFAULT_METHODS, BenchContext, MethodSpec, resolve_method, validate_options
-
+from specrepro.bench.options import BenchOptionError
+from specrepro.bench.registry import (
+    DEFAULT_METHODS,
+    BenchContext,
+    MethodSpec,
+    resolve_method,
+    validate_options,
+)
+from specrepro.core.sampling import SamplingConfig
+from specrepro.measure.harness import paired_speedup, run_interleaved
+from specrepro.stats import ratio_of_sums_ci
 
 # ---------------------------------------------------------------------------------------------------------------
 # Timing and aggregation
@@ -103,7 +109,7 @@ def rate_intervals(d, seed: int = 0) -> dict:
     """95% intervals of one method's pooled tokens per target step and α, bootstrapped over prompts.
 
     The pooled rates are those of the summary (new tokens / steps, the mean of every step's acceptance term); each
-    prompt's runs (all its repeats) form one cluster (:func:`specrepro.harness.ratio_of_sums_ci`).
+    prompt's runs (all its repeats) form one cluster (:func:`specrepro.stats.ratio_of_sums_ci`).
 
     Args:
         d: one method's runs (a DataFrame with ``prompt``, ``new_tokens``, ``steps`` and ``alpha_terms``, a list
@@ -182,7 +188,7 @@ def _summarize(runs, resolved, greedy: bool, seed: int = 0):
 
 def _resolve_models(pair, target, draft, device, dtype, models):
     """-> (target_model, draft_model | None, tokenizer, target_name, draft_name)."""
-    from ..models import PAIRS, load_model, load_pair
+    from specrepro.models import PAIRS, load_model, load_pair
 
     if models is not None:
         tm, dm, tok = models
@@ -206,8 +212,8 @@ def _resolve_models(pair, target, draft, device, dtype, models):
 
 
 def _eos_ids(model, tokenizer) -> list[int]:
-    """The bench's stop ids: the decoding loops' default (:func:`specrepro.decoding.default_eos_ids`)."""
-    from ..decoding import default_eos_ids
+    """The bench's stop ids: the decoding loops' default (:func:`specrepro.core.decoding.default_eos_ids`)."""
+    from specrepro.core.decoding import default_eos_ids
 
     return default_eos_ids(model, tokenizer)
 
@@ -270,7 +276,7 @@ def run_bench(
         tree: the expansion ⟨k1,...,km⟩ of ``sd-tree`` entries without ``@``, e.g. ``"2x2x1x1"``
             (:func:`parse_tree_spec`; default ⟨2,1,...,1⟩ of depth ``gamma``). Same as ``options["tree"]``.
         medusa_heads: for ``medusa`` / ``medusa-typical``: a directory of heads saved by
-            :meth:`specrepro.medusa.MedusaHeads.save` (or cached by :func:`specrepro.medusa.get_or_train_heads`), or
+            :meth:`specrepro.core.medusa_heads.MedusaHeads.save` (or cached by :func:`specrepro.train.medusa1.get_or_train_heads`), or
             ``"auto"`` for the newest cached heads trained for the target. Same as ``options["medusa_heads"]``.
         print_table: print :meth:`BenchResult.table` to stdout.
         predict: before and again after timing, measure the target's forward time over n = 1..γmax + 1 new tokens
@@ -281,11 +287,11 @@ def run_bench(
 
     Returns:
         :class:`BenchResult`: ``runs`` has one row per timed call, the columns of
-        :func:`specrepro.harness.run_interleaved` (repeat, prompt, method, new_tokens, seconds, tokens_per_s, steps,
+        :func:`specrepro.measure.harness.run_interleaved` (repeat, prompt, method, new_tokens, seconds, tokens_per_s, steps,
         loop_ms, token_ids, drafted, accepted, alpha_terms, depths, equal_to_baseline against our AR, ...) plus
         gamma; ``summary`` one row per method: exact (distribution-preserving), n_prompts, tokens_per_s
         (median), ms_per_token (median), speedup_vs_ar and speedup_vs_hf_assisted with their 95% intervals
-        (``_lo``/``_hi``; :func:`specrepro.harness.paired_speedup`: median over prompts of the paired tokens/s
+        (``_lo``/``_hi``; :func:`specrepro.measure.harness.paired_speedup`: median over prompts of the paired tokens/s
         ratio, percentile bootstrap over prompts), alpha (mean Σ min(p, q) over verified positions, Leviathan
         Def. 3.1), tokens_per_step (new tokens over target steps, pooled), alpha and tokens_per_step with their 95%
         intervals over prompts (``_lo``/``_hi``, :func:`rate_intervals`), accepted_per_step, drafted_per_step,
@@ -299,7 +305,7 @@ def run_bench(
     """
     import pandas as pd
 
-    from ..data import Prompt, load_workload
+    from specrepro.data import Prompt, load_workload
 
     if methods is None:
         methods = list(DEFAULT_METHODS)
@@ -329,7 +335,7 @@ def run_bench(
 
     tm, dm, tok, tname, dname = _resolve_models(pair, target, draft, device, dtype, models)
     dev = str(tm.device)
-    from ..data import format_prompt
+    from specrepro.data import format_prompt
 
     encoded = [tok(format_prompt(p, tok, chat=chat), return_tensors="pt").input_ids[0].to(tm.device)
                for p in prompts]
@@ -347,7 +353,12 @@ def run_bench(
     if warmup:  # untimed: first-call costs (allocations, kernel selection, lazy imports) stay out of the timings
         wctx = dataclasses.replace(ctx, max_new_tokens=min(8, max_new_tokens))  # shares ctx's built resources
         warm = {label: spec.factory(wctx, _factory_name(label, spec), g) for label, spec, g in resolved}
-    from ..results import code_fingerprint, cpu_description, device_description, git_commit
+    from specrepro.files import (
+        code_fingerprint,
+        cpu_description,
+        device_description,
+        git_commit,
+    )
 
     config = {  # all but resumed_blocks and the cost model's second measurement is known before timing (the commit:
         # the code that runs)
@@ -385,7 +396,7 @@ def run_bench(
         summary = add_predictions(summary, costs, runs)
     result = BenchResult(summary=summary, runs=runs, config=config)
     if json_path is not None:
-        from ..results import atomic_write_text
+        from specrepro.files import atomic_write_text
 
         atomic_write_text(Path(json_path), json.dumps(result.to_json(), indent=1) + "\n")
         ckpt.unlink(missing_ok=True)
@@ -405,7 +416,7 @@ def run_bench(
 def checkpoint_path(json_path: str | Path) -> Path:
     """Where :func:`run_bench` keeps the timing checkpoint of a run that writes ``json_path``: the hidden file
     ``.<name>.checkpoint`` beside it, deleted once the JSON is written. An interrupted bench run with the same
-    settings on the same machine and code resumes from it (:func:`specrepro.harness.run_interleaved`)."""
+    settings on the same machine and code resumes from it (:func:`specrepro.measure.harness.run_interleaved`)."""
     path = Path(json_path)
     return path.with_name(f".{path.name}.checkpoint")
 
@@ -420,11 +431,11 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
     """The costs the bench's predictions use, measured in the benchmark's own process (:func:`run_bench` measures
     them before and again after the timed passes and uses the means, :func:`mean_costs`).
 
-    The target's KV-cached forward time over n = 1..γmax + 1 new tokens (:func:`specrepro.theory.measure_cost_curve`)
+    The target's KV-cached forward time over n = 1..γmax + 1 new tokens (:func:`specrepro.measure.cost.measure_cost_curve`)
     and, for each runner with a ``cost_drafter`` (fixed-γ chains, see ``_our_runner``), that drafter's time per
     drafted token under the run's sampling (its logits processing included), both after a prefix as long as the
     median prompt plus half the new tokens (the mean context of a run), medians in ms
-    (:func:`specrepro.cheap_drafts.measure_chain_costs`: warmed-up passes, then the median of ``rounds``). The target
+    (:func:`specrepro.measure.cost.measure_chain_costs`: warmed-up passes, then the median of ``rounds``). The target
     is timed on random ids from a generator seeded with ``ctx.seed`` (the cost of a dense forward does not depend on
     the ids); the drafters along the prompts' own tokens (``ctx.cost_text``), because their top-p processing does
     (a random prefix gives a flat draft distribution whose nucleus needs a sort of the whole vocabulary).
@@ -441,7 +452,7 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
     """
     import numpy as np
 
-    from ..cheap_drafts import measure_chain_costs
+    from specrepro.measure.cost import measure_chain_costs
 
     chains = {label: run for label, run in runners.items() if getattr(run, "cost_drafter", None) is not None}
     if not chains:
@@ -495,7 +506,7 @@ def mean_costs(before: dict, after: dict) -> dict:
     Raises:
         ValueError: the two measured different sizes n or different methods.
     """
-    from ..theory import CostCurve
+    from specrepro.theory import CostCurve
 
     t0, t1 = before["target"], after["target"]
     if list(t0.n) != list(t1.n) or set(before["draft_ms"]) != set(after["draft_ms"]):
@@ -532,7 +543,12 @@ def add_predictions(summary, costs: dict, runs=None):
     Returns:
         a copy of ``summary`` with those columns and ``draft_ms_per_token``.
     """
-    from ..theory import expected_tokens, free_draft_bound, hardware_aware_speedup, with_prefill
+    from specrepro.theory import (
+        expected_tokens,
+        free_draft_bound,
+        hardware_aware_speedup,
+        with_prefill,
+    )
 
     out = summary.copy()
     nan = float("nan")
@@ -577,7 +593,7 @@ def with_in_run_predictions(summary: list[dict], runs) -> list[dict]:
     bench's cost model, measured before and after the timed passes, caught such states (nucleus run of record: t(1) =
     140 ms, while AR's own forwards in the timed runs took 95-104). A prediction from costs measured outside the runs
     then tests the machine's state, not the model. This one uses the same runs' records
-    (:func:`specrepro.harness.run_interleaved`): t(1) = AR's median target forward per step, t(γ + 1) = the chain's
+    (:func:`specrepro.measure.harness.run_interleaved`): t(1) = AR's median target forward per step, t(γ + 1) = the chain's
     median target forward per step, t_draft = the chain's median draft time per drafted token, all ms, so measured /
     predicted is left with what the model leaves out (tokens per step vs Eq. 1 at the run's α, loop overheads, the
     prefill's weight as :func:`specrepro.theory.with_prefill` states it, the spread of per-prompt ratios).
@@ -595,7 +611,7 @@ def with_in_run_predictions(summary: list[dict], runs) -> list[dict]:
     """
     import pandas as pd
 
-    from ..theory import expected_tokens, with_prefill
+    from specrepro.theory import expected_tokens, with_prefill
 
     runs = pd.DataFrame(runs)
     rows = [dict(r) for r in summary]
@@ -689,7 +705,7 @@ def _refresh_intervals(data: dict) -> dict:
 
 
 def _refresh_with_prefill(data: dict) -> dict:
-    from ..theory import with_prefill
+    from specrepro.theory import with_prefill
 
     summary = data.get("summary") or []
     target_ms = ((data.get("config") or {}).get("cost_model") or {}).get("target_ms") or {}

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..harness import paired_speedup
-from .run import refresh_predictions
-from .run import run_median as _median
+from specrepro.bench.run import refresh_predictions
+from specrepro.bench.run import run_median as _median
+from specrepro.measure.harness import paired_speedup
 
 __all__ = ["Target", "TARGETS", "MET", "MET_MEDIAN", "MISSED", "NOT_RUN", "check_targets", "prediction_gap",
            "draft_kind_of"]
@@ -121,7 +121,7 @@ def prediction_gap(data: dict) -> pd.DataFrame:
     mean of a measurement before and one after them (``config.cost_model``, ms), turned into a whole-request
     prediction with AR's measured prefill (:func:`specrepro.theory.with_prefill`; files written before that get it
     from their own runs, :func:`specrepro.bench.run.refresh_predictions`). The timed runs record where
-    each step's time went (:func:`specrepro.harness.run_interleaved`: ``loop_ms`` per step after the prefill,
+    each step's time went (:func:`specrepro.measure.harness.run_interleaved`: ``loop_ms`` per step after the prefill,
     ``target_ms`` per step, ``draft_ms`` per drafted token, ``overhead_ms`` per step). measured / predicted is the
     product of four factors, each 1 when the model holds:
 
@@ -209,7 +209,7 @@ def _at_least_why(data: dict, r: dict) -> str:
     """What the cost model says about a chain that did not clearly clear a speed target: its draft length, tokens per
     step and, where the run measured costs, the prediction at its γ and at the model's best γ for its α among the
     draft lengths whose verification the run measured (no extrapolation of the target's cost curve)."""
-    from ..theory import CostCurve, hardware_aware_speedup
+    from specrepro.theory import CostCurve, hardware_aware_speedup
 
     parts = []
     if _fin(r.get("drafted_per_step")) and _fin(r.get("tokens_per_step")):

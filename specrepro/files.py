@@ -1,0 +1,133 @@
+"""Files: atomic writes, the repository root, and what a record says about the code and machine that made it.
+
+What this file is: the lowest layer every writer uses. What it is not: the rule of who may write the committed
+record (:mod:`specrepro.record.results`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["repo_root", "git_commit", "code_fingerprint", "device_description", "cpu_description", "atomic_write_text", "atomic_save_safetensors"]
+
+
+def repo_root() -> Path:
+    """The repository root (the directory holding pyproject.toml), found from this file; falls back to the cwd."""
+    here = Path(__file__).resolve().parent.parent
+    return here if (here / "pyproject.toml").exists() else Path.cwd()
+
+
+# paths a run writes (never inputs to a measurement): excluded from the "-dirty" check of the provenance commit
+_OUTPUT_PATHS = ("data/results", "figures", "notebooks/executed", "build", "README.md")
+
+
+def git_commit() -> str:
+    """The checked-out commit (12 hex digits), with '-dirty' when code (not outputs) differs from it; 'unknown'
+    outside git."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo_root(), capture_output=True,
+                             text=True, timeout=10)
+        # "-dirty" means the code differs from the commit; the outputs themselves (result tables, figures, executed
+        # notebooks, the README's generated blocks) change during every run and do not count
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){p}" for p in _OUTPUT_PATHS)], cwd=repo_root(),
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (out.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def code_fingerprint() -> str:
+    """A hash (16 hex digits) of the ``specrepro`` package's Python sources as they are on disk: what a resumed
+    timing run checks, so that blocks timed by other code are not mixed with its own (unlike :func:`git_commit`, it
+    does not change when only results, notebooks or docs are committed)."""
+    import hashlib
+
+    pkg = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(pkg.rglob("*.py")):
+        h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def device_description(device: str = "cpu") -> str:
+    """A short human description of the compute device, e.g. 'cpu (2 cores)' or 'cuda: NVIDIA H100 80GB HBM3'."""
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(torch.device(device))}"
+    return f"cpu ({os.cpu_count()} cores, {platform.machine()})"
+
+
+def cpu_description(cpuinfo: str | None = None) -> str:
+    """The CPU model and its widest SIMD extension, e.g. 'AMD EPYC (family 25, model 1), avx2'. Timings move with the
+    machine (issue 18: verifying 5 tokens with the 1.5B target cost about 0.8x a 1-token forward on the machine of
+    the bench of record and about 1.5x on an AVX2-only EPYC), so every timed record names the CPU it ran on.
+
+    Args:
+        cpuinfo: the text of ``/proc/cpuinfo`` (read on Linux when None); elsewhere ``platform.processor()``.
+
+    Returns:
+        a one-line description; ``platform.processor()`` (or 'unknown') without a readable cpuinfo.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return platform.processor() or "unknown"
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    flags = set(fields.get("flags", "").split())
+    simd = next((f for f in ("amx_tile", "avx512f", "avx2", "avx", "sse4_2") if f in flags), "")
+    name = fields.get("model name") or platform.processor() or "unknown"
+    family = (f" (family {fields['cpu family']}, model {fields['model']})"
+              if "cpu family" in fields and "model" in fields else "")
+    return name + family + (f", {simd}" if simd else "")
+
+
+def umask_mode() -> int:
+    """The mode ``open()`` would give a new file (0o666 less the umask); ``mkstemp`` files are 0o600 otherwise."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, umask_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_save_safetensors(tensors: dict, path: Path, metadata: dict | None = None) -> None:
+    """Write ``{name: tensor}`` as a safetensors file at ``path`` through a temporary file and ``os.replace`` (cached
+    hidden states, trained heads); ``metadata``: str -> str, stored in the file's header."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+        os.chmod(tmp, umask_mode())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,94 @@
+"""Tables behind notebook 07 (Chen et al. 2023, Table 1 and Figure 1): the K sweep's per-prompt rows and their
+per-K summary with 95% intervals over prompts.
+
+What this file is: the reduction of one interleaved :func:`specrepro.bench.run_bench` run over K = 0..7 (K = 0 is
+autoregressive decoding) to (a) one row per (repeat, prompt, K) that the scorecard's rules read
+(:func:`k_sweep_runs`) and (b) one row per K for Chen's Figure 1 (:func:`k_sweep_summary`): the harness's paired
+speedup over AR, the accepted fraction tokens per loop / (K + 1) and the time of one draft-and-verify loop, each with
+a percentile-bootstrap interval over prompts (:func:`specrepro.stats.bootstrap_ci`), and the paper's HumanEval
+number where Chen et al. give one.
+
+What it is not: the timing loop (:mod:`specrepro.measure.harness`), the methods (:mod:`specrepro.bench`) or plotting
+(:func:`specrepro.record.plots.fig_chen_k_sweep`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specrepro.measure.harness import paired_speedup, per_run_table
+from specrepro.stats import bootstrap_ci
+from specrepro.theory import expected_tokens
+
+__all__ = ["CHEN_TABLE1_HUMANEVAL", "k_sweep_runs", "k_sweep_summary"]
+
+#: Chen et al. 2023 (arXiv 2302.01318v1), Table 1, HumanEval, nucleus T = 0.8 / top-p 0.95, Chinchilla 70B + 4B
+#: draft on 16 TPU v4: K -> (ms per token, speedup over AR). Figure 1's per-K HumanEval values are not given in the
+#: text (only their shape), so K = 4 is the one per-K point the paper prints for HumanEval.
+CHEN_TABLE1_HUMANEVAL = {0: (14.1, 1.0), 4: (5.73, 2.46)}
+
+
+def k_sweep_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per-prompt rows of a K sweep, for CSV tables and the scorecard's paired rules.
+
+    Args:
+        runs: :attr:`specrepro.bench.BenchResult.runs` of one interleaved run (columns method, gamma, repeat,
+            prompt, new_tokens, steps, seconds, tokens_per_s, loop_ms, drafted/accepted lists, ...); AR has gamma
+            None/NaN.
+
+    Returns:
+        :func:`specrepro.measure.harness.per_run_table` rows (list columns reduced to sums) with ``K`` (int, 0 for AR, first
+        column after method) and ``accepted_fraction`` = tokens per loop / (K + 1) (Chen Fig. 1, middle; 1 for AR).
+    """
+    out = per_run_table(runs)
+    k = pd.to_numeric(out.pop("gamma"), errors="coerce").fillna(0).astype(int) if "gamma" in out else \
+        pd.Series(0, index=out.index)
+    out.insert(out.columns.get_loc("method") + 1, "K", k)
+    out["accepted_fraction"] = out["tokens_per_step"] / (out["K"] + 1)
+    return out
+
+
+def k_sweep_summary(runs: pd.DataFrame, baseline: str | None = None, seed: int = 0) -> pd.DataFrame:
+    """One row per K of a sweep (Chen Fig. 1) with 95% percentile-bootstrap intervals over prompts.
+
+    Args:
+        runs: :func:`k_sweep_runs` rows (one per repeat, prompt and K; K = 0 is the AR baseline).
+        baseline: the AR method's name (default: the method with K = 0).
+        seed: seed of the bootstrap resampling.
+
+    Returns:
+        columns K, method, n_prompts, speedup / speedup_lo / speedup_hi (the harness's paired tokens/s ratio over
+        AR, median over prompts, :func:`specrepro.measure.harness.paired_speedup`), accepted_fraction / _lo / _hi (mean over
+        prompts of each prompt's tokens per loop / (K + 1)), loop_ms / _lo / _hi (median over prompts of each
+        prompt's ms per loop, prefill excluded), ms_per_token (median), alpha (mean of the per-run α, NaN for AR),
+        predicted_fraction ((1 − α^{K+1}) / ((1 − α)(K + 1)), Leviathan Eq. 1, from that α), paper_speedup and
+        paper_ms_per_token (Chen Table 1, HumanEval; NaN where the paper gives no number). Sorted by K.
+
+    Raises:
+        ValueError: no K = 0 rows (no AR baseline to pair with).
+    """
+    if baseline is None:
+        base = runs.loc[runs["K"] == 0, "method"].unique()
+        if len(base) == 0:
+            raise ValueError("the sweep has no K = 0 (AR) rows to pair with")
+        baseline = str(base[0])
+    rows = []
+    for k, d in runs.groupby("K", sort=True):
+        method = str(d["method"].iloc[0])
+        sp = paired_speedup(runs, method, baseline, seed=seed) if method != baseline else \
+            {"speedup": 1.0, "speedup_lo": 1.0, "speedup_hi": 1.0, "n_prompts": int(d["prompt"].nunique())}
+        per_prompt = d.groupby("prompt", sort=False)
+        frac = bootstrap_ci(per_prompt["accepted_fraction"].mean().to_numpy(), np.mean, seed=seed)
+        loop = bootstrap_ci(per_prompt["loop_ms"].median().to_numpy(), np.median, seed=seed)
+        alpha = float(d["alpha"].mean()) if "alpha" in d and d["alpha"].notna().any() else float("nan")
+        paper = CHEN_TABLE1_HUMANEVAL.get(int(k), (np.nan, np.nan))
+        rows.append({"K": int(k), "method": method, "n_prompts": sp["n_prompts"], "speedup": sp["speedup"],
+                     "speedup_lo": sp["speedup_lo"], "speedup_hi": sp["speedup_hi"],
+                     "accepted_fraction": frac[0], "accepted_fraction_lo": frac[1], "accepted_fraction_hi": frac[2],
+                     "loop_ms": loop[0], "loop_ms_lo": loop[1], "loop_ms_hi": loop[2],
+                     "ms_per_token": float(d["ms_per_token"].median()), "alpha": alpha,
+                     "predicted_fraction": 1.0 if k == 0 else float(expected_tokens(alpha, int(k))) / (int(k) + 1)
+                     if np.isfinite(alpha) else float("nan"),
+                     "paper_ms_per_token": paper[0], "paper_speedup": paper[1]})
+    return pd.DataFrame(rows)

@@ -1,0 +1,338 @@
+"""Experiment runners behind notebook 05 (SpecInfer token trees): one function per table, tidy pandas DataFrames.
+
+What this file is: the loops over prompts, tree widths and verification rules that reproduce SpecInfer's Tables 1-3
+(Miao et al. 2023) on our models, the measured verification cost curve t_target(N) of one tree forward, and the
+hardware-aware choice of tree size (Sequoia, Chen et al. 2024, Sec. 4: maximize expected tokens per step divided by
+the measured time per step), plus the timing of AR, the best chain and the best tree through the one harness (:mod:`specrepro.measure.harness`).
+
+What it is not: the algorithms (:mod:`specrepro.core.trees`, :mod:`specrepro.core.tree_attention`) or plotting.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from specrepro.core.decoding import default_eos_ids, generate
+from specrepro.core.kvcache import crop_cache, new_cache
+from specrepro.core.sampling import SamplingConfig
+from specrepro.core.tree_attention import tree_forward
+from specrepro.core.trees import (
+    DraftTreeProposer,
+    TokenTree,
+    TreeTemplate,
+    tree_generate,
+)
+from specrepro.drafters.model import DraftModelDrafter
+from specrepro.measure.harness import per_run_table, run_interleaved
+
+__all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "TREE_SHAPES", "expansion_widths", "topk_success_table",
+           "tree_width_table", "tree_width_summary", "naive_vs_mss_table", "tree_cost_table", "choose_tree",
+           "tree_vs_chain_speed"]
+
+#: SpecInfer Table 2, Alpaca, LLaMA-7B target / LLaMA-68M draft, depth 8: width -> (greedy, stochastic)
+SPECINFER_TABLE2 = {1: (2.95, 1.79), 2: (3.07, 2.11), 3: (3.21, 2.26), 4: (3.33, 2.32), 5: (3.43, 2.38)}
+#: SpecInfer Table 3, Alpaca, width 5: naive sampling -> MSS average verified tokens per step
+SPECINFER_TABLE3 = {"naive": 1.87, "mss": 2.38}
+
+
+#: Table 2 tree shapes: "paper" = SpecInfer's ⟨1,1,k,1,...,1⟩ (Sec. 6.4: the branching at the third token),
+#: "root" = ⟨k,1,...,1⟩ (k chains branching at the first token; the shape :func:`choose_tree` ranks)
+TREE_SHAPES = ("paper", "root")
+
+
+def expansion_widths(width: int, depth: int, shape: str = "paper") -> list[int]:
+    """The expansion ⟨k1..km⟩ (:meth:`specrepro.core.trees.TreeTemplate.expansion`) of a Table 2 tree.
+
+    Args:
+        width: k >= 1, the branching factor. depth: m >= 1 levels.
+        shape: "paper" = ⟨1,1,k,1,...,1⟩ (SpecInfer Sec. 6.4; the branch sits at level min(3, depth)),
+            "root" = ⟨k,1,...,1⟩.
+
+    Returns:
+        list of ``depth`` ints, e.g. (3, 8, "paper") -> [1, 1, 3, 1, 1, 1, 1, 1] (2 + 3·6 = 20 nodes).
+
+    Raises:
+        ValueError: unknown shape, width or depth < 1.
+    """
+    if shape not in TREE_SHAPES:
+        raise ValueError(f"unknown tree shape {shape!r}; expected one of {TREE_SHAPES}")
+    if int(width) < 1 or int(depth) < 1:
+        raise ValueError(f"width and depth must be >= 1, got {width}, {depth}")
+    widths = [1] * int(depth)
+    widths[min(2, int(depth) - 1) if shape == "paper" else 0] = int(width)
+    return widths
+
+
+def _encode(tokenizer, text):
+    return tokenizer(text, return_tensors="pt").input_ids[0]
+
+
+def _gen(seed, device):
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+@torch.inference_mode()
+def topk_success_table(target, draft, tokenizer, prompts, ks=(1, 2, 3, 4, 5), max_new_tokens: int = 64,
+                       seed: int = 0, progress: bool = True) -> pd.DataFrame:
+    """SpecInfer Table 1 analogue: how often the target's token is among the draft's top-k tokens.
+
+    For each prompt the target generates ``max_new_tokens`` tokens greedily ("greedy": the target's token is its
+    argmax) and by sampling at T = 1 ("stochastic": the target's sampled token); both models then score the
+    sequence teacher-forced in one forward each, and at every generated position we check whether the target's
+    token is among the draft's k most likely tokens.
+
+    Returns:
+        one row per (decoding, k): decoding, k, success_rate, positions.
+    """
+    from tqdm.auto import tqdm
+
+    vocab = target.get_output_embeddings().weight.shape[0]
+    hits = {(m, k): 0 for m in ("greedy", "stochastic") for k in ks}
+    count = {"greedy": 0, "stochastic": 0}
+    g = _gen(seed, target.device)
+    for prompt in tqdm(prompts, desc="top-k success", disable=not progress):
+        ids = _encode(tokenizer, prompt.text)
+        for mode, cfg in (("greedy", SamplingConfig(0.0)), ("stochastic", SamplingConfig(1.0))):
+            out = generate(target, ids, drafter=DraftModelDrafter(draft, vocab), gamma=4,
+                           max_new_tokens=max_new_tokens, sampling=cfg, generator=g,
+                           eos_token_id=default_eos_ids(target, tokenizer))
+            if not out.tokens:
+                continue
+            full = torch.cat([ids, torch.tensor(out.tokens, dtype=torch.long)]).to(draft.device)
+            n = len(out.tokens)
+            dl = draft(input_ids=full[None]).logits[0, -n - 1:-1, :vocab].float()
+            top = torch.topk(dl, max(ks), dim=-1).indices.cpu()
+            y = torch.tensor(out.tokens)
+            for k in ks:
+                hits[(mode, k)] += int((top[:, :k] == y[:, None]).any(-1).sum())
+            count[mode] += n
+    return pd.DataFrame([{"decoding": m, "k": k, "success_rate": hits[(m, k)] / max(1, count[m]),
+                          "positions": count[m]} for m in ("greedy", "stochastic") for k in ks])
+
+
+def _row(out, **kw):
+    acc = np.asarray(out.accepted)
+    return dict(kw, tokens=len(out.tokens), steps=out.n_steps, tokens_per_step=out.tokens_per_step,
+                mean_accepted=float(acc.mean()) if acc.size else np.nan, nodes_per_step=float(np.mean(out.drafted)),
+                seconds=out.times["total"], ms_per_token=1000 * out.times["total"] / max(1, len(out.tokens)),
+                tokens_per_s=out.tokens_per_s,
+                draft_ms_per_step=1000 * out.times.get("draft", 0.0) / max(1, out.n_steps),
+                target_ms_per_step=1000 * out.times.get("target", 0.0) / max(1, out.n_steps),
+                accepted=" ".join(map(str, acc.tolist())))
+
+
+def tree_width_table(target, draft, tokenizer, prompts, widths=(1, 2, 3, 4, 5), depth: int = 8,
+                     max_new_tokens: int = 32, seed: int = 0, decodings=("greedy", "stochastic"),
+                     shape: str = "root", progress: bool = True) -> pd.DataFrame:
+    """SpecInfer Table 2 analogue: average verified tokens per step vs tree width at a given depth.
+
+    A tree of width w is the expansion :func:`expansion_widths` ``(w, depth, shape)``: ``shape="paper"`` is
+    SpecInfer's ⟨1,1,w,1,...,1⟩ (Sec. 6.4; N = 2 + w·(depth − 2) nodes at depth >= 3), ``shape="root"`` is
+    ⟨w,1,...,1⟩ (w chains from the root, N = w·depth). Greedy decoding expands the draft's top-w tokens (point
+    masses) and verifies with VerifyGreedy; stochastic decoding (T = 1) samples w i.i.d. children and verifies with
+    MSS. Runs are sequential (not interleaved with AR): their times are indicative.
+
+    Returns:
+        one row per (decoding, width, prompt) with shape, tree (e.g. "⟨1,1,3,1⟩"), tokens_per_step (= accepted
+        path length + 1 per step, the paper's "verified tokens per step"), mean_accepted, nodes_per_step, timings
+        (seconds, ms_per_token, draft_ms_per_step, target_ms_per_step), tokens_per_s and ``accepted`` (the
+        per-step accepted path lengths, space-separated).
+
+    Raises:
+        ValueError: unknown shape.
+    """
+    from tqdm.auto import tqdm
+
+    vocab = target.get_output_embeddings().weight.shape[0]
+    rows = []
+    jobs = [(p, d, w) for p in prompts for d in decodings for w in widths]
+    for prompt, dec, w in tqdm(jobs, desc="tree widths", disable=not progress):
+        cfg = SamplingConfig(0.0 if dec == "greedy" else 1.0)
+        expansion = expansion_widths(w, depth, shape)
+        prop = DraftTreeProposer(draft, expansion, "topk" if dec == "greedy" else "iid", vocab)
+        out = tree_generate(target, _encode(tokenizer, prompt.text), prop, max_new_tokens=max_new_tokens,
+                            sampling=cfg, generator=_gen(seed, target.device), eos_token_id=default_eos_ids(target, tokenizer))
+        rows.append(_row(out, decoding=dec, width=w, depth=depth, prompt=prompt.id, shape=shape,
+                         tree="⟨" + ",".join(map(str, expansion)) + "⟩"))
+    return pd.DataFrame(rows)
+
+
+def tree_width_summary(runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Table 2 rows with 95% intervals over prompts, and SpecInfer's numbers beside the paper-shaped trees.
+
+    Args:
+        runs: :func:`tree_width_table` rows (one or both shapes; rows without a ``shape`` column count as "root").
+        seed: seed of the bootstrap resampling.
+
+    Returns:
+        one row per (shape, decoding, width): tree, n_prompts, tokens_per_step / _lo / _hi (mean over prompts of
+        each prompt's verified tokens per step, percentile-bootstrap interval, :func:`specrepro.stats.bootstrap_ci`),
+        ms_per_token / _lo / _hi (median over prompts of each prompt's wall ms per generated token, draft and
+        target included; runs are sequential, not interleaved, so drift between widths is not paired away),
+        nodes_per_step, paper (SpecInfer Table 2, Alpaca, LLaMA-7B/68M: only for shape "paper" at depth 8 and widths
+        1-5, else NaN).
+    """
+    from specrepro.stats import bootstrap_ci
+
+    runs = runs if "shape" in runs.columns else runs.assign(shape="root")
+    runs = runs.assign(ms_per_token=1000 * runs["seconds"] / runs["tokens"].clip(lower=1))
+    rows = []
+    for (shape, dec, w), d in runs.groupby(["shape", "decoding", "width"], sort=True):
+        per_prompt = d.groupby("prompt", sort=False)
+        tps = bootstrap_ci(per_prompt["tokens_per_step"].mean().to_numpy(), np.mean, seed=seed)
+        ms = bootstrap_ci(per_prompt["ms_per_token"].median().to_numpy(), np.median, seed=seed)
+        same_tree = shape == "paper" and ("depth" not in d or (d["depth"] == 8).all())  # SpecInfer: depth 8
+        paper = SPECINFER_TABLE2.get(int(w), (np.nan, np.nan))[0 if dec == "greedy" else 1] if same_tree else np.nan
+        rows.append({"shape": shape, "decoding": dec, "width": int(w),
+                     "tree": d["tree"].iloc[0] if "tree" in d else "", "n_prompts": int(d["prompt"].nunique()),
+                     "tokens_per_step": tps[0], "tokens_per_step_lo": tps[1], "tokens_per_step_hi": tps[2],
+                     "ms_per_token": ms[0], "ms_per_token_lo": ms[1], "ms_per_token_hi": ms[2],
+                     "nodes_per_step": float(d["nodes_per_step"].mean()), "paper": paper})
+    return pd.DataFrame(rows)
+
+
+def naive_vs_mss_table(target, draft, tokenizer, prompts, width: int = 5, depth: int = 8, max_new_tokens: int = 32,
+                       seed: int = 0, mode: str = "iid", progress: bool = True) -> pd.DataFrame:
+    """SpecInfer Table 3 analogue: naive sampling vs multi-step speculative sampling on the same stochastic trees
+    (T = 1, ⟨width, 1, ..., 1⟩, children drawn ``mode``). Returns one row per (method, prompt)."""
+    from tqdm.auto import tqdm
+
+    vocab = target.get_output_embeddings().weight.shape[0]
+    rows = []
+    for prompt in tqdm(prompts, desc="naive vs MSS", disable=not progress):
+        for method in ("naive", "mss"):
+            prop = DraftTreeProposer(draft, [width] + [1] * (depth - 1), mode, vocab)
+            out = tree_generate(target, _encode(tokenizer, prompt.text), prop, max_new_tokens=max_new_tokens,
+                                sampling=SamplingConfig(1.0), generator=_gen(seed, target.device),
+                                eos_token_id=default_eos_ids(target, tokenizer), method=method)
+            rows.append(_row(out, method=method, width=width, depth=depth, prompt=prompt.id))
+    return pd.DataFrame(rows)
+
+
+@torch.inference_mode()
+def tree_cost_table(model, prefix_ids: torch.Tensor, sizes, repeats: int = 3, width: int = 4,
+                    name: str = "target", warmup_rounds: int = 2) -> pd.DataFrame:
+    """Measured time of one tree-attention forward of ``model`` over N + 1 fed tokens (root + N nodes) on top of a
+    KV cache holding ``prefix_ids`` (the verification cost t(N); SpecInfer Sec. 6, Sequoia's t_target(n)).
+
+    The tree for each N is the first N nodes of the expansion ⟨width, 1, 1, ...⟩ (the cost depends on N, hardly on
+    the shape). The sizes are timed round-robin, as :func:`specrepro.measure.cost.measure_cost_curve` does (the first
+    forwards after the prefill run slow on a CPU; timing size by size would charge that to the first sizes):
+    ``warmup_rounds`` untimed rounds, then ``repeats`` timed rounds over every size; the cache is cropped back to the
+    prefix after each call.
+
+    Returns:
+        one row per N: model, n_nodes, fed_tokens (N + 1), ms (median over the rounds), ms_min.
+
+    Raises:
+        ValueError: ``repeats`` < 1 or ``warmup_rounds`` < 0.
+    """
+    from tqdm.auto import tqdm
+
+    if int(repeats) < 1 or int(warmup_rounds) < 0:
+        raise ValueError(f"tree_cost_table needs repeats >= 1 and warmup_rounds >= 0; got {repeats}, {warmup_rounds}")
+    ids = prefix_ids.reshape(-1).to(model.device)
+    cache = new_cache(model)
+    model(input_ids=ids[None, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    start = ids.numel() - 1
+    sizes = [int(n) for n in sizes]
+    calls = {}
+    for n in sizes:
+        tmpl = TreeTemplate.expansion([width] + [1] * max(1, n))
+        tree = TokenTree(torch.tensor(tmpl.parents[:n]), ids[-1].repeat(n).cpu() if n else torch.empty(0).long())
+        calls[n] = (torch.cat([ids[-1:], tree.tokens.to(model.device)]), tree.compile())
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    rounds = int(warmup_rounds) + int(repeats)
+    for r in tqdm(range(rounds), desc=f"tree cost ({name})", unit="round", delay=2, disable=None):
+        for n in sizes:
+            feed, compiled = calls[n]
+            crop_cache(cache, start)
+            if model.device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            if n:
+                tree_forward(model, cache, feed, compiled, start)
+            else:
+                model(input_ids=feed[None], past_key_values=cache, use_cache=True)
+            if model.device.type == "cuda":
+                torch.cuda.synchronize()
+            if r >= int(warmup_rounds):
+                times[n].append(1000 * (time.perf_counter() - t0))
+    crop_cache(cache, start)
+    return pd.DataFrame([{"model": name, "n_nodes": n, "fed_tokens": n + 1, "ms": float(np.median(times[n])),
+                          "ms_min": float(np.min(times[n]))} for n in sizes])
+
+
+def choose_tree(width_runs: pd.DataFrame, target_cost: pd.DataFrame, draft_cost: pd.DataFrame,
+                decoding: str = "stochastic", depths=range(1, 9)) -> pd.DataFrame:
+    """Hardware-aware choice of tree size (Sequoia Sec. 4 in spirit): predicted tokens/s of every ⟨w, 1, ..., 1⟩
+    tree of depth d <= the measured depth, from measured quantities only.
+
+    Expected tokens per step at depth d come from the accepted path lengths measured at full depth: truncating a
+    tree at depth d turns an accepted length a into min(a, d) (verification decides top-down, so the decisions up
+    to depth d do not depend on deeper nodes). Time per step = d draft forwards over w nodes (draft cost curve at
+    w fed tokens) + one target forward over w·d + 1 tokens (target cost curve), both interpolated from
+    :func:`tree_cost_table` outputs. Width 1 is the chain (γ = d).
+
+    Returns:
+        one row per (width, depth): width, depth, nodes, tokens_per_step, step_ms, predicted_tokens_per_s;
+        sorted best first.
+    """
+    def interp(cost, n):
+        return float(np.interp(n, cost["fed_tokens"], cost["ms"]))
+
+    if "shape" in width_runs.columns:  # the ranking is over ⟨w,1,...,1⟩ trees: w·d nodes at depth d
+        width_runs = width_runs[width_runs["shape"] == "root"]
+    runs = width_runs[width_runs["decoding"] == decoding]
+    rows = []
+    for w, grp in runs.groupby("width"):
+        acc = np.concatenate([np.asarray(a, dtype=int) if not isinstance(a, str) else
+                              np.asarray(a.split(), dtype=int) for a in grp["accepted"]])
+        for d in depths:
+            tps = float(np.mean(np.minimum(acc, d) + 1))
+            step = d * interp(draft_cost, w) + interp(target_cost, w * d + 1)
+            rows.append({"width": int(w), "depth": d, "nodes": int(w) * d, "tokens_per_step": tps, "step_ms": step,
+                         "predicted_tokens_per_s": 1000 * tps / step})
+    return pd.DataFrame(rows).sort_values("predicted_tokens_per_s", ascending=False).reset_index(drop=True)
+
+
+def tree_vs_chain_speed(target, draft, tokenizer, prompts, tree: tuple[int, int], gamma: int,
+                        sampling: SamplingConfig = SamplingConfig(1.0), max_new_tokens: int = 64, seed: int = 0,
+                        mode: str = "iid", repeats: int = 1, progress: bool = True) -> pd.DataFrame:
+    """Tokens/s of AR, the best chain (:func:`~specrepro.core.decoding.generate` with a
+    :class:`~specrepro.drafters.model.DraftModelDrafter`, γ = ``gamma``) and the best tree (⟨w, 1, ..., 1⟩ of depth d,
+    ``tree = (w, d)``), timed by the one harness (:func:`specrepro.measure.harness.run_interleaved`).
+
+    Returns:
+        one row per (repeat, prompt, method), :func:`specrepro.measure.harness.per_run_table` columns (method, tokens,
+        seconds, tokens_per_s, tokens_per_step, ...); summarize with :func:`specrepro.measure.harness.speedup_table`
+        (baseline "AR").
+    """
+    vocab = target.get_output_embeddings().weight.shape[0]
+    w, d = tree
+    tree_mode = "topk" if sampling.greedy else mode
+    eos = default_eos_ids(target, tokenizer)
+    chain_drafter = DraftModelDrafter(draft, vocab)
+    proposer = DraftTreeProposer(draft, [w] + [1] * (d - 1), tree_mode, vocab)
+    chain, tree_name = f"chain γ={gamma}", f"tree <{w}{',1' * (d - 1)}> ({w * d} nodes)"
+
+    def runner(method, n):
+        if method == "AR":
+            return lambda ids, g: generate(target, ids, max_new_tokens=n, sampling=sampling, generator=g,
+                                           eos_token_id=eos)
+        if method == chain:
+            return lambda ids, g: generate(target, ids, drafter=chain_drafter, gamma=gamma, max_new_tokens=n,
+                                           sampling=sampling, generator=g, eos_token_id=eos)
+        return lambda ids, g: tree_generate(target, ids, proposer, max_new_tokens=n, sampling=sampling, generator=g,
+                                            eos_token_id=eos)
+
+    methods = ["AR", chain, tree_name]
+    encoded = [(p.id, _encode(tokenizer, p.text).to(target.device)) for p in prompts]
+    runs = run_interleaved({m: runner(m, max_new_tokens) for m in methods}, encoded, repeats=repeats, seed=seed,
+                           device=target.device, warmup={m: runner(m, 4) for m in methods}, baseline="AR",
+                           greedy=sampling.greedy, progress=progress, desc="tree vs chain")
+    return per_run_table(runs)

@@ -1,0 +1,173 @@
+"""Timing of forward passes: the target's cost curve t(n) and each draft's per-step cost, in ms.
+
+What this file is: the measurements the cost model of :mod:`specrepro.theory` takes as input. What it is not: the
+arithmetic (``theory``) or the interleaved timing of decoding methods (``measure.harness``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from specrepro.theory import CostCurve
+
+__all__ = ["measure_cost_curve", "measure_draft_step_ms", "measure_chain_costs"]
+
+
+def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200, repeats: int = 5,
+                       generator=None, warmup_rounds: int = 2) -> CostCurve:
+    """Time one KV-cached forward pass of ``n`` new tokens on a ``prefix_len``-token prefix, for each n (median, ms).
+
+    The sizes are timed round-robin: after the prefill, ``warmup_rounds`` untimed rounds over every n, then
+    ``repeats`` timed rounds, each timing every n once (the cache is cropped back to the prefix after each call);
+    the curve is the median over the timed rounds. Why not n by n: on this project's 2-core CPU the first 10-20
+    forwards after a long prefill ran up to 40% slower than later ones (qwen2.5-coder-1.5b, one call timing n =
+    1..5 in that order: 327, 336, 243, 223, 217 ms; in the order 5..1: t(1) = 224 ms), so timing one size after
+    another charged that transient to whichever sizes came first and made a one-token forward look slower than a
+    four-token one. Round-robin spreads any transient or drift over every size alike.
+
+    Random token ids (drawn with ``generator``) are used: the cost of a dense transformer forward does not depend on
+    the ids. CUDA is synchronized around each timed call.
+
+    Args:
+        model: a transformers causal LM; ns: the new-token counts n (each >= 1); prefix_len: cached prefix tokens;
+        repeats: timed rounds (>= 1); generator: seeds the random ids; warmup_rounds: untimed rounds (>= 0).
+
+    Returns:
+        :class:`CostCurve` over ``ns`` in ms.
+
+    Raises:
+        ValueError: ``repeats`` < 1, ``warmup_rounds`` < 0, or an n < 1.
+    """
+    import torch
+
+    from specrepro.core.kvcache import crop_cache, new_cache
+
+    ns = [int(n) for n in ns]
+    if int(repeats) < 1 or int(warmup_rounds) < 0 or not ns or min(ns) < 1:
+        raise ValueError(f"measure_cost_curve needs repeats >= 1, warmup_rounds >= 0 and every n >= 1; got "
+                         f"{repeats}, {warmup_rounds}, {ns}")
+    device = model.device
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (1, prefix_len + max(ns)), generator=generator).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times: dict[int, list[float]] = {n: [] for n in ns}
+    with torch.inference_mode():
+        cache = new_cache(model)
+        model(input_ids=ids[:, :prefix_len], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        for r in range(int(warmup_rounds) + int(repeats)):
+            for n in ns:
+                sync()
+                t0 = time.perf_counter()
+                model(input_ids=ids[:, prefix_len:prefix_len + n], past_key_values=cache, use_cache=True,
+                      logits_to_keep=n)
+                sync()
+                if r >= int(warmup_rounds):
+                    times[n].append(1000 * (time.perf_counter() - t0))
+                crop_cache(cache, prefix_len)
+    return CostCurve(ns, [float(np.median(times[n])) for n in ns])
+
+
+@torch.inference_mode()
+def measure_draft_step_ms(drafter, vocab: int, prefix_len: int = 200, repeats: int = 5,
+                          generator: torch.Generator | None = None, sampling=None, warmup: int = 10,
+                          text: torch.Tensor | None = None) -> float:
+    """Median time of one drafted token of ``drafter`` (ms): ``propose(ids, 1)`` after a ``prefix_len``-token prefix
+    whose draft KV cache is already filled, so each timed call is one forward of the draft over one new token plus
+    its head, its logits processing under ``sampling`` and its draw (t_draft(1) of the cost model,
+    :mod:`specrepro.theory`).
+
+    Under top-p the processing's cost depends on the distribution: :func:`specrepro.core.sampling.logits_to_probs` ranks
+    only the few hundred likeliest tokens when they hold ``top_p`` of the mass (real text) and sorts the whole
+    vocabulary when they do not, as after many random prefixes, where the draft's distribution is flat (int8 Qwen2.5
+    0.5B draft, T = 0.8, top-p 0.95, 2-core AVX-512 CPU: 34 ms per token after one random prefix, 20-21 ms after
+    another and along HumanEval prompts). Pass the workload's own token ids as ``text`` to time what a run pays: each
+    call then moves one token further along the text (the cache holds the tokens before it), so the timed calls see
+    real, different positions.
+
+    Args:
+        drafter: a :mod:`specrepro.drafters` drafter with a KV-cached model (draft model, pruned head, int8).
+        vocab: ids are drawn from [0, vocab).
+        prefix_len: length of the random prefix (tokens); repeats: timed calls after ``warmup`` untimed ones (the
+            first forwards after the prefill run slow on a CPU: see :func:`specrepro.measure.cost.measure_cost_curve`).
+        generator: draws the random prefix (when no ``text``) and, under sampling, the drafted tokens.
+        sampling: the :class:`~specrepro.core.sampling.SamplingConfig` the run drafts under (a top-p run ranks tokens for
+            every drafted token, which a greedy measurement would leave out); None = greedy.
+        text: token ids (long tensor [L]) of real text, repeated end to end when shorter than
+            ``prefix_len + warmup + repeats + 1``; None = random ids in [0, vocab) (and the same position each call).
+
+    Returns:
+        milliseconds (float).
+    """
+    from specrepro.core.sampling import GREEDY
+
+    sampling = GREEDY if sampling is None else sampling
+    calls = int(warmup) + int(repeats)
+    if text is None:  # one random prefix; each call re-drafts its last position (the cache is cropped back)
+        ids = torch.randint(0, vocab, (prefix_len + 1,), generator=generator)
+        prefixes = [ids] * (calls + 1)
+    else:  # real text: each call drafts the next position (the cache already holds the tokens before it)
+        text = torch.as_tensor(text, dtype=torch.long).reshape(-1).cpu()
+        if text.numel() == 0:
+            raise ValueError("measure_draft_step_ms: text is empty")
+        need = prefix_len + calls + 1
+        ids = text.repeat(-(-need // text.numel()))[:need]
+        prefixes = [ids[:prefix_len + 1 + i] for i in range(calls + 1)]
+    drafter.reset()
+    drafter.propose(prefixes[0], 1, sampling, generator)  # fills the cache with the prefix
+    for i in range(int(warmup)):
+        drafter.propose(prefixes[1 + i], 1, sampling, generator)
+    times = []
+    for i in range(int(warmup), calls):
+        t0 = time.perf_counter()
+        drafter.propose(prefixes[1 + i], 1, sampling, generator)  # one new token through the draft each time
+        times.append(1000.0 * (time.perf_counter() - t0))
+    drafter.reset()
+    times.sort()
+    return float(times[len(times) // 2])
+
+
+def measure_chain_costs(target, drafters: dict, ns: Sequence[int], vocab: int, prefix_len: int = 200,
+                        repeats: int = 3, rounds: int = 3, generator: torch.Generator | None = None, sampling=None,
+                        text: torch.Tensor | None = None):
+    """The costs of Leviathan's model with measured curves, robust to a machine whose speed drifts.
+
+    The target's KV-cached forward time over each n in ``ns`` new tokens (:func:`specrepro.measure.cost.measure_cost_curve`)
+    and each drafter's time per drafted token (:func:`measure_draft_step_ms` under ``sampling``, along ``text`` when
+    given), on ``prefix_len``-token prefixes: ``rounds`` passes over every point and every drafter (each pass warms
+    up before it times: the first forwards after loading and after a prefill run slow), and the median over the
+    rounds (a drift during the measurement then hits every point alike instead of bending the curve).
+
+    Args:
+        target: a transformers causal LM; drafters: label -> drafter; ns: token counts of the target curve;
+        vocab: random ids are drawn from [0, vocab); repeats: timed calls per point and round (after a warm-up);
+        generator: seeds the random ids (the cost of a dense forward does not depend on them) and draws.
+        text: real token ids (long tensor [L]) the drafters are timed along (their top-p processing costs depend
+            on the distribution, see :func:`measure_draft_step_ms`); None = random ids.
+
+    Returns:
+        ``(CostCurve, {label: ms per drafted token})``, times in ms.
+
+    Raises:
+        ValueError: ``rounds`` or ``repeats`` < 1, or ``ns`` empty.
+    """
+    import numpy as np
+
+    from specrepro.theory import CostCurve
+
+    if int(rounds) < 1 or int(repeats) < 1 or not len(ns):
+        raise ValueError(f"measure_chain_costs needs rounds >= 1, repeats >= 1 and some ns; got {rounds}, {repeats}, "
+                         f"{list(ns)}")
+    ns = tuple(int(n) for n in ns)
+    curves, drafts = [], {label: [] for label in drafters}
+    for _ in range(int(rounds)):
+        curves.append(measure_cost_curve(target, ns=ns, prefix_len=prefix_len, repeats=int(repeats),
+                                         generator=generator).ms)
+        for label, drafter in drafters.items():
+            drafts[label].append(measure_draft_step_ms(drafter, vocab, prefix_len=prefix_len, repeats=int(repeats),
+                                                       generator=generator, sampling=sampling, text=text))
+    curve = CostCurve(list(ns), list(np.median(np.stack(curves), axis=0)))
+    return curve, {label: float(np.median(v)) for label, v in drafts.items()}

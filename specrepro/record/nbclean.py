@@ -1,0 +1,202 @@
+"""Strip what changes run to run, and what only a live kernel needs, from an executed notebook, so committed executed
+notebooks diff cleanly and stay small.
+
+Usage: ``python -m specrepro.record.nbclean NOTEBOOK.ipynb [...]`` (rewrites each file atomically).
+
+What it removes or rewrites:
+
+* papermill's timestamps and durations, per-cell execution timestamps, and absolute paths (the repository root
+  becomes ``.``);
+* progress bars down to their final state. A text bar (tqdm in a terminal-like stream) is written as many stream
+  chunks, each starting with a carriage return that overwrites the previous one: consecutive chunks of the same
+  stream are merged and every overwritten line is dropped, as a terminal would show it. A notebook bar (tqdm's
+  ipywidgets bar, which ``tqdm.auto`` picks inside a kernel) is a widget whose live state the kernel sends while the
+  cell runs and which nbclient stores in the notebook's metadata: each such output becomes a plain-text output with
+  the bar's final line (description, percentage, bar, count, elapsed time, rate, postfix), a bar that hid itself on
+  closing (``leave=False``) is dropped, and the stored widget state (several kilobytes per bar) is removed;
+* tqdm's ``IProgress not found`` warning, which a kernel without ipywidgets prints the first time ``tqdm.auto`` is
+  imported.
+
+What it is not: an output remover; every other output stays, since readers look at them in JupyterLab without
+running anything.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+from specrepro.files import atomic_write_text, repo_root
+
+__all__ = ["clean_notebook", "clean_notebook_node", "resolve_carriage_returns"]
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+_PROGRESS_MODELS = ("FloatProgressModel", "IntProgressModel")
+# tqdm's warning when tqdm.auto finds a kernel but no ipywidgets: "<file>:<line>: TqdmWarning: IProgress not found..."
+# followed by the indented source line that triggered it
+_IPROGRESS_WARNING = re.compile(r"^[^\n]*TqdmWarning: IProgress not found[^\n]*\n?(?:[ \t]+[^\n]*\n?)?", re.M)
+
+
+def resolve_carriage_returns(text: str) -> str:
+    """The text a terminal would show for ``text``: within each line, what follows a carriage return overwrites the
+    line from its start (``"abcdef\\rxy"`` shows ``"xycdef"``); ``"\\r\\n"`` is a line end.
+
+    A line that held a carriage return and ends up blank (a progress bar that erased itself, as tqdm's
+    ``leave=False`` does) is dropped with its line end, and trailing spaces of the lines that held one (the padding
+    tqdm writes over a longer previous line) are removed; lines without carriage returns are kept as they are.
+
+    Args:
+        text: stream text, possibly the concatenation of many chunks.
+
+    Returns:
+        the text with every overwritten part removed.
+    """
+    if "\r" not in text:
+        return text
+    text = text.replace("\r\n", "\n")
+    lines = text.split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        last = i == len(lines) - 1
+        if "\r" not in line:
+            out.append(line + ("" if last else "\n"))
+            continue
+        shown = ""
+        for segment in line.split("\r"):
+            shown = segment + shown[len(segment):]
+        shown = shown.rstrip()  # the padding a bar writes to cover a longer previous line
+        if shown:
+            out.append(shown + ("" if last else "\n"))
+    return "".join(out)
+
+
+def _coalesce_streams(outputs: list) -> list:
+    """Merge consecutive stream outputs of the same stream (stdout or stderr); the order of outputs is kept."""
+    merged = []
+    for out in outputs:
+        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == out.get("name")):
+            merged[-1]["text"] = merged[-1]["text"] + out["text"]
+        else:
+            merged.append(out)
+    return merged
+
+
+def _model(state: dict, ref) -> dict | None:
+    """The stored model a widget reference (``"IPY_MODEL_<id>"`` or a bare id) points to, or None."""
+    if not isinstance(ref, str):
+        return None
+    return state.get(ref[len("IPY_MODEL_"):] if ref.startswith("IPY_MODEL_") else ref)
+
+
+def _widget_text(value) -> str:
+    """A tqdm HTML label's text: HTML entities unescaped, tqdm's figure spaces (U+2007) back to spaces."""
+    return html.unescape(str(value or "")).replace("\u2007", " ")
+
+
+def _tqdm_final_line(model: dict, state: dict) -> tuple[str | None, bool]:
+    """``(final text, hidden)`` of a stored tqdm notebook bar (an HBox of label, progress bar, label), or
+    ``(None, False)`` when ``model`` is not shaped like one."""
+    if not model or model.get("model_name") != "HBoxModel":
+        return None, False
+    box = model.get("state", {})
+    children = [_model(state, ref) for ref in box.get("children", [])]
+    if len(children) != 3 or any(c is None for c in children):
+        return None, False
+    left, bar, right = children
+    if (left.get("model_name") != "HTMLModel" or right.get("model_name") != "HTMLModel"
+            or bar.get("model_name") not in _PROGRESS_MODELS):
+        return None, False
+    layout = _model(state, box.get("layout")) or {}
+    hidden = layout.get("state", {}).get("visibility") == "hidden"
+    ltext = _widget_text(left.get("state", {}).get("value"))
+    rtext = _widget_text(right.get("state", {}).get("value"))
+    if not ltext:  # a bar without a total: tqdm puts the whole meter (count, elapsed, rate) in the right label
+        return rtext.strip(), hidden
+    from tqdm.std import Bar
+
+    bstate = bar.get("state", {})
+    lo, hi, value = float(bstate.get("min") or 0.0), float(bstate.get("max") or 0.0), float(bstate.get("value") or 0.0)
+    frac = min(max((value - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.0
+    return f"{ltext}|{format(Bar(frac, default_len=10), '')}|{rtext}", hidden
+
+
+def _convert_widget_outputs(outputs: list, state: dict) -> list:
+    """Replace widget views by plain text: a tqdm bar by its final line (dropped if it hid itself), any other widget
+    by its ``text/plain`` fallback (dropped if it has none)."""
+    kept = []
+    for out in outputs:
+        data = out.get("data", {})
+        if out.get("output_type") not in ("display_data", "execute_result") or WIDGET_VIEW not in data:
+            kept.append(out)
+            continue
+        view = data[WIDGET_VIEW] if isinstance(data[WIDGET_VIEW], dict) else {}
+        text, hidden = _tqdm_final_line(_model(state, view.get("model_id")), state)
+        if hidden or (text is None and not data.get("text/plain")) or view.get("model_id") == "":
+            continue
+        new = {k: v for k, v in data.items() if k != WIDGET_VIEW}
+        if text is not None:
+            new = {"text/plain": text}
+        out["data"] = new
+        kept.append(out)
+    return kept
+
+
+def clean_notebook_node(nb) -> None:
+    """Clean a notebook in memory (an ``nbformat`` NotebookNode, version 4); see the module docstring for what.
+
+    Outputs of every code cell: widget views become text (tqdm bars: their final line), consecutive same-stream
+    outputs are merged, carriage-return-overwritten text and tqdm's ``IProgress not found`` warning are removed,
+    streams left empty are dropped. Metadata: papermill's and the cells' timings go, the stored widget state goes.
+    """
+    pm = nb.metadata.get("papermill", {})
+    for key in ("start_time", "end_time", "duration", "exception", "input_path", "output_path"):
+        pm.pop(key, None)
+    if isinstance(pm.get("environment_variables"), dict):
+        pm["environment_variables"].clear()
+    widgets = nb.metadata.pop("widgets", None) or {}
+    state = (widgets.get(WIDGET_STATE) or {}).get("state") or {}
+    root = str(repo_root())
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        cpm = cell.metadata.get("papermill")
+        if isinstance(cpm, dict):
+            for key in ("start_time", "end_time", "duration", "status", "exception"):
+                cpm.pop(key, None)
+        if cell.get("cell_type") != "code":
+            continue
+        outputs = _coalesce_streams(_convert_widget_outputs(list(cell.get("outputs", [])), state))
+        for out in outputs:
+            if out.get("output_type") == "stream":
+                out["text"] = resolve_carriage_returns(_IPROGRESS_WARNING.sub("", out["text"]))
+        outputs = [o for o in outputs if o.get("output_type") != "stream" or o["text"]]
+        for out in outputs:
+            if "text" in out and root in out["text"]:
+                out["text"] = out["text"].replace(root, ".")
+            data = out.get("data", {})
+            for mime in ("text/plain", "text/html", "text/markdown"):
+                if mime in data and isinstance(data[mime], str) and root in data[mime]:
+                    data[mime] = data[mime].replace(root, ".")
+        cell["outputs"] = outputs
+
+
+def clean_notebook(path: str | Path) -> None:
+    """Clean the executed notebook at ``path`` in place (atomically); see :func:`clean_notebook_node`.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist; nbformat's errors for a file that is not a notebook.
+    """
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    clean_notebook_node(nb)
+    atomic_write_text(path, nbformat.writes(nb) + "\n")
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        clean_notebook(arg)

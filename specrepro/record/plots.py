@@ -1,0 +1,669 @@
+"""Shared figure style: one call, :func:`setup`, at the top of each notebook. Headless-safe (Agg outside Jupyter).
+
+What it is not: the saving of figures (that is :func:`specrepro.record.results.save_figure`, which adds provenance).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["setup", "PAPER_STYLE", "integer_ticks", "interval_errorbar", "readable",
+           # Leviathan figures (notebooks 02 and 04)
+           "LEVIATHAN_TABLE2", "LADDER", "leviathan_table2", "legend_outside", "fig_optimal_gamma_vs_alpha",
+           "fig_speedup_and_operations_vs_alpha", "fig_speedup_vs_gamma_closed_form", "fig_forward_cost_vs_tokens",
+           "fig_speedup_vs_gamma_measured", "fig_limit_ladder"]
+
+PAPER_STYLE = {"marker": "s", "linestyle": "--", "color": "0.35"}  # how the papers' numbers are drawn beside ours
+
+
+def setup(context: str = "notebook"):
+    """Seaborn whitegrid theme, colorblind palette, 150 dpi; returns the ``matplotlib.pyplot`` module."""
+    import matplotlib
+
+    if "JPY_PARENT_PID" not in os.environ and "ipykernel" not in os.environ.get("MPLBACKEND", ""):
+        try:
+            get_ipython()  # noqa: F821 - defined inside IPython kernels
+        except NameError:
+            matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(context=context, style="whitegrid", palette="colorblind")
+    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "figure.figsize": (6.4, 4.0)})
+    return plt
+
+
+def integer_ticks(ax, axis: str = "x"):
+    """Only integer ticks on ``axis`` ("x", "y" or "both") of ``ax`` (γ, K, tree width, head: integer axes must not
+    get fractional ticks). Returns ``ax``."""
+    from matplotlib.ticker import MaxNLocator
+
+    for name in ("x", "y") if axis == "both" else (axis,):
+        getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(integer=True))
+    return ax
+
+
+def interval_errorbar(ax, x, estimate, low, high, **kwargs):
+    """Points at ``estimate`` with asymmetric error bars from a 95% interval ``[low, high]`` (e.g. the harness's
+    ``speedup``, ``speedup_lo``, ``speedup_hi`` columns). Where an interval is missing (NaN: one prompt, or a
+    summary-only table) the point is drawn without a bar, never with a zero-length one that would look exact.
+
+    Args:
+        x, estimate, low, high: 1-D array-likes of equal length (floats; NaN allowed in low/high).
+        kwargs: passed to ``ax.errorbar`` (label, color, marker, ...; ``capsize`` defaults to 3).
+
+    Returns:
+        the ErrorbarContainer.
+
+    Raises:
+        ValueError: the arrays differ in length, or an interval does not contain its estimate.
+    """
+    import numpy as np
+
+    x, est, lo, hi = (np.asarray(v, dtype=float) for v in (x, estimate, low, high))
+    if not (x.shape == est.shape == lo.shape == hi.shape):
+        raise ValueError("x, estimate, low and high must have the same length")
+    known = np.isfinite(lo) & np.isfinite(hi)
+    if np.any(known & ((lo > est + 1e-12) | (hi < est - 1e-12))):
+        raise ValueError("an interval does not contain its estimate")
+    yerr = np.vstack([np.where(known, est - lo, np.nan), np.where(known, hi - est, np.nan)])
+    kwargs.setdefault("capsize", 3)
+    kwargs.setdefault("fmt", "o")
+    return ax.errorbar(x, est, yerr=yerr, **kwargs)
+
+
+#: code names that figures show as words
+READABLE = {"no_residual": "no residual (control)", "resample_from_q": "resample from q (control)",
+            "raw_q": "raw q ratio (control)", "speculative": "speculative sampling", "ar": "AR",
+            "tokens_per_step": "tokens per step", "tokens_per_s": "tokens/s", "accepted_fraction": "accepted / (K + 1)",
+            "loop_ms": "ms per loop"}
+
+
+def readable(name: str) -> str:
+    """A label for a code name (``no_residual`` -> "no residual (control)"; unknown names: underscores to spaces)."""
+    return READABLE.get(name, str(name).replace("_", " "))
+
+
+# Leviathan figures (notebooks 02 and 04)
+#
+# Computed curves of Leviathan et al. 2023 (arXiv 2211.17192v2, Sec. 3) drawn from specrepro.theory, with the
+# paper's printed numbers and our measurements marked on them, and the "limit drawn" of notebook 04 (issue 18):
+# tokens per step -> free draft -> hardware-aware -> measured, per draft and γ. Every function returns a Figure and
+# puts its legend outside the axes (:func:`legend_outside`), so no legend covers data.
+
+#: Leviathan et al. 2023, Tables 2/4 (T5-XXL target, TPU-v4): task, draft, T, γ, α, c, expected (EXP), measured (EMP)
+LEVIATHAN_TABLE2 = (
+    ("EnDe", "T5-small", 0, 7, .75, .02, 3.2, 3.4), ("EnDe", "T5-base", 0, 7, .80, .04, 3.3, 2.8),
+    ("EnDe", "T5-large", 0, 7, .82, .11, 2.5, 1.7), ("EnDe", "T5-small", 1, 7, .62, .02, 2.3, 2.6),
+    ("EnDe", "T5-base", 1, 5, .68, .04, 2.4, 2.4), ("EnDe", "T5-large", 1, 3, .71, .11, 2.0, 1.4),
+    ("CNNDM", "T5-small", 0, 5, .65, .02, 2.4, 3.1), ("CNNDM", "T5-base", 0, 5, .73, .04, 2.6, 3.0),
+    ("CNNDM", "T5-large", 0, 3, .74, .11, 2.0, 2.2), ("CNNDM", "T5-small", 1, 5, .53, .02, 1.9, 2.3),
+    ("CNNDM", "T5-base", 1, 3, .55, .04, 1.8, 2.2), ("CNNDM", "T5-large", 1, 3, .56, .11, 1.6, 1.7),
+)
+LEVIATHAN_TABLE2_COLUMNS = ("task", "draft", "temperature", "gamma", "alpha", "c", "predicted", "measured")
+
+#: the rungs of the limit ladder (keys of :func:`specrepro.theory.speedup_decomposition`) and their labels
+LADDER = (("tokens_per_step", "tokens per step (Leviathan, c = 0, flat verification)"),
+          ("free_draft", "free draft (measured verification cost)"),
+          ("hardware_aware", "hardware-aware (+ draft cost)"),
+          ("with_overhead", "hardware-aware + loop overhead"))
+
+
+def leviathan_table2():
+    """Leviathan et al. 2023 Tables 2/4 as a DataFrame: columns task, draft, temperature, gamma, alpha, c,
+    predicted (the paper's EXP), measured (EMP); 12 rows (T5-XXL target on one TPU-v4)."""
+    import pandas as pd
+
+    return pd.DataFrame(list(LEVIATHAN_TABLE2), columns=list(LEVIATHAN_TABLE2_COLUMNS))
+
+
+def unique_handles(axes) -> tuple[list, list]:
+    """The legend entries of every axes in ``axes``, each label once (its first handle): ``(handles, labels)``."""
+    pairs = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            pairs.setdefault(lab, h)
+    return list(pairs.values()), list(pairs)
+
+
+def legend_outside(target, handles=None, labels=None, **kwargs):
+    """A legend placed to the right of the axes (``target`` an Axes) or of every axes (``target`` a Figure), where it
+    cannot cover data; ``save_figure``'s tight bounding box keeps it in the saved file. Returns the Legend (None if
+    there is nothing to label)."""
+    from matplotlib.figure import Figure
+
+    if handles is None:
+        handles, labels = unique_handles(target.axes if isinstance(target, Figure) else [target])
+    if not handles:
+        return None
+    kwargs.setdefault("fontsize", 8)
+    kwargs.setdefault("frameon", False)
+    if isinstance(target, Figure):
+        right = max(ax.get_position().x1 for ax in target.axes)
+        return target.legend(handles, labels, loc="center left", bbox_to_anchor=(right + 0.01, 0.5), **kwargs)
+    return target.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kwargs)
+
+
+def fig_optimal_gamma_vs_alpha(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), alphas=None, max_gamma: int = 64,
+                               measured=None, paper=None):
+    """Leviathan et al. 2023, Figure 3: the optimal draft length γ* vs α for several cost ratios c (computed, as in
+    the paper, by maximizing Thm 3.8's walltime improvement over integer γ: :func:`specrepro.theory.optimal_gamma`).
+
+    Where no γ gives a speedup (walltime improvement at γ* <= 1, i.e. α too small for c) the curve is not drawn.
+
+    Args:
+        cs: cost ratios c = t_draft / t_target (dimensionless), one curve each.
+        alphas: α values of the curves (default 0.01..0.95; γ* grows without bound as α -> 1).
+        max_gamma: the largest γ searched (integer >= 1).
+        measured: optional DataFrame of our drafts, columns label, alpha, c (and optionally best_gamma, the γ whose
+            measured speedup was highest): each drawn at (α, γ*(α, c)) as a filled star, best_gamma as an open one.
+        paper: optional DataFrame with columns alpha, gamma (e.g. :func:`leviathan_table2`): the paper's Table 2
+            settings, drawn in :data:`PAPER_STYLE` (the γ the paper ran, not necessarily its optimum).
+
+    Returns:
+        matplotlib Figure (one axes; integer γ ticks; legend outside the axes).
+
+    Raises:
+        ValueError: a c < 0, α outside [0, 1] or max_gamma < 1.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from specrepro.theory import optimal_gamma, walltime_improvement
+
+    if max_gamma < 1:
+        raise ValueError(f"max_gamma must be >= 1, got {max_gamma}")
+    alphas = np.linspace(0.01, 0.95, 189) if alphas is None else np.asarray(alphas, dtype=float)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for c in cs:
+        if c < 0:
+            raise ValueError(f"c must be >= 0, got {c}")
+        g = np.array([optimal_gamma(a, c, max_gamma) for a in alphas], dtype=float)
+        gain = np.array([walltime_improvement(a, gi, c) for a, gi in zip(alphas, g)])
+        g[gain <= 1] = np.nan
+        ax.plot(alphas, g, drawstyle="steps-post", label=f"c = {c:g}")
+    if paper is not None and len(paper):
+        ax.plot(paper["alpha"], paper["gamma"], linestyle="none", marker=PAPER_STYLE["marker"],
+                color=PAPER_STYLE["color"], mfc="none", label="Leviathan Table 2: (α, γ) the paper ran")
+    if measured is not None and len(measured):
+        for i, (_, row) in enumerate(measured.iterrows()):
+            color = f"C{(len(cs) + i) % 10}"
+            gstar = optimal_gamma(float(row["alpha"]), float(row["c"]), max_gamma)
+            ax.plot([row["alpha"]], [gstar], marker="*", markersize=13, linestyle="none", color=color,
+                    markeredgecolor="k", label=f"ours: {row['label']} (α = {row['alpha']:.2f}, c = {row['c']:.2f})"
+                                              f", γ* = {gstar}")
+            if "best_gamma" in measured and np.isfinite(row.get("best_gamma", np.nan)):
+                ax.plot([row["alpha"]], [row["best_gamma"]], marker="*", markersize=13, linestyle="none",
+                        mfc="none", color=color, label=f"ours: {row['label']}, best measured γ = "
+                                                       f"{int(row['best_gamma'])}")
+    ax.set(xlabel="α (acceptance rate)", ylabel="optimal γ (draft length)", ylim=(0, None),
+           title="Optimal γ vs α (Leviathan Fig. 3, computed)")
+    integer_ticks(ax, "y")
+    legend_outside(ax)
+    return fig
+
+
+def fig_speedup_and_operations_vs_alpha(gammas=(2, 3, 5, 10), c: float = 0.0, c_hat: float = 0.0, alphas=None,
+                                        paper=None, measured=None):
+    """Leviathan et al. 2023, Figure 4 view: walltime improvement (Thm 3.8) and arithmetic-operations factor
+    (Thm 3.11) vs α, one curve per γ, at draft cost ratios c (time) and ĉ (operations).
+
+    Args:
+        gammas: integer draft lengths, one curve each (default: the γ of the paper's Table 1).
+        c, c_hat: cost ratios (>= 0) of the two panels (Table 1 uses c = ĉ = 0).
+        alphas: α grid (default 0..0.99).
+        paper: optional DataFrame with columns alpha, gamma, paper_speed, paper_operations (e.g.
+            :func:`specrepro.lab.leviathan.leviathan_table1`): the paper's printed numbers, drawn in :data:`PAPER_STYLE`
+            on both panels (they lie on the curves only when c = ĉ = 0).
+        measured: optional DataFrame of our measurements, columns label, alpha, speedup, speedup_lo, speedup_hi (95%
+            interval; NaN allowed): drawn on the speedup panel with error bars (their own c > 0 puts them below the
+            c = 0 curves; the label should say so).
+
+    Returns:
+        matplotlib Figure with two axes (speedup, operations); legend outside the axes.
+
+    Raises:
+        ValueError: c or ĉ < 0.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from specrepro.theory import operations_factor, walltime_improvement
+
+    if c < 0 or c_hat < 0:
+        raise ValueError(f"c and c_hat must be >= 0, got {c}, {c_hat}")
+    alphas = np.linspace(0, 0.99, 100) if alphas is None else np.asarray(alphas, dtype=float)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, g in enumerate(gammas):
+        left.plot(alphas, walltime_improvement(alphas, g, c), color=f"C{i}", label=f"γ = {g}")
+        right.plot(alphas, operations_factor(alphas, g, c_hat), color=f"C{i}")
+    if paper is not None and len(paper):
+        style = dict(linestyle="none", marker=PAPER_STYLE["marker"], color=PAPER_STYLE["color"], mfc="none",
+                     markersize=8)
+        left.plot(paper["alpha"], paper["paper_speed"], label="Leviathan Table 1 (c = ĉ = 0)", **style)
+        right.plot(paper["alpha"], paper["paper_operations"], **style)
+    if measured is not None and len(measured):
+        for j, (_, row) in enumerate(measured.iterrows()):
+            interval_errorbar(left, [row["alpha"]], [row["speedup"]], [row.get("speedup_lo", np.nan)],
+                              [row.get("speedup_hi", np.nan)], fmt="*", markersize=11, color=f"C{len(gammas) + j}",
+                              markeredgecolor="k", label=f"ours, measured: {row['label']}")
+    left.axhline(1, color="0.5", lw=0.8)
+    right.axhline(1, color="0.5", lw=0.8)
+    left.set(xlabel="α (acceptance rate)", ylabel="walltime improvement (×)",
+             title=f"Speedup vs α (Thm 3.8, c = {c:g})")
+    right.set(xlabel="α (acceptance rate)", ylabel="arithmetic operations (×)",
+              title=f"Operations vs α (Thm 3.11, ĉ = {c_hat:g})")
+    fig.tight_layout()
+    legend_outside(fig)
+    return fig
+
+
+def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8, 0.9), max_gamma: int = 12):
+    """Thm 3.8's walltime improvement vs γ (Leviathan et al. 2023), one panel per c, one curve per α, each curve's
+    optimum (:func:`specrepro.theory.optimal_gamma` within 1..max_gamma) ringed. Computed only: the paper draws no
+    such figure (its Fig. 3 is the optimum's position, :func:`fig_optimal_gamma_vs_alpha`).
+
+    Returns:
+        matplotlib Figure, one axes per c (shared y), integer γ ticks, legend outside the axes.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from specrepro.theory import optimal_gamma, walltime_improvement
+
+    gs = np.arange(1, int(max_gamma) + 1)
+    fig, axes = plt.subplots(1, len(cs), figsize=(3.6 * len(cs), 3.6), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, c in zip(axes, cs):
+        for i, a in enumerate(alphas):
+            ax.plot(gs, walltime_improvement(a, gs, c), marker=".", color=f"C{i}", label=f"α = {a:g}")
+            best = optimal_gamma(a, c, int(max_gamma))
+            ax.plot([best], [walltime_improvement(a, best, c)], marker="o", markersize=10, mfc="none",
+                    color=f"C{i}", linestyle="none")
+        ax.axhline(1, color="0.5", lw=0.8)
+        ax.set(title=f"c = {c:g}", xlabel="γ (draft length)")
+        integer_ticks(ax, "x")
+    axes[0].set_ylabel("walltime improvement (Thm 3.8, ×)")
+    axes[0].plot([], [], marker="o", mfc="none", color="0.3", linestyle="none",
+                 label=f"best γ in 1..{int(max_gamma)} (ringed)")
+    fig.tight_layout()
+    legend_outside(fig)
+    return fig
+
+
+def fig_forward_cost_vs_tokens(curves):
+    """Measured time of one KV-cached forward pass over n new tokens, one line per model, beside Leviathan's model
+    of it (verification of n tokens costs one step: flat at the model's n = 1 time, drawn dashed in
+    :data:`PAPER_STYLE`). Points are medians of repeated calls (:func:`specrepro.measure.cost.measure_cost_curve`); the
+    table carries no interval, so none is drawn.
+
+    Args:
+        curves: DataFrame with columns model, n (tokens, integer), ms (milliseconds).
+
+    Returns:
+        matplotlib Figure (integer n ticks, legend outside the axes).
+    """
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    for i, (name, d) in enumerate(curves.groupby("model", sort=False)):
+        d = d.sort_values("n")
+        ax.plot(d["n"], d["ms"], marker="o", color=f"C{i}", label=readable(name))
+        one = d.loc[d["n"] == d["n"].min(), "ms"].iloc[0]
+        ax.plot([d["n"].min(), max(curves["n"])], [one, one], linestyle=PAPER_STYLE["linestyle"], color=f"C{i}",
+                lw=1, alpha=0.7)
+    ax.plot([], [], linestyle=PAPER_STYLE["linestyle"], color="0.35",
+            label="Leviathan's model: verification as cheap as one step")
+    ax.set(xlabel="new tokens n in one forward pass", ylabel="ms per forward (median)", ylim=(0, None),
+           title="Forward cost vs tokens (KV-cached)")
+    integer_ticks(ax, "x")
+    legend_outside(ax)
+    return fig
+
+
+def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None, title: str = ""):
+    """Measured speedup over AR vs γ with its 95% interval, beside the hardware-aware and constant-c (Leviathan
+    Thm 3.8) predictions, one colour per draft; the paper's measured Table 2 speedups (T5-XXL on a TPU-v4, other
+    hardware and tasks) drawn in :data:`PAPER_STYLE` at their γ.
+
+    Args:
+        summary: DataFrame, one row per (draft, γ), columns ``draft_col``, gamma, measured_speedup,
+            measured_speedup_lo, measured_speedup_hi (NaN allowed), predicted_speedup_hardware,
+            predicted_speedup_constant_c (as :func:`specrepro.lab.leviathan.summarize_speed` plus a draft name); where
+            a draft's rows all have ``predicted_speedup_constant_c_in_run`` (c measured in the timed runs), the
+            constant-c curve uses it, and its legend says so.
+        paper: optional DataFrame with columns gamma, measured, draft (e.g. :func:`leviathan_table2` rows).
+
+    Returns:
+        matplotlib Figure (integer γ ticks, legend outside the axes).
+    """
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for i, (name, d) in enumerate(summary.groupby(draft_col, sort=False)):
+        d = d.sort_values("gamma")
+        col = f"C{i}"
+        interval_errorbar(ax, d["gamma"], d["measured_speedup"], d["measured_speedup_lo"],
+                          d["measured_speedup_hi"], fmt="o-", color=col, label=f"{readable(name)}: measured (95% CI)")
+        ax.plot(d["gamma"], d["predicted_speedup_hardware"], "s--", color=col, mfc="none",
+                label=f"{readable(name)}: predicted, hardware-aware")
+        in_run = "predicted_speedup_constant_c_in_run" in d and d["predicted_speedup_constant_c_in_run"].notna().all()
+        ax.plot(d["gamma"], d["predicted_speedup_constant_c_in_run" if in_run else "predicted_speedup_constant_c"],
+                "^:", color=col, mfc="none", label=f"{readable(name)}: predicted, constant c (Leviathan)"
+                + (", c measured in the runs" if in_run else ""))
+    if paper is not None and len(paper):
+        ax.plot(paper["gamma"], paper["measured"], linestyle="none", marker=PAPER_STYLE["marker"],
+                color=PAPER_STYLE["color"], label="Leviathan Table 2, measured (T5-XXL, TPU-v4)")
+        for _, row in paper.iterrows():
+            if "draft" in row:
+                ax.annotate(f"{row.get('task', '')} {str(row['draft']).replace('T5-', '')}".strip(),
+                            (row["gamma"], row["measured"]), xytext=(4, 0), textcoords="offset points",
+                            fontsize=6, color=PAPER_STYLE["color"], va="center")
+        # room right of the last γ for its labels ("EnDe small" at γ = 7), which would otherwise cross the frame
+        lo, hi = ax.get_xlim()
+        ax.set_xlim(lo, max(hi, float(paper["gamma"].max()) + 0.9))
+    ax.axhline(1, color="0.5", lw=0.8)
+    ax.set(xlabel="γ (draft length)", ylabel="speedup over AR (×)", title=title)
+    integer_ticks(ax, "x")
+    legend_outside(ax)
+    return fig
+
+
+def fig_limit_ladder(limits, draft_col: str = "draft", title: str = ""):
+    """The limit drawn (issue 18): per draft (one panel each) and γ, bars for the successive predictions of
+    :func:`specrepro.theory.speedup_decomposition` - tokens per step (Leviathan's c = 0 ideal), free draft (measured
+    verification cost), hardware-aware (+ the draft's cost), + loop overhead - and the measured speedup with its 95%
+    interval as a black point. The drop between bars is the share of the gap due to verification, draft cost and
+    overhead; the rest (measured below the last bar) is unexplained by the cost model.
+
+    Args:
+        limits: DataFrame, one row per (draft, γ), columns ``draft_col``, gamma, tokens_per_step, free_draft,
+            hardware_aware, with_overhead, measured, measured_lo, measured_hi (as
+            :func:`specrepro.lab.leviathan.limit_table`).
+
+    Returns:
+        matplotlib Figure, one axes per draft (shared y), integer γ ticks, legend outside the axes.
+
+    Raises:
+        ValueError: a missing column or an empty table.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    need = {draft_col, "gamma", "measured", "measured_lo", "measured_hi"} | {k for k, _ in LADDER}
+    missing = need - set(limits.columns)
+    if missing or not len(limits):
+        raise ValueError(f"fig_limit_ladder needs a non-empty table with columns {sorted(need)}; "
+                         f"missing {sorted(missing)}")
+    drafts = list(dict.fromkeys(limits[draft_col]))
+    fig, axes = plt.subplots(1, len(drafts), figsize=(4.2 * len(drafts) + 0.6, 3.8), sharey=True, squeeze=False)
+    axes = axes[0]
+    width = 0.8 / len(LADDER)
+    for ax, name in zip(axes, drafts):
+        d = limits[limits[draft_col] == name].sort_values("gamma")
+        x = d["gamma"].to_numpy(dtype=float)
+        for j, (key, label) in enumerate(LADDER):
+            ax.bar(x + (j - (len(LADDER) - 1) / 2) * width, d[key], width=width, color=f"C{j}", alpha=0.75,
+                   label=label)
+        interval_errorbar(ax, x + (len(LADDER) - 1) / 2 * width, d["measured"], d["measured_lo"],
+                          d["measured_hi"], fmt="o", color="k", markersize=5, zorder=5,
+                          label="measured (95% CI over prompts)")
+        ax.axhline(1, color="0.3", lw=0.8)
+        ax.set(title=readable(name), xlabel="γ (draft length)", xticks=np.unique(x))  # the integer γ measured
+    axes[0].set_ylabel("speedup over AR (×)")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    legend_outside(fig)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# SpecInfer, Medusa and Chen figures (notebooks 05-07)
+#
+# Each function takes the summary table its notebook saves and returns a Figure: our estimates with error bars from
+# their 95% intervals, the paper's numbers beside ours (PAPER_STYLE) where the paper prints them, integer ticks on
+# integer axes, the legend outside every axes (below the panels or to their right) and a caption under it that says
+# where the paper's numbers come from or why there are none. save_figure's footer goes below all of it.
+# ---------------------------------------------------------------------------------------------------------------------
+
+__all__ += ["add_caption", "legend_below", "fig_chen_k_sweep", "fig_specinfer_tree_width",
+            "fig_medusa_dense_vs_sparse", "fig_medusa_tokens_per_s"]
+
+
+def _lowest_y(fig) -> float:
+    """The bottom of everything drawn on ``fig``, in figure coordinates (may be < 0 under bbox_inches='tight')."""
+    fig.canvas.draw()
+    return min(0.0, fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight())
+
+
+def legend_below(fig, axes, ncol: int | None = None, **kwargs):
+    """One legend for ``axes`` (an Axes or a list), centred under the lowest artist of ``fig`` (x labels included),
+    so it covers no data and no label; duplicate labels are merged. Call after the panels are drawn and laid out.
+
+    Returns:
+        the Legend, or None when no artist has a label.
+    """
+    import numpy as np
+
+    handles, labels = unique_handles(np.atleast_1d(axes).ravel())
+    if not handles:
+        return None
+    y = _lowest_y(fig)
+    kwargs.setdefault("fontsize", 8)
+    kwargs.setdefault("frameon", False)
+    return fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, y - 0.01),
+                      ncol=ncol or min(len(labels), 3), **kwargs)
+
+
+def add_caption(fig, text: str, width: int = 130):
+    """A caption (``text`` wrapped at ``width`` characters, left-aligned, small) under everything already drawn on
+    ``fig`` (panels, labels, a :func:`legend_below` legend). Returns the Text artist."""
+    import textwrap
+
+    return fig.text(0.01, _lowest_y(fig) - 0.015, textwrap.fill(text, width), ha="left", va="top", fontsize=7,
+                    color="0.25")
+
+
+def _finish(fig, axes, caption: str | None, ncol: int | None = None):
+    fig.tight_layout()
+    legend_below(fig, axes, ncol=ncol)
+    if caption:
+        add_caption(fig, caption)
+    return fig
+
+
+def fig_chen_k_sweep(summary, *, title: str | None = None):
+    """Chen et al. 2023, Figure 1 analogue: speedup over AR, accepted fraction and loop time vs K (three panels).
+
+    Args:
+        summary: one row per K (:func:`specrepro.lab.chen.k_sweep_summary`): K (int, 0 = AR), speedup,
+            speedup_lo, speedup_hi (paired tokens/s ratio over AR, 95% interval), accepted_fraction / _lo / _hi
+            (tokens per loop / (K + 1)), predicted_fraction (Leviathan Eq. 1 from the measured α), loop_ms /
+            _lo / _hi (ms per draft-and-verify loop), and optionally paper_speedup (Chen Table 1, HumanEval; NaN
+            elsewhere).
+        title: the figure's suptitle (models, prompts, sampling).
+
+    Returns:
+        a matplotlib Figure. Error bars are the 95% intervals (none where an interval is NaN); the paper's
+        HumanEval speedup (K = 4) is drawn in :data:`PAPER_STYLE` on the left panel.
+
+    Raises:
+        KeyError: a required column is missing.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    s = summary.sort_values("K")
+    k = s["K"].to_numpy(dtype=float)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    interval_errorbar(axes[0], k, s["speedup"], s["speedup_lo"], s["speedup_hi"], fmt="o-", color="C0",
+                      label="ours: median over prompts, 95% CI")
+    axes[0].axhline(1, color="0.5", lw=0.8)
+    if "paper_speedup" in s and s.loc[s["K"] > 0, "paper_speedup"].notna().any():
+        p = s[(s["K"] > 0) & s["paper_speedup"].notna()]
+        axes[0].plot(p["K"], p["paper_speedup"], **{**PAPER_STYLE, "linestyle": "none", "markersize": 7},
+                     label="Chen et al. Table 1 (HumanEval, 70B + 4B, TPU)")
+    axes[0].set(xlabel="K (draft tokens per loop)", ylabel="speedup over AR", title="speedup")
+    interval_errorbar(axes[1], k, s["accepted_fraction"], s["accepted_fraction_lo"], s["accepted_fraction_hi"],
+                      fmt="o-", color="C0")
+    if "predicted_fraction" in s:
+        axes[1].plot(k, s["predicted_fraction"], "x:", color="C2",
+                     label=r"prediction $(1-\alpha^{K+1})/((1-\alpha)(K+1))$ from our α")
+    axes[1].set(xlabel="K", ylabel="tokens per loop / (K + 1)", title="accepted fraction",
+                ylim=(0, 1.05))
+    interval_errorbar(axes[2], k, s["loop_ms"], s["loop_ms_lo"], s["loop_ms_hi"], fmt="o-", color="C0")
+    axes[2].set(xlabel="K", ylabel="ms per loop (prefill excluded)", title="loop time")
+    for ax in axes:
+        integer_ticks(ax, "x")
+        ax.set_xlim(np.min(k) - 0.5, np.max(k) + 0.5)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return _finish(fig, axes, "Paper's numbers: Chen et al. 2023 Table 1 gives one HumanEval point (K = 4, 2.46x; "
+                              "Chinchilla 70B + 4B draft on TPU v4). Their Figure 1 curves (speedup, accepted "
+                              "fraction, loop time vs K) are for XSum and their values are not printed in the text, "
+                              "so the middle and right panels show ours only. Error bars: 95% percentile-bootstrap "
+                              "intervals over prompts.")
+
+
+_SHAPE_LABEL = {"paper": "⟨1,1,k,1,…,1⟩ (SpecInfer's shape)", "root": "⟨k,1,…,1⟩ (branching at the first token)"}
+
+
+def fig_specinfer_tree_width(summary, *, title: str | None = None):
+    """SpecInfer Table 2 and latency vs tree width: verified tokens per step (left) and ms per token (right) vs
+    the tree width k, greedy and stochastic, for each tree shape in ``summary``.
+
+    Args:
+        summary: :func:`specrepro.lab.specinfer.tree_width_summary` rows: shape ("paper" = ⟨1,1,k,1,...⟩,
+            "root" = ⟨k,1,...,1⟩), decoding ("greedy" / "stochastic"), width (int), tokens_per_step / _lo / _hi,
+            ms_per_token / _lo / _hi, paper (SpecInfer Table 2 tokens per step; NaN where the paper has none).
+        title: the figure's suptitle.
+
+    Returns:
+        a matplotlib Figure: ours with 95% error bars (shape "paper" solid, "root" hollow and dotted, shifted by
+        ±0.1 in width so bars do not hide each other), SpecInfer's Table 2 values in :data:`PAPER_STYLE`.
+
+    Raises:
+        KeyError: a required column is missing.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    shapes = [sh for sh in ("paper", "root") if (summary["shape"] == sh).any()]
+    colors = {"greedy": "C0", "stochastic": "C1"}
+    for si, sh in enumerate(shapes):
+        for di, dec in enumerate(("greedy", "stochastic")):
+            d = summary[(summary["shape"] == sh) & (summary["decoding"] == dec)].sort_values("width")
+            if d.empty:
+                continue
+            x = d["width"].to_numpy(dtype=float) + (0.1 * (2 * si - 1) if len(shapes) > 1 else 0.0)
+            style = dict(color=colors[dec], fmt="o-" if sh == "paper" else "o:",
+                         markerfacecolor=colors[dec] if sh == "paper" else "white")
+            label = f"{dec}, ours, {_SHAPE_LABEL[sh]}"
+            interval_errorbar(axes[0], x, d["tokens_per_step"], d["tokens_per_step_lo"], d["tokens_per_step_hi"],
+                              label=label, **style)
+            interval_errorbar(axes[1], x, d["ms_per_token"], d["ms_per_token_lo"], d["ms_per_token_hi"], **style)
+    paper = summary[(summary["shape"] == "paper") & summary["paper"].notna()] if "paper" in summary else \
+        summary.iloc[:0]
+    for dec, d in paper.groupby("decoding"):
+        d = d.sort_values("width")
+        axes[0].plot(d["width"], d["paper"], **{**PAPER_STYLE, "color": colors.get(dec, "0.35")},
+                     label=f"{dec}, SpecInfer Table 2 (LLaMA-7B/68M, Alpaca)")
+    axes[0].set(xlabel="tree width k", ylabel="verified tokens per step", title="tokens per step (Table 2)")
+    axes[1].set(xlabel="tree width k", ylabel="ms per generated token", title="latency per token")
+    for ax in axes:
+        integer_ticks(ax, "x")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    left = ("Left: SpecInfer Table 2 (§6.4, trees ⟨1,1,k,1,1,1,1,1⟩, LLaMA-7B + LLaMA-68M on Alpaca, GPU) beside "
+            "ours." if len(paper) else "Left: SpecInfer Table 2 is not drawn: its trees ⟨1,1,k,1,1,1,1,1⟩ have depth "
+            "8, these another depth (or no tree of SpecInfer's shape was run).")
+    return _finish(fig, axes, left + " Right: SpecInfer's per-token latency vs width is not "
+                              "transcribed in our paper notes, so ours only; our tree runs are sequential (not "
+                              "interleaved with each other), so machine drift between widths is not paired away. "
+                              "Error bars: 95% percentile-bootstrap intervals over prompts.", ncol=2)
+
+
+_KIND_STYLE = {"chain": dict(color="C2", marker="^"), "dense": dict(color="C0", marker="o"),
+               "sparse": dict(color="C1", marker="s")}
+
+
+def fig_medusa_dense_vs_sparse(summary, *, title: str | None = None):
+    """Medusa §3.3.1 / Figure 5 analogue: tokens per step vs tree size (nodes) for dense (Cartesian) and sparse
+    (accuracy-driven) trees of the same heads, and the heads as a chain.
+
+    Args:
+        summary: :func:`specrepro.lab.medusa_ablation.tree_ablation` summary rows: kind ("chain" / "dense" / "sparse", see
+            :func:`specrepro.lab.medusa_ablation.tree_kind`), nodes (int), tokens_per_step / _lo / _hi (mean over prompts, 95%
+            interval), and optionally predicted_tokens_per_step (from the heads' held-out accuracies).
+        title: the axes' title.
+
+    Returns:
+        a matplotlib Figure: one series per kind, ours with 95% error bars, the accuracy-based prediction as
+        unfilled markers on a dotted line.
+
+    Raises:
+        KeyError: a required column is missing.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for kind in [k for k in ("chain", "dense", "sparse") if (summary["kind"] == k).any()]:
+        d = summary[summary["kind"] == kind].sort_values("nodes")
+        st = _KIND_STYLE[kind]
+        interval_errorbar(ax, d["nodes"], d["tokens_per_step"], d["tokens_per_step_lo"], d["tokens_per_step_hi"],
+                          fmt="-", marker=st["marker"], color=st["color"],
+                          label=f"{kind} tree{'s' if len(d) > 1 else ''}, measured (95% CI over prompts)")
+        if "predicted_tokens_per_step" in d and d["predicted_tokens_per_step"].notna().any():
+            ax.plot(d["nodes"], d["predicted_tokens_per_step"], linestyle=":", marker=st["marker"],
+                    markerfacecolor="white", color=st["color"], label=f"{kind}, predicted from head accuracies")
+    ax.set(xlabel="tree nodes (candidate tokens per step)", ylabel="tokens per target step (greedy)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    integer_ticks(ax, "x")
+    return _finish(fig, ax, "Medusa's dense-vs-sparse comparison (§3.3.1, Figure 5; Vicuna-7B on GPU) is not "
+                            "transcribed in our paper notes, so no paper numbers are drawn; its claim is the shape: "
+                            "sparse trees reach a dense tree's tokens per step with fewer nodes. Error bars: 95% "
+                            "percentile-bootstrap intervals over prompts.", ncol=2)
+
+
+def fig_medusa_tokens_per_s(tables):
+    """Tokens/s of every method in every decoding setting of notebook 06, one horizontal bar per (method, setting),
+    each bar labelled with its own table's method name and the setting (the greedy and sampled tables list
+    different methods).
+
+    Args:
+        tables: setting label (e.g. "greedy", "T = 0.7") -> :func:`specrepro.lab.medusa.acceleration_table` output
+            (columns method, tokens_per_s and optionally tokens_per_s_lo / _hi, the 95% interval over prompts).
+
+    Returns:
+        a matplotlib Figure; bars carry error bars where the interval is known.
+
+    Raises:
+        ValueError: no tables.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    if not tables:
+        raise ValueError("fig_medusa_tokens_per_s needs at least one table")
+    both = pd.concat([t.assign(setting=s) for s, t in tables.items()], ignore_index=True)
+    lo = both["tokens_per_s_lo"] if "tokens_per_s_lo" in both else pd.Series(np.nan, index=both.index)
+    hi = both["tokens_per_s_hi"] if "tokens_per_s_hi" in both else pd.Series(np.nan, index=both.index)
+    known = lo.notna() & hi.notna()
+    xerr = np.vstack([np.where(known, both["tokens_per_s"] - lo, np.nan),
+                      np.where(known, hi - both["tokens_per_s"], np.nan)])
+    colors = {s: f"C{i}" for i, s in enumerate(tables)}
+    fig, ax = plt.subplots(figsize=(7.5, 0.34 * len(both) + 1.4))
+    y = np.arange(len(both))
+    for s in tables:
+        m = (both["setting"] == s).to_numpy()
+        ax.barh(y[m], both.loc[m, "tokens_per_s"], xerr=xerr[:, m], color=colors[s], capsize=3,
+                error_kw={"elinewidth": 1}, label=readable(s))
+    ax.set_yticks(y, [f"{readable(mth)} · {readable(s)}" for mth, s in zip(both["method"], both["setting"])],
+                  fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("tokens/s, median over prompts (95% CI; shared CPU)")
+    return _finish(fig, ax, "No paper numbers: tokens/s depend on the hardware; Medusa's speedups (Vicuna, GPU) "
+                            "are compared with ours in the scorecard.", ncol=len(tables))

@@ -1,0 +1,171 @@
+"""Where results go, and how they are written: atomically, with provenance.
+
+What this file is: the notebooks' one way to save a result table (CSV under ``data/results/``) or a figure (PNG and
+PDF under ``figures/``), each with a provenance sidecar ``<name>.provenance.json`` (git commit, profile, device,
+date, library versions), and to skip work whose result already exists (``make reproduce`` resumes).
+
+Layout by profile, and who writes the record: only ``make reproduce`` writes the committed record. It runs the
+standard profile with the environment variable ``SPECREPRO_RECORD=1`` (:data:`RECORD_ENV`), and only then do tables
+go to ``data/results/`` and figures to ``figures/`` (and notebook 08 rewrite README.md). Every other run - a notebook
+opened in JupyterLab and run top to bottom, papermill without the Makefile, the quick profile in CI - writes to
+``build/<profile>/results/`` and ``build/<profile>/figures/`` (git-ignored), whatever its parameters say, so it can
+never overwrite what the repository reports. Reading follows the same rule, with one fallback: :class:`Tables`-style
+readers (the scorecard) that find no table of the standard profile under ``build/standard/`` read the committed
+record (:func:`read_dirs`), so an interactive notebook 08 scores the record without rewriting it.
+
+What it is not: plotting style (:mod:`specrepro.record.plots`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from specrepro.files import (
+    atomic_write_text,
+    cpu_description,
+    device_description,
+    git_commit,
+    repo_root,
+    umask_mode,
+)
+
+__all__ = ["STANDARD", "RECORD_ENV", "writes_record", "record_dir", "results_dir", "figures_dir", "read_dirs", "provenance", "save_table", "load_table", "add_footer", "save_figure"]
+
+STANDARD = "standard"
+#: Set to "1" by ``make reproduce`` (and only there): the standard profile then writes the committed record.
+RECORD_ENV = "SPECREPRO_RECORD"
+
+
+def writes_record(profile: str = STANDARD) -> bool:
+    """True only for the standard profile run by ``make reproduce`` (``SPECREPRO_RECORD=1`` in the environment):
+    then results go to the committed ``data/results/`` and ``figures/``; otherwise under ``build/<profile>/``."""
+    return profile == STANDARD and os.environ.get(RECORD_ENV) == "1"
+
+
+def record_dir(kind: str = "results") -> Path:
+    """The committed record: ``data/results/`` (kind "results") or ``figures/`` (kind "figures")."""
+    if kind not in ("results", "figures"):
+        raise ValueError(f"kind must be 'results' or 'figures', got {kind!r}")
+    return repo_root() / ("data/results" if kind == "results" else "figures")
+
+
+def results_dir(profile: str = STANDARD) -> Path:
+    """Where this run writes (and resumes) result tables: the record when :func:`writes_record`, else
+    ``build/<profile>/results/`` (created)."""
+    d = record_dir("results") if writes_record(profile) else repo_root() / f"build/{profile}/results"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def figures_dir(profile: str = STANDARD) -> Path:
+    """Where this run writes figures: the record's ``figures/`` when :func:`writes_record`, else
+    ``build/<profile>/figures/`` (created)."""
+    d = record_dir("figures") if writes_record(profile) else repo_root() / f"build/{profile}/figures"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def read_dirs(profile: str = STANDARD) -> list[Path]:
+    """Directories a reader of ``profile``'s tables searches, in order: this run's :func:`results_dir`, then, for the
+    standard profile outside ``make reproduce``, the committed record."""
+    dirs = [results_dir(profile)]
+    if profile == STANDARD and dirs[0] != record_dir("results"):
+        dirs.append(record_dir("results"))
+    return dirs
+
+
+def provenance(profile: str, device: str = "cpu", **extra) -> dict:
+    """Provenance record: commit, profile, device, cpu (:func:`cpu_description`), date (day only),
+    torch/transformers versions, plus ``extra``."""
+    import torch
+    import transformers
+
+    rec = {
+        "commit": git_commit(),
+        "profile": profile,
+        "device": device_description(device),
+        "cpu": cpu_description(),
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    rec.update(extra)
+    return rec
+
+
+def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", **extra) -> Path:
+    """Write ``df`` as ``<results_dir>/<name>.csv`` (atomically) and its provenance sidecar; returns the CSV path."""
+    path = results_dir(profile) / f"{name}.csv"
+    atomic_write_text(path, df.to_csv(index=False, float_format="%.6g"))
+    atomic_write_text(path.with_suffix(".provenance.json"),
+                      json.dumps(provenance(profile, device, **extra), indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def load_table(name: str, profile: str = STANDARD, **settings):
+    """Read ``<results_dir>/<name>.csv`` back as a DataFrame; None if it does not exist yet.
+
+    With ``settings`` (keyword arguments that were also passed to :func:`save_table`, e.g. ``prompts=2,
+    tokens=24``), the table is returned only if its provenance sidecar recorded the same value for every one of
+    them; a table written under other settings (or before the setting was recorded) is stale and gives None, so a
+    resumed notebook recomputes it instead of reusing numbers measured for a different experiment. Values are
+    compared after a JSON round trip (tuples and lists are equal).
+    """
+    import pandas as pd
+
+    path = results_dir(profile) / f"{name}.csv"
+    if not path.exists():
+        return None
+    if settings:
+        sidecar = path.with_suffix(".provenance.json")
+        try:
+            recorded = json.loads(sidecar.read_text())
+        except (OSError, ValueError):
+            return None
+        wanted = json.loads(json.dumps(settings))
+        if any(recorded.get(k, _MISSING) != v for k, v in wanted.items()):
+            return None
+    return pd.read_csv(path)
+
+
+_MISSING = object()
+
+
+def add_footer(fig, text: str):
+    """Put ``text`` (small, grey, right-aligned) just below everything already drawn on ``fig`` - tick labels, axis
+    labels, legends and captions placed under the axes - so it overlaps none of them (a fixed position such as
+    y = -0.02 collides with x labels of some layouts). Returns the Text artist."""
+    fig.canvas.draw()  # lay out (tight/constrained layout) so the extents below are final
+    bb = fig.get_tightbbox(fig.canvas.get_renderer())  # inches, figure origin
+    w, h = fig.get_figwidth(), fig.get_figheight()
+    y = min(0.0, bb.y0 / h) - 0.06 / h  # a small gap (0.06 in) below the lowest artist
+    return fig.text(max(bb.x1 / w, 0.5), y, text, ha="right", va="top", fontsize=6, color="0.5")
+
+
+def save_figure(fig, name: str, profile: str = STANDARD, device: str = "cpu", **extra) -> Path:
+    """Save ``fig`` as PNG and PDF under ``figures_dir(profile)`` with a provenance footer and sidecar.
+
+    The footer names the commit, profile and device so a figure carries where it came from. Returns the PNG path.
+    """
+    prov = provenance(profile, device, **extra)
+    add_footer(fig, f"specrepro {prov['commit']} · profile {profile} · {prov['device']}")
+    out = figures_dir(profile) / name
+    meta = {"Title": name, "Subject": json.dumps(prov, sort_keys=True)}
+    for ext in ("png", "pdf"):
+        path = out.with_suffix(f".{ext}")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{ext}")
+        os.close(fd)
+        try:
+            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight",
+                        metadata=meta if ext == "pdf" else {"Description": meta["Subject"]})
+            os.chmod(tmp, umask_mode())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    atomic_write_text(out.with_suffix(".provenance.json"), json.dumps(prov, indent=1, sort_keys=True) + "\n")
+    return out.with_suffix(".png")

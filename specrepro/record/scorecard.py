@@ -1,0 +1,1132 @@
+"""The replication scorecard's rules: each statement of the four papers beside our measurement, with a verdict.
+
+What this file is: the claims live in ``data/claims.csv``, one row per statement a paper makes (paper, arXiv
+version, exact location, the paper's setting, a sentence, the paper's number and whether that number was
+**measured**, **computed** or **asserted** by the paper, the result table that measures it, the name of a rule and
+the rule's parameters). Each rule is a function registered in :data:`RULES` whose docstring states how it turns our
+numbers into one verdict:
+
+* ``reproduced exactly`` - the paper's value lies inside our 95% interval and the interval excludes the null (for a
+  number the paper computed: our computed number is within the tolerance the rule's docstring states; for an
+  asserted yes/no statement: the stated test says yes and can see a wrong answer);
+* ``trend reproduced`` - the interval excludes the null in the paper's direction (speedup interval above 1,
+  Spearman ρ significant at 5%, ...) but does not contain the paper's value;
+* ``inconclusive`` - the interval contains the null, or no interval can be computed from the committed tables
+  (a summary-only table); the reason says which;
+* ``not reproduced`` - the interval excludes the paper's direction (or a computed value or yes/no test fails);
+* ``not run`` - the table that would measure it was not written for this profile (or was never attempted).
+
+Intervals are 95% percentile-bootstrap intervals over prompts (or problems) of per-prompt values, from
+:func:`specrepro.stats.bootstrap_ci` / :func:`specrepro.measure.harness.paired_ratios` (the harness's one definition of a
+paired speedup); trends use ``scipy.stats`` tests. No rule takes a maximum over γ or methods unless its claim says
+"best of N" (then the chosen row's interval is reported). No verdict is typed by hand; a rule that raises is a bug
+and propagates (only :class:`NotRun`, "this profile did not measure it", becomes a verdict).
+
+What it is not: the rendering of the scorecard (markdown, README blocks, figures: :mod:`specrepro.record.report`), an
+experiment (nothing here runs a model) or a store of the papers' numbers beyond ``data/claims.csv``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from specrepro.files import repo_root
+from specrepro.measure.harness import (
+    draft_of_method,
+    in_run_cost_coefficient,
+    paired_ratios,
+)
+from specrepro.record.results import STANDARD, read_dirs
+from specrepro.stats import spearman, spearman_interval, stat_ci
+from specrepro.theory import expected_tokens, walltime_improvement
+
+__all__ = ["VERDICTS", "PAPER_KINDS", "CLAIM_COLUMNS", "CARD_COLUMNS", "ALPHA_TEST", "GOF_LEVEL", "NotRun", "Outcome", "Tables", "claims_path", "params_of", "load_claims", "RULES", "RULE_PARAMS", "rule", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical", "paired_ratio", "computed_speedup", "value_in_interval", "row_order", "close_to_prediction", "increases", "decreases", "grows_linearly", "speedup_peaks", "quality_unchanged", "falls_with_head", "typical_shifts", "not_attempted", "score_claim", "score", "rules_table"]
+
+EXACT, TREND, INCONCLUSIVE = "reproduced exactly", "trend reproduced", "inconclusive"
+NOT_REPRODUCED, NOT_RUN = "not reproduced", "not run"
+VERDICTS = (EXACT, TREND, INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN)
+#: what the paper's number is: measured in an experiment, computed from a formula, or asserted (stated or proved,
+#: no measurement behind it)
+PAPER_KINDS = ("measured", "computed", "asserted")
+CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "rule", "params",
+                 "our_table", "notebook", "our_setting", "caveat")
+CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "ours",
+                "ours_value", "ours_lo", "ours_hi", "n", "our_setting", "hardware", "profile", "commit", "verdict",
+                "reason", "rule", "our_table"]
+#: level of every significance test and chi-square goodness-of-fit test the rules read (5% for trends)
+ALPHA_TEST = 0.05
+GOF_LEVEL = 1e-3
+
+
+class NotRun(Exception):
+    """Raised by a rule when the rows it needs were not measured in this profile (message = reason)."""
+
+
+@dataclass
+class Outcome:
+    """One rule's result: the verdict, our number as text (with its interval and n), our point estimate and its
+    95% interval (None where not one number), the sample size n, and the reason (empty when reproduced exactly)."""
+
+    verdict: str
+    ours: str
+    value: float | None = None
+    reason: str = ""
+    lo: float | None = None
+    hi: float | None = None
+    n: int | None = None
+
+
+def _read_csv(path: Path) -> pd.DataFrame | None:
+    return pd.read_csv(path) if path.exists() else None
+
+
+def _read_table(directory: Path, name: str) -> pd.DataFrame | None:
+    """``<name>.csv``, or the per-run rows of a bench JSON ``<name>.json`` (``python -m specrepro bench --json``:
+    columns method, prompt, repeat, tokens_per_s, ...), or None."""
+    df = _read_csv(directory / f"{name}.csv")
+    if df is None and (directory / f"{name}.json").exists():
+        runs = json.loads((directory / f"{name}.json").read_text()).get("runs")
+        df = pd.DataFrame(runs) if runs else None
+    return df
+
+
+def _bench_provenance(path: Path) -> dict:
+    """The provenance of a bench JSON: its config (commit, target, draft, workload, ...)."""
+    try:
+        return dict(json.loads(path.read_text()).get("config") or {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _hardware(prov: dict) -> str:
+    """The machine a table was measured on, from its provenance: the device (a bench JSON's ``device_description``
+    where it has one, else ``device``) and, on a CPU, the CPU model with its widest SIMD extension (``cpu``; tables
+    written before it was recorded say so). Empty without a provenance."""
+    device = str(prov.get("device_description") or prov.get("device") or "")
+    if not device.startswith("cpu"):
+        return device
+    return f"{device}, {prov['cpu']}" if prov.get("cpu") else f"{device}, CPU model not recorded"
+
+
+class Tables:
+    """The result tables and provenance records of one profile, read lazily and cached.
+
+    Args:
+        profile: the profile whose tables are read, from :func:`specrepro.record.results.read_dirs` (this run's output
+            directory, then, for the standard profile outside ``make reproduce``, the committed data/results/).
+        frames: optional ``{name: DataFrame}`` used instead of the files (tests); names absent from it are missing.
+        provenances: optional ``{name: dict}`` to go with ``frames``.
+        dirs: optional directories searched instead of :func:`specrepro.record.results.read_dirs` (e.g. only the record).
+    """
+
+    def __init__(self, profile: str = STANDARD, frames: dict | None = None, provenances: dict | None = None,
+                 dirs: Sequence[Path] | None = None):
+        self.profile = profile
+        self._frames = dict(frames) if frames is not None else None
+        self._prov = dict(provenances or {})
+        self._dirs = [Path(d) for d in dirs] if dirs is not None else None
+        self._cache: dict[str, pd.DataFrame | None] = {}
+
+    def dirs(self) -> list[Path]:
+        """The directories searched, in order."""
+        return self._dirs if self._dirs is not None else read_dirs(self.profile)
+
+    def get(self, name: str) -> pd.DataFrame | None:
+        """The table ``name`` (a copy), or None if it has not been written."""
+        if name not in self._cache:
+            if self._frames is not None:
+                self._cache[name] = self._frames.get(name)
+            else:
+                self._cache[name] = next((df for df in (_read_table(d, name) for d in self.dirs())
+                                          if df is not None), None)
+        df = self._cache[name]
+        return None if df is None else df.copy()
+
+    def provenance(self, name: str) -> dict:
+        """The provenance record of table ``name`` (commit, profile, device, target, ...); {} if there is none."""
+        if name not in self._prov:
+            rec = {}
+            if self._frames is None:
+                path = next((p for p in (d / f"{name}.provenance.json" for d in self.dirs()) if p.exists()), None)
+                if path is not None:
+                    try:
+                        rec = json.loads(path.read_text())
+                    except (OSError, ValueError):
+                        rec = {}
+                else:
+                    bench = next((p for p in (d / f"{name}.json" for d in self.dirs()) if p.exists()), None)
+                    rec = _bench_provenance(bench) if bench is not None else {}
+            self._prov[name] = rec
+        return self._prov[name]
+
+
+# ------------------------------------------------------------------------------------------------------ claims
+
+
+def claims_path() -> Path:
+    """``data/claims.csv`` in the repository."""
+    return repo_root() / "data" / "claims.csv"
+
+
+def params_of(claim) -> dict[str, str]:
+    """The claim's ``params`` field ``key=value; key=value`` as a dict (values may contain ``=``, not ``;``).
+
+    Raises:
+        ValueError: an item lacks ``=`` or a key is repeated.
+    """
+    out: dict[str, str] = {}
+    for item in (s.strip() for s in str(claim["params"]).split(";")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"claim {claim['id']}: params item {item!r} is not key=value")
+        if key in out:
+            raise ValueError(f"claim {claim['id']}: params key {key!r} repeated")
+        out[key] = value.strip()
+    return out
+
+
+def load_claims(path: str | Path | None = None) -> pd.DataFrame:
+    """Read the claims file (every field as text, empty fields as "").
+
+    Raises:
+        ValueError: a column is missing, an id is empty or repeated, a rule is not in :data:`RULES`, a paper_kind is
+            not measured / computed / asserted, or a claim passes a parameter its rule does not take.
+    """
+    df = pd.read_csv(path or claims_path(), dtype=str, keep_default_na=False)
+    df = df.apply(lambda col: col.str.strip())
+    missing = [c for c in CLAIM_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"claims file lacks columns {missing}")
+    if (df["id"] == "").any() or df["id"].duplicated().any():
+        raise ValueError(f"claim ids must be present and unique: {sorted(df['id'][df['id'].duplicated()])}")
+    unknown = sorted(set(df["rule"]) - set(RULES))
+    if unknown:
+        raise ValueError(f"unknown rules {unknown}; known: {sorted(RULES)}")
+    bad = sorted(set(df["paper_kind"]) - set(PAPER_KINDS))
+    if bad:
+        raise ValueError(f"unknown paper_kind {bad}; known: {list(PAPER_KINDS)}")
+    for _, c in df.iterrows():
+        extra = set(params_of(c)) - set(RULE_PARAMS[c["rule"]])
+        if extra:
+            raise ValueError(f"claim {c['id']}: rule {c['rule']} takes no parameters {sorted(extra)} "
+                             f"(it takes {list(RULE_PARAMS[c['rule']])})")
+    return df
+
+
+def _names(field: str) -> list[str]:
+    return [s.strip() for s in str(field).split(";") if s.strip()]
+
+
+def _float(params: dict, key: str, default: float) -> float:
+    return float(params[key]) if params.get(key, "") != "" else default
+
+
+def _paper_range(claim) -> tuple[float, float]:
+    """The paper's number ``x`` or range ``lo-hi`` (first number(s) of ``paper_value``) as (lo, hi).
+
+    Raises:
+        ValueError: ``paper_value`` has no number.
+    """
+    text = claim["paper_value"].replace("–", "-").replace("×", "")
+    m = re.search(r"(\d+(?:\.\d+)?)\s*(?:-\s*(\d+(?:\.\d+)?))?", text)
+    if not m:
+        raise ValueError(f"claim {claim['id']}: no number in paper_value {claim['paper_value']!r}")
+    lo = float(m.group(1))
+    return lo, float(m.group(2)) if m.group(2) else lo
+
+
+def _decimals(text: str, default: int = 2) -> int:
+    """The most decimals of any number printed in ``text``."""
+    found = [len(d) for d in re.findall(r"\d\.(\d+)", text)]
+    return max(found) if found else default
+
+
+def _table(claim, tables: Tables, index: int = 0) -> pd.DataFrame:
+    return tables.get(_names(claim["our_table"])[index])
+
+
+def _rows(claim, tables: Tables, params: dict, index: int = 0) -> pd.DataFrame:
+    """The claim's table (``index``-th of ``our_table``) filtered by the ``select`` query; NotRun if nothing left."""
+    df = _table(claim, tables, index)
+    if params.get("select"):
+        df = df.query(params["select"], engine="python")
+    if df.empty:
+        raise NotRun(f"no rows of {_names(claim['our_table'])[index]} match the claim's selection"
+                     + (f" ({claim['caveat']})" if claim["caveat"] else ""))
+    return df
+
+
+def _num(series) -> np.ndarray:
+    return pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
+
+
+def _truth(series) -> pd.Series:
+    """Booleans from a column of True/False/"True"/"False"/NaN; NaN stays NaN (not compared)."""
+    def one(v):
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+        if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+            return v.strip().lower() == "true"
+        if isinstance(v, (int, float, np.number)) and not (isinstance(v, float) and math.isnan(v)):
+            return bool(v)
+        return np.nan
+    return series.map(one)
+
+
+def _has_ci(lo, hi) -> bool:
+    return lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+
+
+def _fmt_ci(est: float, lo: float, hi: float, n: int, unit: str, digits: int = 2, suffix: str = "") -> str:
+    """``1.43× [1.26, 1.66], n = 5 prompts`` (or ``..., no interval (n = 1 ...)``)."""
+    head = f"{est:.{digits}f}{suffix}"
+    unit = unit[:-1] if n == 1 and unit.endswith("s") else unit
+    if _has_ci(lo, hi):
+        return f"{head} [{lo:.{digits}f}, {hi:.{digits}f}], n = {n} {unit}"
+    return f"{head}, no interval (n = {n} {unit})"
+
+
+def _judge(est: float, lo: float, hi: float, paper: tuple[float, float], null: float, direction: int,
+           what: str) -> tuple[str, str]:
+    """The interval verdict of a measured claim: exactly if the paper's value (range) meets [lo, hi] and the
+    interval excludes the null on the paper's side; trend if only the latter; not reproduced if the interval lies
+    on the other side of the null; inconclusive otherwise (or without an interval). Returns (verdict, reason)."""
+    if not _has_ci(lo, hi):
+        return INCONCLUSIVE, f"no interval for {what} (fewer than 2 prompts)"
+    above = lo > null if direction > 0 else hi < null
+    against = hi < null if direction > 0 else lo > null
+    meets = lo <= paper[1] and hi >= paper[0]
+    side = "above" if direction > 0 else "below"
+    pv = f"{paper[0]:g}" if paper[0] == paper[1] else f"{paper[0]:g}-{paper[1]:g}"
+    if above and meets:
+        return EXACT, ""
+    if above:
+        where = "below" if hi < paper[0] else "above"
+        return TREND, f"the interval lies {side} {null:g} but {where} the paper's {pv}"
+    if against:
+        return NOT_REPRODUCED, f"the interval [{lo:.2f}, {hi:.2f}] lies on the wrong side of {null:g}"
+    return INCONCLUSIVE, f"the interval [{lo:.2f}, {hi:.2f}] contains {null:g}" + (
+        f" (and the paper's {pv})" if meets else "")
+
+
+def _steps(df: pd.DataFrame) -> np.ndarray:
+    tokens = _num(df[_tokens_col(df)])
+    if "steps" in df:
+        return _num(df["steps"])
+    if "tokens_per_step" in df:
+        return tokens / _num(df["tokens_per_step"])
+    return np.full(len(df), np.nan)
+
+
+def _tokens_col(df: pd.DataFrame) -> str:
+    return "tokens" if "tokens" in df else "new_tokens"
+
+
+def _bench_cost_ratio(tables: Tables, source: str, n: int) -> tuple[float, str] | None:
+    """The same ratio from a bench JSON's own cost model (``config.cost_model.target_ms``, measured in the run that
+    timed the claim's methods, on the CPU its config names); None if ``source`` is not such a file."""
+    cfg = tables.provenance(source)
+    target_ms = (cfg.get("cost_model") or {}).get("target_ms") if isinstance(cfg.get("cost_model"), dict) else None
+    if not target_ms:
+        return None
+    pts = sorted((int(k), float(v)) for k, v in target_ms.items())
+    ratio = _relative_cost(np.array([k for k, _ in pts], dtype=float), np.array([v for _, v in pts]), n)
+    if ratio is None:
+        return None
+    where = cfg.get("device_description", cfg.get("device", "this device"))
+    return ratio, where + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", this run's cost model"
+
+
+def _relative_cost(ns: np.ndarray, ms: np.ndarray, n: int) -> float | None:
+    """t(n) / t(1) on a measured curve (linear interpolation, clamped at its largest n); None without n = 1."""
+    if not len(ns) or ns.min() > 1:
+        return None
+    return float(np.interp(min(n, ns.max()), ns, ms)) / float(np.interp(1, ns, ms))
+
+
+def _cost_ratio(tables: Tables, n: int, source: str | None = None) -> tuple[float, str] | None:
+    """Measured cost of one target forward over ``n`` new tokens relative to one token, and the device it was
+    measured on; None if not measured. From the bench file ``source``'s own cost model where it has one (the same run
+    and machine as the ratio it explains), else from ``cost_curves`` of notebook 04 (the target is its first model)."""
+    if source:
+        ratio = _bench_cost_ratio(tables, source, n)
+        if ratio is not None:
+            return ratio
+    cost = tables.get("cost_curves")
+    if cost is None or cost.empty or not {"model", "n", "ms"} <= set(cost.columns):
+        return None
+    d = cost[cost["model"] == cost["model"].iloc[0]].sort_values("n")
+    ratio = _relative_cost(_num(d["n"]), _num(d["ms"]), n)
+    return None if ratio is None else (ratio, tables.provenance("cost_curves").get("device", "this device"))
+
+
+def _in_run_forward_ratio(method_rows: pd.DataFrame, base_rows: pd.DataFrame) -> float | None:
+    """The method's median target forward per step over the baseline's, from the runs' own ``target_ms`` (bench
+    runs record it); None where either lacks it."""
+    if "target_ms" not in method_rows or "target_ms" not in base_rows:
+        return None
+    m, b = _num(method_rows["target_ms"]), _num(base_rows["target_ms"])
+    m, b = m[np.isfinite(m)], b[np.isfinite(b)]
+    if not len(m) or not len(b) or np.median(b) <= 0:
+        return None
+    return float(np.median(m) / np.median(b))
+
+
+def _tree_nodes(rows: pd.DataFrame) -> int:
+    """The largest token tree a method's runs verified (bench runs list per-step ``depths`` and ``drafted`` nodes;
+    a chain has no depths > 0): 0 for chains and AR."""
+    if "depths" not in rows or "drafted" not in rows:
+        return 0
+    best = 0
+    for depths, drafted in zip(rows["depths"], rows["drafted"]):
+        if isinstance(depths, (list, tuple)) and any(int(d) > 0 for d in depths) and isinstance(drafted, (list, tuple)):
+            best = max(best, max((int(x) for x in drafted), default=0))
+    return best
+
+
+def _explain(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tables, source: str | None = None) -> str:
+    """What a speed ratio is made of: tokens per target step against the time of a step relative to the baseline's
+    step (speedup ≈ tokens per step / step-time ratio), and the cost of verifying: the method's target forward per
+    step over the baseline's in the same runs where they record it, else for a chain or tree the measured cost of
+    verifying γ + 1 tokens or the tree (from the table ``source``'s own cost model where it is a bench file that has
+    one, else notebook 04's cost curve)."""
+    parts = []
+    steps, base_steps = _steps(method_rows), _steps(base_rows)
+    tok, base_tok = _num(method_rows[_tokens_col(method_rows)]), _num(base_rows[_tokens_col(base_rows)])
+    if np.isfinite(steps).all() and np.isfinite(base_steps).all() and steps.sum() > 0 and base_steps.sum() > 0:
+        tps, base_tps = tok.sum() / steps.sum(), base_tok.sum() / base_steps.sum()
+        step_ratio = ((_num(method_rows["seconds"]).sum() / steps.sum())
+                      / (_num(base_rows["seconds"]).sum() / base_steps.sum()))
+        parts.append(f"{tps / base_tps:.2f}× the tokens per target step, each step {step_ratio:.2f}× as long")
+    if "alpha" in method_rows and np.isfinite(_num(method_rows["alpha"])).any():
+        parts.append(f"α = {np.nanmean(_num(method_rows['alpha'])):.2f}")
+    tree_nodes = _tree_nodes(method_rows)
+    in_run = _in_run_forward_ratio(method_rows, base_rows)
+    if in_run is not None:  # the same runs' own target forwards (a cost model measured apart may catch another
+        # state of a shared machine: specrepro.bench.run.with_in_run_predictions)
+        parts.append(f"its target forward per step took {in_run:.2f}× the baseline's in these runs (medians)")
+    elif tree_nodes:
+        ratio = _cost_ratio(tables, tree_nodes + 1, source)
+        if ratio is not None:
+            parts.append(f"verifying a {tree_nodes}-node tree ({tree_nodes + 1} tokens) costs {ratio[0]:.1f}× a "
+                         f"1-token forward on {ratio[1]}")
+    elif "gamma" in method_rows and np.isfinite(_num(method_rows["gamma"])).all():
+        gamma = int(np.nanmax(_num(method_rows["gamma"])))
+        ratio = _cost_ratio(tables, gamma + 1, source) if gamma >= 1 else None
+        if ratio is not None:
+            parts.append(f"verifying γ + 1 = {gamma + 1} tokens costs {ratio[0]:.1f}× a 1-token forward on "
+                         f"{ratio[1]}")
+    return "; ".join(parts)
+
+
+def _methods(df: pd.DataFrame, query: str, what: str) -> list[str]:
+    if not query:
+        raise ValueError(f"the rule needs a '{what}' parameter (a query on the selected rows)")
+    names = list(dict.fromkeys(df.query(query, engine="python")["method"].astype(str)))
+    if not names:
+        raise NotRun(f"no rows for {what} ({query})")
+    return names
+
+
+def _best_of(claim, n: int) -> str:
+    """A maximum over several methods is allowed only if the claim says "best of N" (N as in the standard profile;
+    another profile may sweep fewer: then the returned note says so, and the scorecard shows the actual N).
+
+    Raises:
+        ValueError: ``n`` > 1 candidates and the claim does not say "best of".
+    """
+    if n <= 1:
+        return ""
+    m = re.search(r"best of (\d+)", claim["claim"])
+    if not m:
+        raise ValueError(f"claim {claim['id']}: the selection has {n} candidate methods; a maximum over them must "
+                         f"say 'best of {n}' in the claim")
+    return "" if int(m.group(1)) == n else f"the claim's best of {m.group(1)} is a best of {n} here"
+
+
+# ------------------------------------------------------------------------------------------------------- rules
+
+#: rule name -> function(claim, tables) -> Outcome; the docstring of each states its rule
+RULES: dict[str, Callable[[pd.Series, Tables], Outcome]] = {}
+#: rule name -> the parameter keys its claims may pass in ``params``
+RULE_PARAMS: dict[str, tuple[str, ...]] = {}
+
+
+def rule(*keys: str):
+    def register(fn):
+        RULES[fn.__name__] = fn
+        RULE_PARAMS[fn.__name__] = tuple(keys)
+        return fn
+    return register
+
+
+#: chain rules that are exact (positive rows of notebook 01's tables); every other rule there is a negative control
+EXACT_RULES = ("speculative", "block")
+
+
+@rule("select", "compare", "value")
+def printed_precision(claim, tables: Tables) -> Outcome:
+    """For numbers the paper computed from a closed form. Reproduced exactly if every compared number of ours,
+    rounded to the decimals the paper prints, equals the paper's (tolerance: half a unit of the last printed
+    decimal); not reproduced otherwise (a closed form matches or it does not: no trend, no interval).
+
+    Params: ``compare`` = ``ours=paper, ...`` column pairs compared row by row (the paper's numbers as the notebook
+    tabulated them beside ours), or ``value`` = one column compared with ``paper_value``.
+    """
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    if p.get("compare"):
+        pairs = [tuple(s.strip() for s in part.split("=")) for part in p["compare"].split(",")]
+        digits = max(_decimals(" ".join(f"{v}" for v in df[b])) for _, b in pairs)
+        ours = np.concatenate([_num(df[a]) for a, _ in pairs])
+        paper = np.concatenate([_num(df[b]) for _, b in pairs])
+    else:
+        digits = _decimals(claim["paper_value"])
+        ours = _num(df[p["value"]])
+        paper = np.full(len(ours), _paper_range(claim)[0])
+    paper = np.round(paper, digits)
+    ok = np.abs(ours - paper) <= 0.5 * 10 ** -digits + 1e-9
+    if len(ours) == 1:
+        text, value = f"{ours[0]:.{digits}f}", float(ours[0])
+    else:
+        text, value = f"{int(ok.sum())}/{len(ok)} equal at {digits} decimals", None
+    if ok.all():
+        return Outcome(EXACT, text, value, n=len(ok))
+    worst = int(np.argmax(np.abs(ours - paper)))
+    return Outcome(NOT_REPRODUCED, text, value,
+                   f"{(~ok).sum()} of {len(ok)} differ; worst: ours {ours[worst]:.{digits + 2}f} vs paper "
+                   f"{paper[worst]:g}", n=len(ok))
+
+
+@rule("tolerance")
+def exact_sampler(claim, tables: Tables) -> Outcome:
+    """For an asserted (proved) exactness statement. Reproduced exactly if (a) exact enumeration puts speculative
+    sampling - and every other exact chain rule the table has (``block``: block verification, Sun et al. 2025) -
+    within ``tolerance`` (TV, default 1e-12) of the target in every setting, (b) their chi-square goodness-of-fit
+    tests are not rejected at level 1e-3, and (c) every negative control (any other rule) is caught by (a) somewhere
+    (TV > 0.01) and rejected by (b), so the checks can see a wrong sampler; not reproduced otherwise. Tables:
+    ``exactness_enumeration; exactness_goodness_of_fit`` (notebook 01).
+    """
+    p = params_of(claim)
+    enum_name, gof_name = _names(claim["our_table"])
+    enum, gof = tables.get(enum_name), tables.get(gof_name)
+    tol = _float(p, "tolerance", 1e-12)
+    worst = enum.groupby("rule")["tv_to_target"].max()
+    pvals = gof.set_index("rule")["p_value"].astype(float)
+    if "speculative" not in worst or "speculative" not in pvals:
+        raise NotRun("no 'speculative' rows")
+    exact_rules = [r for r in EXACT_RULES if r in worst.index]
+    controls = [r for r in worst.index if r not in EXACT_RULES]
+    n_settings = int((enum["rule"] == "speculative").sum())
+    n_text = f" (N = {int(gof.set_index('rule').loc['speculative', 'n'])} samples)" if "n" in gof else ""
+    text = (f"worst TV {worst[exact_rules].max():.1e} over {n_settings} settings"
+            f"{' (' + ' and '.join(exact_rules) + ' verification)' if len(exact_rules) > 1 else ''}; "
+            f"χ² p = {', '.join(f'{pvals[r]:.2f}' for r in exact_rules if r in pvals)}{n_text}")
+    fails = []
+    for r in exact_rules:
+        if worst[r] > tol:
+            fails.append(f"{r}: enumerated TV {worst[r]:.2e} > {tol:g}")
+        if r in pvals and pvals[r] < GOF_LEVEL:
+            fails.append(f"{r}: χ² rejects the sampler (p = {pvals[r]:.1e})")
+    blind = [r for r in controls if worst[r] <= 0.01 or pvals.get(r, 1.0) >= GOF_LEVEL]
+    if blind:
+        fails.append(f"negative controls not caught: {', '.join(blind)}")
+    if not controls:
+        fails.append("no negative controls were run")
+    if fails:
+        return Outcome(NOT_REPRODUCED, text, float(worst["speculative"]), "; ".join(fails), n=n_settings)
+    return Outcome(EXACT, text + f"; {len(controls)} negative controls caught", float(worst["speculative"]),
+                   n=n_settings)
+
+
+@rule("select", "value")
+def all_identical(claim, tables: Tables) -> Outcome:
+    """For an asserted identity (greedy speculative decoding returns the target's greedy tokens). Reproduced exactly
+    if every selected run's ``value`` column is true (output token-identical to the greedy baseline); not reproduced
+    if any is false (the reason counts them); not run if no run recorded the comparison.
+    """
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    same = _truth(df[p["value"]]).dropna()
+    if same.empty:
+        raise NotRun(f"no run recorded {p['value']}")
+    n_ok = int(same.sum())
+    prompts = df.loc[same.index, "prompt"].nunique() if "prompt" in df else None
+    text = f"{n_ok}/{len(same)} runs identical" + (f" ({prompts} prompt{'s' if prompts > 1 else ''})" if prompts else "")
+    if n_ok == len(same):
+        return Outcome(EXACT, text, 1.0, n=len(same))
+    bad = df.loc[same.index[~same.astype(bool)]]
+    who = ", ".join(sorted(set(bad["method"].astype(str)))) if "method" in bad else ""
+    return Outcome(NOT_REPRODUCED, text, n_ok / len(same),
+                   f"{len(same) - n_ok} runs differ from the baseline" + (f" ({who})" if who else ""), n=len(same))
+
+
+@rule("select", "method", "baseline", "value", "null", "summary")
+def paired_ratio(claim, tables: Tables) -> Outcome:
+    """For a measured ratio (a speedup over AR, tree over chain, MSS over naive sampling). Per prompt, the method's
+    ``value`` (default tokens_per_s) over the baseline's on the same prompt (and repeat), from
+    :func:`specrepro.measure.harness.paired_ratios`; our number is the median over prompts with its 95% bootstrap interval.
+    Reproduced exactly if the paper's value (or range) lies inside the interval and the interval lies above the null
+    (``null``, default 1); trend reproduced if the interval lies above the null only; not reproduced if it lies
+    below; inconclusive if it contains the null, or if the table is summary-only (no ``prompt`` column: one pooled
+    row per method, so no interval; ``summary`` names the pooled ratio column shown instead).
+
+    Params: ``select`` (rows of the table, e.g. one temperature), ``method`` / ``baseline`` (queries choosing the
+    method rows and the one baseline method). Several methods are allowed only if the claim says "best of N": then
+    the one with the highest median is reported with its own interval.
+    """
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    value = p.get("value") or "tokens_per_s"
+    null = _float(p, "null", 1.0)
+    paper = _paper_range(claim)
+    if "prompt" not in df.columns:
+        cands = _methods(df, p.get("method", ""), "method")
+        _best_of(claim, len(cands))
+        col = p.get("summary") or value
+        rows = df[df["method"].astype(str).isin(cands)]
+        i = int(np.nanargmax(_num(rows[col])))
+        est = float(_num(rows[col])[i])
+        n = int(rows["runs"].iloc[i]) if "runs" in rows else None
+        name = str(rows["method"].iloc[i])
+        return Outcome(INCONCLUSIVE, f"{est:.2f}× ({name}), pooled, no interval" + (f" (n = {n} prompts)" if n else ""),
+                       est, f"{_names(claim['our_table'])[0]} is summary-only (one pooled row per method, no "
+                            f"per-prompt rows): no interval can be computed; its notebook must save per-prompt runs",
+                       n=n)
+    cands = _methods(df, p.get("method", ""), "method")
+    bases = _methods(df, p.get("baseline", ""), "baseline")
+    if len(bases) != 1:
+        raise ValueError(f"claim {claim['id']}: the baseline query matches {bases}, not one method")
+    note = _best_of(claim, len(cands))
+    results = []
+    for m in cands:
+        r = paired_ratios(df, m, bases[0], value)
+        results.append((m, *stat_ci(r.to_numpy())))
+    name, est, lo, hi, n = max(results, key=lambda t: t[1])
+    verdict, why = _judge(est, lo, hi, paper, null, +1, f"{name} over {bases[0]}")
+    text = _fmt_ci(est, lo, hi, n, "prompts", suffix="×") + (
+        f"; best of {len(cands)}: {name}" if len(cands) > 1 else f" ({name} / {bases[0]})")
+    if verdict != EXACT:
+        expl = _explain(df[df["method"].astype(str) == name], df[df["method"].astype(str) == bases[0]], tables,
+                        _names(claim["our_table"])[0])
+        why = why + (f"; {expl}" if expl else "")
+    why = "; ".join(s for s in (why, note) if s)
+    return Outcome(verdict, text, est, why, lo, hi, n)
+
+
+@rule("select", "method", "baseline", "c", "tolerance")
+def computed_speedup(claim, tables: Tables) -> Outcome:
+    """For a speedup the paper computed from α (Leviathan Thm 3.8 with its c), not measured. Ours, computed the same
+    way: per prompt, the walltime improvement (1 − α^(γ+1)) / ((1 − α)(γc + 1)) at that prompt's measured α, γ and
+    the paper's ``c`` (default 0), averaged over the prompt's timed passes; median over prompts with its 95%
+    bootstrap interval. Reproduced exactly if the paper's value lies inside that interval or within the relative
+    ``tolerance`` (default 10%) of our median; not reproduced otherwise (a computation matches or not: no trend).
+    Our measured speedup of the same runs (paired per-prompt ratio over ``baseline``, with its interval) is reported
+    beside it, not judged: the paper measured nothing here.
+    """
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    (name,) = _methods(df, p.get("method", ""), "method")
+    rows = df[df["method"].astype(str) == name]
+    c = _float(p, "c", 0.0)
+    predicted = walltime_improvement(np.clip(_num(rows["alpha"]), 0, 0.999999), _num(rows["gamma"]), c)
+    # repeated passes of a prompt are one unit: average them per prompt first, so they do not narrow the interval
+    predicted = pd.Series(np.asarray(predicted, dtype=float), index=rows["prompt"].to_numpy()).groupby(level=0).mean()
+    est, lo, hi, n = stat_ci(predicted.to_numpy())
+    paper = _paper_range(claim)[0]
+    tol = _float(p, "tolerance", 0.10)
+    text = "computed " + _fmt_ci(est, lo, hi, n, "prompts", suffix="×") + f" (α = {np.nanmean(_num(rows['alpha'])):.2f}, c = {c:g})"
+    measured, expl = "", ""
+    if p.get("baseline"):
+        (base,) = _methods(df, p["baseline"], "baseline")
+        m_est, m_lo, m_hi, m_n = stat_ci(paired_ratios(df, name, base).to_numpy())
+        measured = "; measured " + _fmt_ci(m_est, m_lo, m_hi, m_n, "prompts", suffix="×")
+        side = ("below 1" if _has_ci(m_lo, m_hi) and m_hi < 1 else "above 1" if _has_ci(m_lo, m_hi) and m_lo > 1
+                else "around 1")
+        expl = (f"apart, not judged (the paper measured nothing here): our measurement lies {side}; "
+                + _explain(rows, df[df["method"].astype(str) == base], tables, _names(claim["our_table"])[0]))
+    inside = _has_ci(lo, hi) and lo <= paper <= hi
+    if inside or abs(est / paper - 1) <= tol:
+        return Outcome(EXACT, text + measured, est, f"computed numbers agree; {expl}" if expl else "", lo, hi, n)
+    return Outcome(NOT_REPRODUCED, text + measured, est,
+                   f"computed {est:.2f}× is {abs(est / paper - 1):.0%} from the paper's {paper:g} (tolerance "
+                   f"{tol:.0%}): our α differs" + (f"; {expl}" if expl else ""), lo, hi, n)
+
+
+@rule("select", "value", "null")
+def value_in_interval(claim, tables: Tables) -> Outcome:
+    """For a measured rate (an acceptance rate α). Per prompt the ``value`` column (one row per prompt); our number
+    is the mean over prompts with its 95% bootstrap interval. Reproduced exactly if the paper's value lies inside the
+    interval and the interval lies above the ``null`` (default 0.5: "most of the time"); trend reproduced if it lies
+    above the null only; not reproduced if below; inconclusive if it contains the null.
+    """
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    est, lo, hi, n = stat_ci(_num(df[p["value"]]), np.mean)
+    positions = int(_num(df["positions"]).sum()) if "positions" in df else None
+    verdict, why = _judge(est, lo, hi, _paper_range(claim), _float(p, "null", 0.5), +1, p["value"])
+    text = _fmt_ci(est, lo, hi, n, "prompts") + (f", {positions} positions" if positions else "")
+    return Outcome(verdict, text, est, why, lo, hi, n)
+
+
+@rule("select", "key", "lower", "higher", "value", "cells")
+def row_order(claim, tables: Tables) -> Outcome:
+    """For a measured ordering (row ``lower`` below row ``higher`` in every setting). Per prompt and setting (the
+    ``cells`` columns, e.g. workload and temperature), the paired difference value(higher) − value(lower); per
+    setting, its mean over prompts with a 95% bootstrap interval. Trend reproduced if every setting's interval lies
+    above 0; not reproduced if any lies below 0; inconclusive otherwise. No exact verdict: the papers' numbers come
+    from other models, tokenizers and corpora, so only the direction is judged.
+    """
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    key, value = p["key"], p["value"]
+    cells = [c.strip() for c in p.get("cells", "").split(",") if c.strip()]
+    parts, below, unsure, los = [], [], [], []
+    n_min = None
+    for cell, d in (df.groupby(cells, sort=True) if cells else [((), df)]):
+        wide = d.pivot_table(index="prompt", columns=key, values=value, aggfunc="mean")
+        if p["lower"] not in wide or p["higher"] not in wide:
+            raise NotRun(f"rows {p['lower']!r} and {p['higher']!r} not both measured")
+        est, lo, hi, n = stat_ci((wide[p["higher"]] - wide[p["lower"]]).to_numpy(), np.mean)
+        n_min = n if n_min is None else min(n_min, n)
+        label = " ".join(str(x) for x in (cell if isinstance(cell, tuple) else (cell,)))
+        parts.append(f"{label}: {_fmt_ci(est, lo, hi, n, 'prompts', digits=3)}")
+        los.append(lo)
+        if _has_ci(lo, hi) and hi < 0:
+            below.append(label)
+        elif not (_has_ci(lo, hi) and lo > 0):
+            unsure.append(label)
+    text = f"{p['higher']} − {p['lower']} {value}: " + "; ".join(parts)
+    if below:
+        return Outcome(NOT_REPRODUCED, text, None, f"{p['higher']} is below {p['lower']} in {', '.join(below)}",
+                       n=n_min)
+    if unsure:
+        return Outcome(INCONCLUSIVE, text, None, f"the interval contains 0 (or cannot be computed) in "
+                                                 f"{', '.join(unsure)}", n=n_min)
+    return Outcome(TREND, text, float(min(los)), "direction only: other models, tokenizers and corpora than the "
+                                                 "paper's", n=n_min)
+
+
+@rule("select", "method", "measured", "tolerance", "c")
+def close_to_prediction(claim, tables: Tables) -> Outcome:
+    """Measured against Leviathan's prediction, row by row (one row per prompt and setting of the first table).
+    ``measured`` = tokens_per_step (predicted by Eq. 1 at the row's α and γ) or speedup (the row's tokens/s over the
+    same prompt's AR tokens/s at the same temperature and in the same timed pass (``repeat``, where recorded),
+    predicted by Thm 3.8 at the row's α, γ and a cost coefficient c). Where c comes from: ``c=in_run`` measures it in
+    the first table's own runs (:func:`specrepro.measure.harness.in_run_cost_coefficient`: per draft model, the draft's time
+    per drafted token without its prompt prefill over AR's target forward per step, same prompt and pass), so that
+    prediction and measurement share one machine state; otherwise (``c=summary``, the default) it is the ``c`` that
+    the second table records for the method (notebook 04: from cost curves timed once, before the runs). With
+    ``c=in_run`` the text reports each draft's c and, beside it, the second table's. Per row the gap
+    |measured / predicted − 1|; per prompt its median over settings and passes; our number is the median over
+    prompts with a 95% bootstrap interval.
+
+    Reproduced exactly if the interval's upper end is at most the tolerance (for a paper_kind "computed" formula:
+    ``tolerance``, default 10%, absorbing that acceptance is not i.i.d. in real text) or, for a gap the paper
+    measured (paper_value), if the paper's gap lies inside our interval or above it (we are at least as close);
+    trend reproduced otherwise if the measured values rise with the predicted ones (Spearman ρ > 0, p < 0.05, over
+    all rows); not reproduced if the interval lies wholly above the tolerance (or the paper's gap) and no such
+    rise; inconclusive otherwise.
+    """
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    rows = df.query(p["method"], engine="python") if p.get("method") else df
+    if rows.empty:
+        raise NotRun("no rows to compare with the prediction")
+    alpha = np.clip(_num(rows["alpha"]), 0, 0.999999)
+    gamma = _num(rows["gamma"])
+    if p["measured"] == "tokens_per_step":
+        measured = _num(rows["tokens_per_step"])
+        predicted = np.asarray(expected_tokens(alpha, gamma), dtype=float)
+        c_note = ""
+    elif p["measured"] == "speedup":
+        summary = _table(claim, tables, 1)
+        key = ["method", "temperature"] if "temperature" in summary else ["method"]
+        c_summary = rows[key].merge(summary[key + ["c"]].drop_duplicates(key), on=key, how="left")["c"]
+        c_source = p.get("c", "summary")
+        if c_source == "in_run":
+            baseline = df.loc[pd.to_numeric(df["gamma"], errors="coerce") == 0, "method"]
+            if baseline.empty:
+                raise NotRun(f"no AR runs (gamma 0) in {_names(claim['our_table'])[0]} to measure c against")
+            in_run = in_run_cost_coefficient(df, baseline=str(baseline.iloc[0]))
+            by_draft = in_run.set_index("draft")
+            drafts = rows["method"].map(draft_of_method)
+            c = drafts.map(by_draft["c"]).to_numpy(dtype=float)
+            if not np.isfinite(c).all():
+                raise NotRun(f"no γ sweep in {_names(claim['our_table'])[0]} to measure c in the runs for "
+                             f"{sorted(set(drafts[~np.isfinite(c)]))}")
+            shown = by_draft.loc[list(dict.fromkeys(drafts))]
+            c_note = "; c in the runs " + ", ".join(
+                f"{d} {r.c:.2f} [{r.c_lo:.2f}, {r.c_hi:.2f}]" for d, r in shown.iterrows())
+            before = c_summary.groupby(drafts.to_numpy()).median()
+            if before.notna().any():
+                c_note += " (pre-run cost curve: " + ", ".join(f"{before[d]:.2f}" for d in shown.index
+                                                               if pd.notna(before.get(d))) + ")"
+        elif c_source == "summary":
+            c, c_note = c_summary.to_numpy(dtype=float), ""
+        else:
+            raise ValueError(f"claim {claim['id']}: c must be in_run or summary, not {c_source!r}")
+        # the same prompt's AR run at the same temperature and in the same timed pass (repeat)
+        key = [k for k in ("temperature", "repeat") if k in df] + ["prompt"]
+        ar = df[df["gamma"] == 0].set_index(key)
+        idx = pd.MultiIndex.from_frame(rows[key]) if len(key) > 1 else pd.Index(rows["prompt"])
+        measured = _num(rows["tokens_per_s"]) / ar["tokens_per_s"].reindex(idx).to_numpy(dtype=float)
+        predicted = np.asarray(walltime_improvement(alpha, gamma, np.nan_to_num(c)), dtype=float)
+    else:
+        raise ValueError(f"claim {claim['id']}: measured must be tokens_per_step or speedup, not {p['measured']!r}")
+    gap = np.abs(measured / predicted - 1)
+    per_prompt = pd.Series(gap, index=rows["prompt"].to_numpy()).groupby(level=0).median()
+    est, lo, hi, n = stat_ci(per_prompt.to_numpy())
+    rho, pval = spearman(predicted, measured)
+    if claim["paper_kind"] == "computed":
+        bound, ok = _float(p, "tolerance", 0.10), _has_ci(lo, hi) and hi <= _float(p, "tolerance", 0.10)
+        against = f"tolerance {bound:.0%}"
+    else:
+        bound = _paper_range(claim)[0]
+        ok = _has_ci(lo, hi) and lo <= bound
+        against = f"the paper's {bound:.0%}"
+    text = (f"median gap {_fmt_ci(est, lo, hi, n, 'prompts')} ({len(gap)} runs)"
+            + ("" if math.isnan(rho) else f", ρ = {rho:.2f} (p = {pval:.2g})") + c_note)
+    if ok:
+        return Outcome(EXACT, text, est, "", lo, hi, n)
+    if not _has_ci(lo, hi):
+        return Outcome(INCONCLUSIVE, text, est, "no interval (fewer than 2 prompts)", lo, hi, n)
+    if rho > 0 and pval < ALPHA_TEST:
+        return Outcome(TREND, text, est, f"gap interval [{lo:.0%}, {hi:.0%}] exceeds {against}, but the "
+                                         f"measurement rises with the prediction", lo, hi, n)
+    if lo > bound:
+        return Outcome(NOT_REPRODUCED, text, est, f"gap interval [{lo:.0%}, {hi:.0%}] lies above {against} and the "
+                                                  f"measurement does not rise significantly with the prediction",
+                       lo, hi, n)
+    return Outcome(INCONCLUSIVE, text, est, f"gap interval [{lo:.0%}, {hi:.0%}] straddles {against}", lo, hi, n)
+
+
+def _monotone(claim, tables: Tables, sign: int) -> Outcome:
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    x_col, y_col = p["x"], p["y"]
+    groups = list(df.groupby(p["series"], sort=False)) if p.get("series") else [(y_col, df)]
+    texts, fails, unsure, stats_, n_all = [], [], [], [], None
+    word = "rises" if sign > 0 else "falls"
+    for label, d in groups:
+        if d[x_col].nunique() < 3:
+            raise NotRun(f"fewer than 3 values of {x_col}")
+        xs = np.sort(d[x_col].unique())
+        if "prompt" in d.columns:  # per-prompt rows: paired difference y(last x) − y(first x) per prompt
+            wide = d.pivot_table(index="prompt", columns=x_col, values=y_col, aggfunc="mean")
+            est, lo, hi, n = stat_ci((wide[xs[-1]] - wide[xs[0]]).to_numpy(), np.mean)
+            n_all = n if n_all is None else min(n_all, n)
+            texts.append(f"{label}: {y_col} at {x_col} = {xs[-1]:g} minus at {xs[0]:g}: "
+                         + _fmt_ci(est, lo, hi, n, "prompts"))
+            sig = _has_ci(lo, hi) and (lo > 0 if sign > 0 else hi < 0)
+            wrong = _has_ci(lo, hi) and (hi < 0 if sign > 0 else lo > 0)
+            stats_.append(est)
+        else:  # summary points: Spearman's test over the x values
+            d = d.sort_values(x_col)
+            ys = _num(d[y_col])
+            rho, pval = spearman(_num(d[x_col]), ys)
+            n = len(d)
+            n_all = n if n_all is None else min(n_all, n)
+            r_lo, r_hi = spearman_interval(rho, n)
+            texts.append(f"{label}: {ys[0]:.2f} → {ys[-1]:.2f}"
+                         + ("" if math.isnan(rho) else f" (ρ = {rho:.2f} [{r_lo:.2f}, {r_hi:.2f}], p = {pval:.2g}, "
+                                                       f"n = {n} points)"))
+            sig = not math.isnan(rho) and sign * rho > 0 and pval < ALPHA_TEST
+            wrong = not math.isnan(rho) and sign * rho < 0 and pval < ALPHA_TEST
+            stats_.append(rho)
+        if wrong:
+            fails.append(f"{label} does the opposite significantly")
+        elif not sig:
+            unsure.append(str(label))
+    text = "; ".join(texts)
+    if fails:
+        return Outcome(NOT_REPRODUCED, text, None, "; ".join(fails), n=n_all)
+    if unsure:
+        return Outcome(INCONCLUSIVE, text, None, f"no significant {'rise' if sign > 0 else 'fall'} for "
+                                                 f"{', '.join(unsure)} (interval contains 0 / p ≥ {ALPHA_TEST})",
+                       n=n_all)
+    return Outcome(TREND, text, float(np.mean(stats_)), f"{y_col} {word} with {x_col}; direction only: the paper's "
+                                                        f"numbers come from other models", n=n_all)
+
+
+@rule("select", "x", "y", "series")
+def increases(claim, tables: Tables) -> Outcome:
+    """For a measured direction (y rises with x). Per-prompt rows: per prompt the paired difference y(largest x) −
+    y(smallest x), mean over prompts with a 95% bootstrap interval; summary rows (no ``prompt`` column): Spearman's
+    ρ over the x values (scipy.stats.spearmanr; its approximate interval by Fisher's z is shown). Trend reproduced if, for every ``series``, the interval lies above
+    0 (or ρ > 0 with p < 0.05); not reproduced if any lies below 0 (or ρ < 0 with p < 0.05); inconclusive
+    otherwise. No exact verdict: the papers' numbers come from other models, so only the direction is judged.
+    """
+    return _monotone(claim, tables, +1)
+
+
+@rule("select", "x", "y", "series")
+def decreases(claim, tables: Tables) -> Outcome:
+    """As :func:`increases` with the direction reversed: trend reproduced if y falls with x significantly (interval
+    below 0, or ρ < 0 with p < 0.05) for every series; not reproduced if it rises significantly; inconclusive
+    otherwise. No exact verdict (direction only).
+    """
+    return _monotone(claim, tables, -1)
+
+
+@rule("select", "x", "y", "tolerance")
+def grows_linearly(claim, tables: Tables) -> Outcome:
+    """For a measured "about linear in x" statement. Least squares y = a + b·x (scipy.stats.linregress) over the
+    selected rows, with the slope's 95% t-interval. Reproduced exactly if the slope's interval lies above 0 and a
+    line explains the data (r² ≥ ``tolerance``, default 0.9); trend reproduced if y rises significantly (slope
+    interval above 0, or Spearman ρ > 0 with p < 0.05) but r² is lower; not reproduced if the slope's interval lies
+    below 0; inconclusive otherwise. Rows that repeat a timing (a ``repeat`` column beside ``prompt``) are averaged
+    per prompt and x first: the prompt is the unit, so repeated passes do not narrow the interval.
+    """
+    from scipy import stats
+
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    if {"prompt", "repeat"} <= set(df.columns) and df["repeat"].nunique() > 1:
+        df = (df.assign(**{p["y"]: _num(df[p["y"]])}).groupby(["prompt", p["x"]], as_index=False)[p["y"]].mean())
+    x, y = _num(df[p["x"]]), _num(df[p["y"]])
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    if len(np.unique(x)) < 3:
+        raise NotRun(f"fewer than 3 values of {p['x']}")
+    fit = stats.linregress(x, y)
+    t = stats.t.ppf(0.975, len(x) - 2)
+    lo, hi = fit.slope - t * fit.stderr, fit.slope + t * fit.stderr
+    r2 = float(fit.rvalue ** 2)
+    rho, pval = spearman(x, y)
+    text = (f"{fit.slope:+.1f} {p['y'].replace('_', ' ')} per unit {p['x']} [{lo:+.1f}, {hi:+.1f}], r² = {r2:.2f}, "
+            f"n = {len(x)} points")
+    if lo > 0 and r2 >= _float(p, "tolerance", 0.9):
+        return Outcome(EXACT, text, float(fit.slope), "", float(lo), float(hi), len(x))
+    if lo > 0 or (rho > 0 and pval < ALPHA_TEST):
+        return Outcome(TREND, text, float(fit.slope), f"rises, but a line explains only r² = {r2:.2f}",
+                       float(lo), float(hi), len(x))
+    if hi < 0:
+        return Outcome(NOT_REPRODUCED, text, float(fit.slope), f"{p['y']} falls with {p['x']}", float(lo), float(hi),
+                       len(x))
+    return Outcome(INCONCLUSIVE, text, float(fit.slope), "the slope's interval contains 0", float(lo), float(hi),
+                   len(x))
+
+
+@rule("select", "x", "tolerance")
+def speedup_peaks(claim, tables: Tables) -> Outcome:
+    """For "the speedup plateaus or regresses as K grows, optimal at K = k" (paper_value: k). Needs per-prompt runs
+    (``prompt``, ``method``, ``tokens_per_s`` and the draft length column ``x``; x = 0 is AR). Per prompt, the
+    tokens/s at the largest K swept over the tokens/s at the paper's k (:func:`specrepro.measure.harness.paired_ratios`),
+    median over prompts with a 95% bootstrap interval. Reproduced exactly if the interval's upper end is below
+    1 + ``tolerance`` (default 0.05: no gain past k, a plateau or a regression) and our best K (highest median paired
+    speedup over AR) equals k; trend reproduced if the upper end is below 1 + tolerance but our best K is another;
+    not reproduced if the lower end is above 1 + tolerance (the speedup still grows past k); inconclusive otherwise,
+    and always for a summary-only table
+    (no per-prompt rows: no interval).
+    """
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    x = p.get("x") or "K"
+    k_paper = int(_paper_range(claim)[0])
+    tol = _float(p, "tolerance", 0.05)
+    if "prompt" not in df.columns:
+        col = "speedup_vs_ar"
+        best = df.iloc[int(np.nanargmax(_num(df[col])))]
+        runs = int(best["runs"]) if "runs" in best else None
+        return Outcome(INCONCLUSIVE, f"best K = {int(best[x])} ({float(best[col]):.2f}×, pooled), no interval"
+                       + (f" (n = {runs} prompts)" if runs else ""), float(best[x]),
+                       f"{_names(claim['our_table'])[0]} is summary-only (one pooled row per K): no per-prompt "
+                       f"interval; its notebook must save per-prompt runs", n=runs)
+    by_k = df.groupby(x)["method"].first()
+    if 0 not in by_k.index or k_paper not in by_k.index:
+        raise NotRun(f"the sweep lacks K = 0 (AR) or the paper's K = {k_paper}")
+    ks = sorted(k for k in by_k.index if k > 0)
+    medians = {k: float(np.median(paired_ratios(df, by_k[k], by_k[0]).to_numpy())) for k in ks}
+    k_best = max(medians, key=medians.get)
+    est, lo, hi, n = stat_ci(paired_ratios(df, by_k[ks[-1]], by_k[k_paper]).to_numpy())
+    text = (f"best K = {k_best} ({medians[k_best]:.2f}× AR); K = {ks[-1]} over K = {k_paper}: "
+            + _fmt_ci(est, lo, hi, n, "prompts", suffix="×"))
+    if not _has_ci(lo, hi):
+        return Outcome(INCONCLUSIVE, text, float(k_best), "no interval (fewer than 2 prompts)", lo, hi, n)
+    if hi < 1 + tol:
+        if k_best == k_paper:
+            return Outcome(EXACT, text, float(k_best), "", lo, hi, n)
+        return Outcome(TREND, text, float(k_best), f"no gain past K = {k_paper}, but our best K is {k_best}", lo, hi, n)
+    if lo > 1 + tol:
+        return Outcome(NOT_REPRODUCED, text, float(k_best), f"the speedup still grows past K = {k_paper}", lo, hi, n)
+    return Outcome(INCONCLUSIVE, text, float(k_best), "the interval does not tell a plateau from a gain", lo, hi, n)
+
+
+@rule("setting", "method", "baseline", "margin")
+def quality_unchanged(claim, tables: Tables) -> Outcome:
+    """For "task quality is unchanged under speculative sampling". Per problem of the completions table (second
+    table; columns setting, method, prompt, completion, and ``passed`` when the notebook stored per-problem results),
+    the paired difference passed(method) − passed(baseline): 0 where the two completions are token-identical (same
+    text, hence the same pass/fail), else from ``passed``. Our number is the mean difference (pass@1 points) with its
+    95% bootstrap interval over problems. Reproduced exactly ("quality unchanged") if the interval lies within
+    ±``margin`` (default 0.10 = 10 points); not reproduced if it lies wholly outside (quality changed); inconclusive
+    otherwise, and when completions differ but the table has no per-problem ``passed`` column (then no paired
+    interval can be computed; the pooled pass@1 of the first table is shown).
+    """
+    p = params_of(claim)
+    setting, method, base = p["setting"], p["method"], p.get("baseline") or "ar"
+    margin = _float(p, "margin", 0.10)
+    comp = _table(claim, tables, 1)
+    comp = comp[comp["setting"] == setting]
+    a = comp[comp["method"] == method].set_index("prompt")
+    b = comp[comp["method"] == base].set_index("prompt")
+    if a.empty or b.empty:
+        raise NotRun(f"no {setting} completions for {method} and {base}")
+    common = a.index.intersection(b.index)
+    same = (a.loc[common, "completion"].fillna("") == b.loc[common, "completion"].fillna("")).to_numpy()
+    summary = _table(claim, tables, 0)
+    pooled = summary[summary["setting"] == setting].set_index("method")["pass@1"] if "pass@1" in summary else None
+    pooled_text = (f"pass@1 {base} {float(pooled[base]):.0%} vs {method} {float(pooled[method]):.0%}"
+                   if pooled is not None and {base, method} <= set(pooled.index) else "")
+    if "passed" in comp.columns:
+        diff = _num(a.loc[common, "passed"]) - _num(b.loc[common, "passed"])
+    elif same.all():
+        diff = np.zeros(len(common))
+    else:
+        return Outcome(INCONCLUSIVE, f"{pooled_text} (n = {len(common)} problems, {int(same.sum())} identical "
+                                     f"completions), no paired interval", None,
+                       f"per-problem pass/fail is not stored ({_names(claim['our_table'])[1]} has no 'passed' "
+                       f"column) and {int((~same).sum())} completions differ: no paired interval can be computed",
+                       n=len(common))
+    est, lo, hi, n = stat_ci(diff, np.mean)
+    text = (f"Δ pass@1 = {est * 100:+.0f} points [{lo * 100:+.0f}, {hi * 100:+.0f}], n = {n} problems"
+            if _has_ci(lo, hi) else f"Δ pass@1 = {est * 100:+.0f} points, no interval (n = {n})")
+    if same.all():
+        text += ", every completion token-identical"
+    if pooled_text:
+        text += f" ({pooled_text})"
+    if _has_ci(lo, hi) and -margin <= lo and hi <= margin:
+        return Outcome(EXACT, text, est, "", lo, hi, n)
+    if _has_ci(lo, hi) and (lo > margin or hi < -margin):
+        return Outcome(NOT_REPRODUCED, text, est, f"the interval lies outside ±{margin * 100:.0f} points: quality "
+                                                  f"changed", lo, hi, n)
+    return Outcome(INCONCLUSIVE, text, est, f"the interval is not within ±{margin * 100:.0f} points", lo, hi, n)
+
+
+@rule("select", "value", "count")
+def falls_with_head(claim, tables: Tables) -> Outcome:
+    """For "head k's prediction gets worse with k" (an asserted statement without a number). Rows = heads with the
+    held-out accuracy ``value`` (default top1) over ``count`` positions (default positions). Trend reproduced if head
+    1's accuracy exceeds the last head's significantly (Fisher's exact test, one-sided p < 0.05, scipy.stats; the
+    heads are scored on nearly the same positions, which the test treats as independent samples) and the accuracy
+    never rises from one head to the next; not reproduced if the last head is significantly more accurate than head
+    1; inconclusive otherwise. No exact verdict: the paper gives no number.
+    """
+    from scipy import stats
+
+    p = params_of(claim)
+    df = _rows(claim, tables, p).sort_values("head")
+    acc = _num(df[p.get("value") or "top1"])
+    cnt = _num(df[p.get("count") or "positions"]).astype(int)
+    if len(acc) < 2:
+        raise NotRun("fewer than 2 heads")
+    hits = np.round(acc * cnt).astype(int)
+    table = [[hits[0], cnt[0] - hits[0]], [hits[-1], cnt[-1] - hits[-1]]]
+    p_fall = float(stats.fisher_exact(table, alternative="greater").pvalue)
+    p_rise = float(stats.fisher_exact(table, alternative="less").pvalue)
+    cis = [stats.binomtest(int(h), int(c)).proportion_ci(method="wilson") for h, c in zip(hits, cnt)]
+    text = ("top-1 " + ", ".join(f"head {int(h)} {a:.2f} [{ci.low:.2f}, {ci.high:.2f}]"
+                                 for h, a, ci in zip(df["head"], acc, cis))
+            + f"; n = {int(cnt.min())}-{int(cnt.max())} positions per head; Fisher p = {p_fall:.1e}")
+    rises = [f"head {int(df['head'].iloc[i + 1])} > head {int(df['head'].iloc[i])}"
+             for i in range(len(acc) - 1) if acc[i + 1] > acc[i]]
+    if p_fall < ALPHA_TEST and not rises:
+        return Outcome(TREND, text, float(acc[0]), "falls with k; the paper gives no number to compare",
+                       n=int(cnt.min()))
+    if p_rise < ALPHA_TEST:
+        return Outcome(NOT_REPRODUCED, text, float(acc[0]), "the last head is significantly more accurate than "
+                                                            "head 1", n=int(cnt.min()))
+    return Outcome(INCONCLUSIVE, text, float(acc[0]), "; ".join(rises) or "head 1 is not significantly more accurate "
+                                                                          "than the last head", n=int(cnt.min()))
+
+
+@rule("select")
+def typical_shifts(claim, tables: Tables) -> Outcome:
+    """For the asserted "typical acceptance does not preserve the target's distribution". Reproduced exactly if the
+    chi-square test rejects typical acceptance (p < 1e-3) and rejects none of the distribution-preserving modes
+    (p ≥ 1e-3), so the test can tell them apart; not reproduced if it does not reject typical acceptance; inconclusive
+    if it rejects a preserving mode too (the test cannot separate them).
+    """
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    keep = _truth(df["distribution_preserving"]).astype(bool)
+    typ, exact = df[~keep], df[keep]
+    if typ.empty or exact.empty:
+        raise NotRun("needs typical acceptance and at least one distribution-preserving mode")
+    tv_t, tv_e = float(_num(typ["tv_distance"]).max()), float(_num(exact["tv_distance"]).max())
+    p_t, p_e = float(_num(typ["gof_p_value"]).max()), float(_num(exact["gof_p_value"]).min())
+    n = int(_num(df["samples"]).min()) if "samples" in df else None
+    text = (f"TV {tv_t:.3f} (typical) vs ≤ {tv_e:.3f} (exact modes); χ² p = {p_t:.1e} vs ≥ {p_e:.2f}"
+            + (f", n = {n} samples each" if n else ""))
+    if p_t >= GOF_LEVEL:
+        return Outcome(NOT_REPRODUCED, text, tv_t, "the χ² test does not reject typical acceptance", n=n)
+    if p_e < GOF_LEVEL:
+        return Outcome(INCONCLUSIVE, text, tv_t, "the χ² test also rejects a distribution-preserving mode", n=n)
+    return Outcome(EXACT, text, tv_t, n=n)
+
+
+@rule()
+def not_attempted(claim, tables: Tables) -> Outcome:
+    """For a statement nothing here measures (the claim's ``caveat`` says why). Always "not run": never reproduced,
+    never not reproduced.
+    """
+    raise NotRun(claim["caveat"] or "no table measures this claim")
+
+
+# ------------------------------------------------------------------------------------------------------ scoring
+
+
+def score_claim(claim: pd.Series, tables: Tables) -> dict:
+    """Apply the claim's rule to the tables and return one scorecard row (:data:`CARD_COLUMNS`).
+
+    A missing table or a rule's :class:`NotRun` gives "not run"; any other exception of a rule propagates (a rule
+    that raises on the committed tables is a bug, and ``make test`` must fail on it).
+    """
+    names = _names(claim["our_table"])
+    prov = tables.provenance(names[0]) if names else {}
+    models = " + ".join(str(prov[k]) for k in ("target", "draft") if prov.get(k))
+    row = {k: claim[k] for k in ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind",
+                                 "rule", "our_table")}
+    row.update(our_setting="; ".join(s for s in (models, claim["our_setting"]) if s),
+               hardware=_hardware(prov), profile=prov.get("profile", tables.profile if names else ""),
+               commit=prov.get("commit", ""))
+    missing = [n for n in names if tables.get(n) is None]
+    if not names:
+        out = Outcome(NOT_RUN, "", None, claim["caveat"] or "no table measures this claim")
+    elif missing:
+        where = f"notebooks/{claim['notebook']}.ipynb" if claim["notebook"] else "its notebook"
+        out = Outcome(NOT_RUN, "", None, f"{', '.join(missing)} not written for profile {tables.profile}: run {where}")
+    else:
+        try:
+            out = RULES[claim["rule"]](claim, tables)
+        except NotRun as e:
+            out = Outcome(NOT_RUN, "", None, str(e))
+    row.update(verdict=out.verdict, ours=out.ours, ours_value=out.value, ours_lo=out.lo, ours_hi=out.hi, n=out.n,
+               reason=out.reason)
+    return row
+
+
+def score(profile: str = STANDARD, claims: pd.DataFrame | None = None, tables: Tables | None = None) -> pd.DataFrame:
+    """The scorecard of ``profile``: one row per claim (:data:`CARD_COLUMNS`): the paper's number and kind, ours with
+    its interval and n, our setting, hardware, profile, commit, the verdict and its reason."""
+    claims = load_claims() if claims is None else claims
+    tables = Tables(profile) if tables is None else tables
+    return pd.DataFrame([score_claim(c, tables) for _, c in claims.iterrows()], columns=CARD_COLUMNS)
+
+
+def rules_table() -> pd.DataFrame:
+    """Each rule's name, its parameters and its statement (its docstring on one line)."""
+    return pd.DataFrame([{"rule": name, "params": ", ".join(RULE_PARAMS[name]),
+                          "statement": " ".join((fn.__doc__ or "").split())} for name, fn in RULES.items()])

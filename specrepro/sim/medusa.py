@@ -1,0 +1,81 @@
+"""Medusa's acceptance rules simulated on a toy copy of the target: one decoding step's samples, no transformer
+forward per sample.
+
+What it is not: the decoding loop (:mod:`specrepro.core.medusa`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specrepro.core.medusa import (
+    ACCEPTANCE_METHODS,
+    MedusaProposer,
+    typical_acceptance_verify,
+)
+from specrepro.core.sampling import SamplingConfig, sample
+from specrepro.core.trees import verify_tree
+
+__all__ = ["medusa_step_samples"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Simulation: the distribution one Medusa step emits (exactness battery, notebook 06)
+# ----------------------------------------------------------------------------------------------------------------
+
+@torch.inference_mode()
+def medusa_step_samples(target, proposer: MedusaProposer, prompt: torch.Tensor, *, acceptance: str,
+                        sampling: SamplingConfig, n_samples: int, length: int, generator: torch.Generator,
+                        epsilon: float = 0.09, delta: float = 0.3) -> list[tuple[int, ...]]:
+    """Monte Carlo over ONE Medusa step, continued autoregressively from the target to ``length`` tokens.
+
+    The heads' tree is built at the target's last hidden state after ``prompt`` (long [L]); every node's target row
+    comes from :class:`specrepro.sim.toy.ToyLM` (memoized per prefix, so no transformer forward per sample); the
+    tree is verified by ``acceptance`` ("typical": :func:`typical_acceptance_verify`; "greedy"/"mss"/"naive":
+    :func:`specrepro.core.trees.verify_tree`). The emitted tokens (accepted path + next token) are then continued by AR
+    sampling from the target. The result is a sample of the distribution of the next ``length`` tokens, which for a
+    distribution-preserving rule equals :func:`specrepro.sim.exact.target_distribution` — the quantity the
+    goodness-of-fit test and the total-variation measurement compare (Medusa Sec. 3.3.1 for typical acceptance,
+    SpecInfer Alg. 2 for MSS).
+
+    Args:
+        target: a small-vocabulary transformers causal LM (V up to a few dozen; see
+            :func:`specrepro.sim.toy.tiny_random_lm`).
+        n_samples: number of sequences; length: tokens per sequence (>= 1).
+
+    Returns:
+        ``n_samples`` tuples of ``length`` token ids.
+
+    Raises:
+        ValueError: unknown ``acceptance``, ``n_samples`` or ``length`` < 1.
+    """
+    from specrepro.sim.toy import ToyLM
+
+    if acceptance not in ACCEPTANCE_METHODS:
+        raise ValueError(f"unknown acceptance {acceptance!r}; expected one of {ACCEPTANCE_METHODS}")
+    if n_samples < 1 or length < 1:
+        raise ValueError(f"n_samples and length must be >= 1, got {n_samples}, {length}")
+    prompt = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
+    toy = ToyLM.from_transformer(target, prompt)
+    h = target(input_ids=prompt[None], output_hidden_states=True).hidden_states[-1][0, -1]
+    from tqdm.auto import tqdm
+
+    out = []
+    for _ in tqdm(range(n_samples), desc=f"sample {acceptance}", unit="seq", delay=2, disable=None):  # after 2 s only
+        proposer.reset()
+        proposer.observe_hidden(h)
+        tree = proposer.propose_tree(prompt, sampling, generator)
+        rows = [toy.probs((), sampling)] + [toy.probs(tuple(tree.tokens[tree.path_to(i)].tolist()), sampling)
+                                            for i in range(tree.n)]
+        p = torch.stack(rows)
+        if acceptance == "typical":
+            path, nxt = typical_acceptance_verify(tree.parents, tree.tokens, p, generator, epsilon=epsilon,
+                                                  delta=delta, sampling=sampling)
+        else:
+            q = None if tree.proposal_probs is None else tree.proposal_probs.double()
+            path, nxt = verify_tree(tree.parents, tree.tokens, p, q, generator, acceptance)
+        seq = tuple(tree.tokens[path].tolist()) + (int(nxt),)
+        while len(seq) < length:
+            seq = seq + (int(sample(toy.probs(seq, sampling), generator)),)
+        out.append(seq[:length])
+    return out
