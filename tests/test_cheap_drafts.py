@@ -9,7 +9,7 @@ head, the draft model's q for copied tokens) must fail the same test. Greedy dec
 
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import LEVEL, PROMPT, tiny_lm
 
 from specrepro import theory
 from specrepro.core.decoding import generate
@@ -32,27 +32,16 @@ from specrepro.sim.exact import target_distribution
 from specrepro.sim.toy import ToyLM
 from specrepro.stats import gof_test
 
-LEVEL = 1e-3
 N = 600
 LENGTH = 3
-PROMPT = torch.tensor([1, 5, 2, 7])
 T1 = SamplingConfig(1.0)
 KEPT = torch.tensor([0, 2, 5, 7])  # half of the tiny vocabulary
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two threads spin-wait (the
-    goodness-of-fit runs below take ~10x longer with 2 threads under load)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_lm("llama", seed=1), tiny_lm("qwen2", seed=2)
+
 
 
 @pytest.fixture(scope="module")
@@ -571,7 +560,7 @@ def test_cheap_draft_methods_equal_ar_in_the_bench(tmp_path, monkeypatch):
     stdlib files (the real corpus takes tens of seconds to tokenize)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specrepro import cheap_drafts
+    from specrepro.drafters import compress as cheap_drafts
     from specrepro.bench import run_bench
     from specrepro.models import load_tokenizer
 

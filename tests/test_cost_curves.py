@@ -1,5 +1,5 @@
-"""The cost measurements behind every hardware-aware prediction (cost.measure_cost_curve, tree_cost_table,
-cost.measure_draft_step_ms) must not charge a transient to some sizes only.
+"""The cost measurements behind every hardware-aware prediction (cost_mod.measure_cost_curve, tree_cost_table,
+cost_mod.measure_draft_step_ms) must not charge a transient to some sizes only.
 
 On the project's 2-core CPU the first 10-20 forwards after a long prefill ran up to 40% slower than later ones; timed
 size by size, that made t(1) read 327 ms where it was 224. Here a fake clock replays such a machine: each forward
@@ -14,11 +14,10 @@ import pytest
 import torch
 from conftest import tiny_lm
 
-from specrepro import theory
 from specrepro.core.sampling import GREEDY
 from specrepro.drafters.model import DraftModelDrafter
 from specrepro.lab import specinfer as tree_experiments
-from specrepro.measure import alpha, cost
+from specrepro.measure import cost as cost_mod
 
 SLOW = 12  # forwards after the prefill that run at half speed
 
@@ -57,20 +56,20 @@ class SlowStart(torch.nn.Module):
 def slow(monkeypatch):
     model = SlowStart(tiny_lm("llama", seed=3))
     clock = SimpleNamespace(perf_counter=lambda: model.now)
-    for module in (cost, tree_experiments):
+    for module in (cost_mod, tree_experiments):
         monkeypatch.setattr(module, "time", clock)
     return model
 
 
 def test_cost_curve_reads_the_steady_costs(slow):
     ns = (1, 2, 3, 4, 5)
-    curve = cost.measure_cost_curve(slow, ns=ns, prefix_len=20, repeats=5)
+    curve = cost_mod.measure_cost_curve(slow, ns=ns, prefix_len=20, repeats=5)
     assert curve.ms == pytest.approx([cost(n) for n in ns])
     assert slow.fed[:10] == [1, 2, 3, 4, 5] * 2  # two untimed rounds, then round-robin
     with pytest.raises(ValueError):
-        cost.measure_cost_curve(slow, ns=ns, repeats=0)
+        cost_mod.measure_cost_curve(slow, ns=ns, repeats=0)
     with pytest.raises(ValueError):
-        cost.measure_cost_curve(slow, ns=(0, 1))
+        cost_mod.measure_cost_curve(slow, ns=(0, 1))
 
 
 def test_tree_cost_table_reads_the_steady_costs(slow):
@@ -81,7 +80,7 @@ def test_tree_cost_table_reads_the_steady_costs(slow):
 
 
 def test_draft_step_reads_the_steady_cost(slow):
-    ms = cost.measure_draft_step_ms(DraftModelDrafter(slow, 8), 8, prefix_len=20, repeats=5,
+    ms = cost_mod.measure_draft_step_ms(DraftModelDrafter(slow, 8), 8, prefix_len=20, repeats=5,
                                             generator=torch.Generator().manual_seed(0), sampling=GREEDY)
     assert ms == pytest.approx(cost(1))
 
@@ -90,7 +89,7 @@ def test_the_old_order_would_have_failed(slow):
     """Negative control: no warm-up round and one size after another (the measurement before this fix) reads the
     first size at twice its steady cost, the error these tests exist to catch."""
     ns = (1, 2, 3, 4, 5)
-    curve = cost.measure_cost_curve(slow, ns=ns[:1], prefix_len=20, repeats=5, warmup_rounds=1)
+    curve = cost_mod.measure_cost_curve(slow, ns=ns[:1], prefix_len=20, repeats=5, warmup_rounds=1)
     assert curve.ms[0] == pytest.approx(2 * cost(1))
 
 
@@ -105,11 +104,11 @@ def test_draft_step_walks_along_real_text(slow):
             return super().propose(ids, gamma, sampling, generator)
 
     text = torch.arange(7) % 8  # shorter than prefix_len + calls + 1: repeated end to end
-    ms = cost.measure_draft_step_ms(Spy(slow, 8), 8, prefix_len=20, repeats=5, text=text,
+    ms = cost_mod.measure_draft_step_ms(Spy(slow, 8), 8, prefix_len=20, repeats=5, text=text,
                                             generator=torch.Generator().manual_seed(0), sampling=GREEDY)
     assert ms == pytest.approx(cost(1))
     assert [s.numel() for s in seen] == list(range(21, 21 + 1 + 10 + 5))  # the prefill, then one position further
     assert all(torch.equal(s, (torch.arange(s.numel()) % 7) % 8) for s in seen)
     assert slow.fed == [1] * 15  # each call after the prefill fed one token
     with pytest.raises(ValueError, match="empty"):
-        cost.measure_draft_step_ms(DraftModelDrafter(slow, 8), 8, text=torch.empty(0, dtype=torch.long))
+        cost_mod.measure_draft_step_ms(DraftModelDrafter(slow, 8), 8, text=torch.empty(0, dtype=torch.long))

@@ -12,7 +12,7 @@ import functools
 
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import LEVEL, PROMPT, tiny_lm
 
 from specrepro.core import decoding
 from specrepro.core.decoding import generate
@@ -24,10 +24,8 @@ from specrepro.sim.exact import RULES, target_distribution
 from specrepro.sim.toy import ToyLM
 from specrepro.stats import gof_test
 
-LEVEL = 1e-3
 N = 1500
 LENGTH = 3
-PROMPT = torch.tensor([1, 5, 2, 7])
 CONFIGS = {
     "T=1": SamplingConfig(1.0),
     "T=0.8,top-k=4": SamplingConfig(0.8, top_k=4),
@@ -35,9 +33,6 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_lm("llama", seed=1), tiny_lm("qwen2", seed=2)
 
 
 def _run(target, drafter, cfg, n, seed, gamma=3):

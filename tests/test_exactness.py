@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import LEVEL, PROMPT, tiny_lm
 
 from specrepro.core.decoding import generate
 from specrepro.core.sampling import SamplingConfig, verify_block
@@ -50,21 +50,12 @@ from specrepro.stats import (
     total_variation,
 )
 
-LEVEL = 1e-3
-PROMPT = torch.tensor([1, 5, 2, 7])
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_lm("llama", seed=1), tiny_lm("qwen2", seed=2)
 
 
 # ------------------------------------------------------------------------------------------------- pooling and level

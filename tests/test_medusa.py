@@ -23,7 +23,7 @@ What is tested:
 
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import LEVEL, PROMPT, tiny_lm
 
 from specrepro.core.decoding import generate
 from specrepro.core.medusa import (
@@ -50,8 +50,6 @@ from specrepro.train.medusa1 import (
     train_medusa_heads,
 )
 
-LEVEL = 1e-3
-PROMPT = torch.tensor([1, 5, 2, 7])
 CHOICES = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
 
 

@@ -11,7 +11,7 @@ import copy
 
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import PROMPT, tiny_lm
 
 from specrepro.core.decoding import generate
 from specrepro.core.medusa import MedusaProposer, medusa_generate
@@ -23,7 +23,6 @@ from specrepro.train.medusa2 import (
     train_medusa2,
 )
 
-PROMPT = torch.tensor([1, 5, 2, 7])
 CHOICES = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
 
 

@@ -19,7 +19,7 @@ What is tested:
 
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import LEVEL, PROMPT, tiny_lm
 
 from specrepro.core.decoding import generate
 from specrepro.core.medusa import MedusaProposer, medusa_generate
@@ -37,8 +37,6 @@ from specrepro.train.medusa1 import (
 )
 from specrepro.train.stdlib import stdlib_distillation_data
 
-LEVEL = 1e-3
-PROMPT = torch.tensor([1, 5, 2, 7])
 CHOICES = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
 KEEP = torch.tensor([0, 2, 3, 5, 6])
 

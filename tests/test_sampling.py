@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 
+from conftest import LEVEL
 from specrepro.core.sampling import (
     SamplingConfig,
     draw,
@@ -138,7 +139,6 @@ def test_negative_controls_fail_exact_enumeration(control):
 # --- Monte Carlo through the real verify_chain ---------------------------------------------------------------------
 # Significance level 1e-3 per test; 1 + 3 tests here, so a correct sampler fails one with probability <= 0.4 %
 # (Bonferroni) for a random seed; the seeds are fixed, so the outcome is deterministic run to run.
-LEVEL = 1e-3
 N_MC = 3000
 
 

@@ -22,7 +22,7 @@ import types
 
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import LEVEL, PROMPT, tiny_lm
 
 from specrepro.core.decoding import generate
 from specrepro.core.kvcache import new_cache
@@ -53,17 +53,10 @@ from specrepro.sim.toy import ToyLM
 from specrepro.sim.trees import drawn_tree_outcomes, exact_tree_distribution
 from specrepro.stats import gof_test, total_variation
 
-LEVEL = 1e-3
-PROMPT = torch.tensor([1, 5, 2, 7])
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core machine 2 threads run ~20x slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 # ---------------------------------------------------------------------------------------------------- a. structure
@@ -275,9 +268,6 @@ def test_verify_tree_matches_its_enumeration():
         assert pval > LEVEL, method
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_lm("llama", seed=1), tiny_lm("qwen2", seed=2)
 
 
 def _tree_samples(target, proposer, cfg, n, seed, length=2, method="mss"):
