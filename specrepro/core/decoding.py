@@ -286,6 +286,7 @@ def generate(
     res = GenerationResult(tokens=[], prompt_len=int(ids.numel()))
     if drafter is not None:
         drafter.reset()
+    feedback = getattr(drafter, "feedback", None)
 
     t_start = clock.start()
     cache = prefill(target, ids)
@@ -325,6 +326,8 @@ def generate(
         step = commit_step(draft_tokens[:n].tolist() + [nxt], budget, eos, res)
         res.drafted.append(g)
         res.accepted.append(n)
+        if g and feedback is not None:
+            feedback(g, n)  # the drafter hears how many of its tokens were kept
         new.extend(step)
         ids = torch.cat([ids, torch.tensor(step, dtype=ids.dtype, device=device)])
         crop_cache(cache, ids.numel() - 1)

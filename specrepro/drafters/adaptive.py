@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from specrepro.drafters.base import Proposal, block_outcome
+from specrepro.drafters.base import Proposal
 
 __all__ = ["AutoGammaDrafter", "AdaptiveLengthDrafter"]
 
@@ -74,7 +74,7 @@ class AutoGammaDrafter:
         self.drafter.reset()
         self._acc = 0.0
         self._reached = 0.0
-        self._last: tuple[int, torch.Tensor] | None = None
+        self._last: torch.Tensor | None = None  # the block drafted last, until its feedback arrives
         self.gammas: list[int] = []
 
     @property
@@ -84,20 +84,22 @@ class AutoGammaDrafter:
             return self.alpha_prior
         return (self._acc + w * self.alpha_prior) / (self._reached + w)
 
-    def _observe(self, ids: torch.Tensor) -> None:
-        if self._last is None:
+    def feedback(self, n_drafted: int, n_accepted: int) -> None:
+        """Verification kept ``n_accepted`` of the ``n_drafted`` tokens of the last block: n accepted out of n + 1
+        positions reached (n out of n when the whole block was kept) update the decayed α estimate."""
+        if self._last is None or n_drafted == 0:
             return
-        outcome, self._last = block_outcome(self._last, ids), None
-        if outcome is None:
-            return
-        n, reached = outcome
+        self._last = None
+        hook = getattr(self.drafter, "feedback", None)
+        if hook is not None:
+            hook(n_drafted, n_accepted)
+        n, reached = int(n_accepted), int(n_accepted) + (1 if n_accepted < n_drafted else 0)
         self._acc = self.decay * self._acc + n
         self._reached = self.decay * self._reached + reached
 
     def propose(self, ids, gamma, sampling, generator):
         from specrepro.theory import gamma_for_step, step_costs_ms
 
-        self._observe(ids)
         if gamma < 1:
             return Proposal(ids.new_empty(0), None)
         if len(self._costs) <= gamma:
@@ -105,7 +107,7 @@ class AutoGammaDrafter:
         g = gamma_for_step(self.alpha_hat, self._costs[: gamma + 1], min(self.min_gamma, gamma))
         self.gammas.append(g)
         prop = self.drafter.propose(ids, g, sampling, generator)
-        self._last = (int(ids.shape[0]), prop.tokens.detach().cpu())
+        self._last = prop.tokens.detach().cpu()
         return prop
 
 
@@ -219,7 +221,7 @@ class AdaptiveLengthDrafter:
             self._platt = (0.0, 1.0)
             self._tokens = self._ms = 0.0
             self._refresh_table()
-        self._last: tuple[int, torch.Tensor, list[int], list[float]] | None = None
+        self._last: tuple[torch.Tensor, list[int], list[float]] | None = None  # (block, bins, confidences)
         self.gammas: list[int] = []
 
     def _bin(self, c: float) -> int:
@@ -293,15 +295,17 @@ class AdaptiveLengthDrafter:
         w, c1 = self.prior_weight, float(self._costs[1])
         return (self._tokens + w * self._rate_prior * c1) / (self._ms + w * c1)
 
-    def _observe(self, ids: torch.Tensor) -> None:
-        if self._last is None:
+    def feedback(self, n_drafted: int, n_accepted: int) -> None:
+        """Verification kept ``n_accepted`` of the ``n_drafted`` tokens of the last block: each reached token's
+        confidence bin counts one trial (a success if it was kept), the step's tokens and modelled cost update λ."""
+        if self._last is None or n_drafted == 0:
             return
-        bins = self._last[2]
-        k = int(self._last[1].numel())
-        outcome, self._last = block_outcome(self._last, ids), None
-        if outcome is None:
-            return
-        n, reached = outcome
+        bins, k = self._last[1], int(self._last[0].numel())
+        self._last = None
+        hook = getattr(self.drafter, "feedback", None)
+        if hook is not None:
+            hook(n_drafted, n_accepted)
+        n, reached = int(n_accepted), int(n_accepted) + (1 if n_accepted < n_drafted else 0)
         self._acc *= self.decay
         self._reached *= self.decay
         self._tokens *= self.decay
@@ -315,7 +319,6 @@ class AdaptiveLengthDrafter:
         self._refresh_table()
 
     def propose(self, ids, gamma, sampling, generator):
-        self._observe(ids)
         if gamma < 1:
             return Proposal(ids.new_empty(0), None)
         if len(self._costs) <= gamma:
@@ -340,5 +343,5 @@ class AdaptiveLengthDrafter:
             self.drafter.stop_rule = None
         self.gammas.append(int(prop.tokens.numel()))
         k = prop.tokens.numel()
-        self._last = (int(ids.shape[0]), prop.tokens.detach().cpu(), bins[:k], confs[:k])
+        self._last = (prop.tokens.detach().cpu(), bins[:k], confs[:k])
         return prop

@@ -10,7 +10,6 @@ from typing import Protocol
 
 import torch
 
-from specrepro.core.decoding import common_prefix
 from specrepro.core.sampling import SamplingConfig
 
 __all__ = ["Proposal", "Drafter"]
@@ -30,12 +29,26 @@ class Proposal:
 
 
 class Drafter(Protocol):
+    """What the chain decoding loop (:func:`specrepro.core.decoding.generate`) asks of a drafter.
+
+    * ``propose(ids, gamma, sampling, generator)``: up to ``gamma`` draft tokens continuing ``ids`` (long [L], the
+      committed sequence on the target's device) with the distributions they were drawn from (:class:`Proposal`).
+      Randomness comes only from ``generator``.
+    * ``reset()``: forget everything about the previous sequence (called once before each generation).
+    * ``feedback(n_drafted, n_accepted)`` (optional): called after each verification of a non-empty block with
+      how many of the ``n_drafted`` proposed tokens verification kept (0 <= n_accepted <= n_drafted), as
+      transformers' candidate generators hear ``update_candidate_strategy``. Adaptive drafters learn their α and
+      lengths from it; a drafter without the method is simply not told.
+    """
+
     name: str
 
     def propose(self, ids: torch.Tensor, gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator | None) -> Proposal: ...
 
     def reset(self) -> None: ...
+
+    def feedback(self, n_drafted: int, n_accepted: int) -> None: ...
 
 
 def stop_after(drafter, i: int, logits: torch.Tensor, j) -> bool:
@@ -48,17 +61,3 @@ def stop_after(drafter, i: int, logits: torch.Tensor, j) -> bool:
     logits = logits.float()
     c = float(torch.exp(logits[j] - torch.logsumexp(logits, -1)))  # softmax(logits)[j] without the whole row
     return bool(rule(i, c)) if rule is not None else c < drafter.stop_below
-
-
-def block_outcome(last: tuple, ids: torch.Tensor) -> tuple[int, int] | None:
-    """(accepted, reached) of a drafter's previous block ``last = (start, block, ...)`` given the committed ``ids``:
-    the first emitted token that differs from the draft is the rejection point (the residual never re-emits the
-    rejected token), so n accepted out of n + 1 positions reached (n out of n when the whole block was accepted).
-    None when nothing was committed after the block or the block was empty."""
-    start, block = last[0], last[1]
-    if ids.shape[0] <= start or block.numel() == 0:
-        return None
-    committed = ids[start:].cpu()
-    g = block.numel()
-    n = common_prefix(block, committed[:g])
-    return n, n + (1 if n < g and committed.numel() > n else 0)
