@@ -5,8 +5,8 @@ contract, checked by ``tests/test_layers.py``):
 
 * :mod:`specrepro.record` — the committed record: result files and who may write them, claims, rules, scorecard,
   README blocks, figures, executed-notebook cleaning; the ``scorecard`` and ``greedy-equality`` commands.
+* :mod:`specrepro.lab` — the experiments behind each paper's notebooks; the papers' numbers (``data/papers``).
 * :mod:`specrepro.bench` — the benchmark: methods registry, runs, targets; the ``bench`` command.
-* :mod:`specrepro.lab` — the experiments behind each paper's notebooks.
 * :mod:`specrepro.measure` (timing harness, cost curves, α), :mod:`specrepro.sim` (toy models, exact enumeration,
   negative controls and published bugs, the battery), :mod:`specrepro.train` (Medusa-1/-2 heads, distilled draft).
 * :mod:`specrepro.drafters` — proposal sources: draft models (fp32, int8, pruned head), lookup, n-gram, hybrid,

@@ -112,3 +112,13 @@ def test_draft_step_walks_along_real_text(slow):
     assert slow.fed == [1] * 15  # each call after the prefill fed one token
     with pytest.raises(ValueError, match="empty"):
         cost_mod.measure_draft_step_ms(DraftModelDrafter(slow, 8), 8, text=torch.empty(0, dtype=torch.long))
+
+
+def test_measure_call_ms_drops_the_warmup_and_takes_the_median(monkeypatch):
+    from specrepro.measure import harness
+
+    ticks = iter([0.0, 1.0, 1.0, 1.010, 2.0, 2.030, 3.0, 3.020])  # warm-up 1000 ms, then 10, 30, 20 ms
+    monkeypatch.setattr(harness, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    assert cost_mod.measure_call_ms(lambda: None, repeats=3, warmup=1) == pytest.approx(20.0)
+    with pytest.raises(ValueError, match="repeats"):
+        cost_mod.measure_call_ms(lambda: None, repeats=0)

@@ -14,19 +14,23 @@ What it is not: the timing loop (:mod:`specrepro.measure.harness`), the methods 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
+from specrepro.lab.papers import paper_table
 from specrepro.measure.harness import paired_speedup, per_run_table
 from specrepro.stats import bootstrap_ci
 from specrepro.theory import expected_tokens
 
-__all__ = ["CHEN_TABLE1_HUMANEVAL", "k_sweep_runs", "k_sweep_summary"]
+__all__ = ["CHEN_TABLE1_HUMANEVAL", "k_sweep_runs", "k_sweep_summary", "table1_runs"]
 
 #: Chen et al. 2023 (arXiv 2302.01318v1), Table 1, HumanEval, nucleus T = 0.8 / top-p 0.95, Chinchilla 70B + 4B
 #: draft on 16 TPU v4: K -> (ms per token, speedup over AR). Figure 1's per-K HumanEval values are not given in the
 #: text (only their shape), so K = 4 is the one per-K point the paper prints for HumanEval.
-CHEN_TABLE1_HUMANEVAL = {0: (14.1, 1.0), 4: (5.73, 2.46)}
+CHEN_TABLE1_HUMANEVAL = {int(r.K): (float(r.ms_per_token), float(r.speedup))
+                         for r in paper_table("chen_table1").query("task == 'HumanEval'").itertuples()}
 
 
 def k_sweep_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -92,3 +96,45 @@ def k_sweep_summary(runs: pd.DataFrame, baseline: str | None = None, seed: int =
                      if np.isfinite(alpha) else float("nan"),
                      "paper_ms_per_token": paper[0], "paper_speedup": paper[1]})
     return pd.DataFrame(rows)
+
+
+def table1_runs(models, prompts, methods, settings: dict[str, dict], n_prompts: dict[str, int], *,
+                max_new_tokens: int, seed: int, device: str = "cpu", repeats: int = 1,
+                checkpoint_dir=None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Chen et al. Table 1's runs: one interleaved benchmark run per sampling setting, AR and the chain methods.
+
+    Args:
+        models: ``(target, draft or None, tokenizer)`` as :func:`specrepro.bench.run_bench` takes them.
+        prompts: the workload's prompts; setting s decodes the first ``n_prompts[s]``.
+        methods: bench method names (``"ar"`` first, then e.g. ``"sd-draft-int8@4"``).
+        settings: setting name -> sampling keywords of ``run_bench`` (``temperature``, ``top_p``).
+        n_prompts: setting name -> number of prompts.
+        max_new_tokens, seed, device, repeats: as ``run_bench`` (``repeats`` interleaved passes).
+        checkpoint_dir: where each setting's bench JSON and its (pass, prompt) checkpoints go, so that an
+            interrupted run resumes (None: no checkpoint).
+
+    Returns:
+        ``(summaries, prompt_runs, completions)``: the bench summaries (one row per setting and method,
+        ``per_position_acceptance`` as a space-separated string), the per-prompt runs (one row per prompt, pass and
+        method; token lists dropped) and the decoded completions (setting, method, prompt, completion).
+    """
+    from specrepro.bench import run_bench
+
+    summaries, prompt_runs, completions = [], [], []
+    for setting, kw in settings.items():
+        json_path = None if checkpoint_dir is None else Path(checkpoint_dir) / f"chen_table1_{setting}.json"
+        res = run_bench(models=models, prompts=prompts[:n_prompts[setting]], methods=methods,
+                        max_new_tokens=int(max_new_tokens), seed=int(seed), device=device, repeats=int(repeats),
+                        json_path=json_path, **kw)
+        summaries.append(res.summary.assign(setting=setting))
+        # per-prompt runs (one row per prompt, repeat and method): the scorecard's paired intervals need them
+        prompt_runs.append(res.runs.drop(columns=["token_ids", "alpha_terms", "depths", "drafted", "accepted"])
+                           .assign(setting=setting))
+        tokenizer = models[2]
+        for _, r in res.runs.iterrows():
+            completions.append({"setting": setting, "method": r["method"], "prompt": r["prompt"],
+                                "completion": tokenizer.decode(r["token_ids"], skip_special_tokens=True)})
+    summaries = pd.concat(summaries, ignore_index=True)
+    summaries["per_position_acceptance"] = summaries["per_position_acceptance"].map(
+        lambda xs: " ".join(f"{x:.3f}" for x in xs))
+    return summaries, pd.concat(prompt_runs, ignore_index=True), pd.DataFrame(completions)

@@ -18,6 +18,7 @@ import torch
 
 from specrepro.core.decoding import default_eos_ids, generate
 from specrepro.core.sampling import SamplingConfig
+from specrepro.lab.papers import paper_table
 from specrepro.measure.alpha import measure_alpha, target_probs_along
 from specrepro.measure.harness import (
     draft_of_method,
@@ -37,8 +38,8 @@ from specrepro.theory import (
 __all__ = ["leviathan_table1", "alpha_table", "alpha_summary", "speed_table", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
 
 #: Leviathan et al. 2023, Table 1: (alpha, gamma) -> (operations factor, speed), c = c_hat = 0.
-LEVIATHAN_TABLE1 = {(0.6, 2): (1.53, 1.96), (0.7, 3): (1.58, 2.53), (0.8, 2): (1.23, 2.44), (0.8, 5): (1.63, 3.69),
-                    (0.9, 2): (1.11, 2.71), (0.9, 10): (1.60, 6.86)}
+LEVIATHAN_TABLE1 = {(float(r.alpha), int(r.gamma)): (float(r.operations), float(r.speed))
+                    for r in paper_table("leviathan_table1").itertuples()}
 
 
 def leviathan_table1() -> pd.DataFrame:

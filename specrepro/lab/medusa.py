@@ -15,6 +15,7 @@ import torch
 from specrepro.core.decoding import MODEL_EOS
 from specrepro.core.medusa import medusa_generate
 from specrepro.core.sampling import GREEDY, SamplingConfig
+from specrepro.lab.papers import paper_table
 
 __all__ = ["PAPER_TABLE1", "make_runner", "compare_methods", "acceleration_table"]
 
@@ -23,8 +24,8 @@ __all__ = ["PAPER_TABLE1", "make_runner", "compare_methods", "acceleration_table
 #: (tokens per step) 3.47 and overhead (time per Medusa step / time per AR step) 1.22 are Medusa-2's (backbone
 #: fine-tuned jointly), speedup = rate / overhead (the paper's S_Medusa 2.83); not comparable with Medusa-1 heads on a
 #: frozen backbone. mt_bench_speedup is Medusa-1's wall-clock speedup on Vicuna-7B, MT-Bench (Sec. 3.1, Figure 3 left).
-PAPER_TABLE1 = {"model": "Medusa-2 Vicuna-7B", "acceleration_rate": 3.47, "overhead": 1.22, "speedup": 3.47 / 1.22,
-                "mt_bench_speedup": 2.18}
+PAPER_TABLE1 = paper_table("medusa_table1").iloc[0].to_dict()
+PAPER_TABLE1["speedup"] = PAPER_TABLE1["acceleration_rate"] / PAPER_TABLE1["overhead"]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from specrepro.core.trees import (
     tree_generate,
 )
 from specrepro.drafters.model import DraftModelDrafter
+from specrepro.lab.papers import paper_table
 from specrepro.measure.harness import per_run_table, run_interleaved
 
 __all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "TREE_SHAPES", "expansion_widths", "topk_success_table",
@@ -34,9 +35,9 @@ __all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "TREE_SHAPES", "expansion_wid
            "tree_vs_chain_speed"]
 
 #: SpecInfer Table 2, Alpaca, LLaMA-7B target / LLaMA-68M draft, depth 8: width -> (greedy, stochastic)
-SPECINFER_TABLE2 = {1: (2.95, 1.79), 2: (3.07, 2.11), 3: (3.21, 2.26), 4: (3.33, 2.32), 5: (3.43, 2.38)}
+SPECINFER_TABLE2 = {int(r.width): (float(r.greedy), float(r.stochastic)) for r in paper_table("specinfer_table2").itertuples()}
 #: SpecInfer Table 3, Alpaca, width 5: naive sampling -> MSS average verified tokens per step
-SPECINFER_TABLE3 = {"naive": 1.87, "mss": 2.38}
+SPECINFER_TABLE3 = dict(zip(*paper_table("specinfer_table3").to_dict("list").values()))
 
 
 #: Table 2 tree shapes: "paper" = SpecInfer's ⟨1,1,k,1,...,1⟩ (Sec. 6.4: the branching at the third token),

@@ -171,3 +171,24 @@ def measure_chain_costs(target, drafters: dict, ns: Sequence[int], vocab: int, p
                                                        generator=generator, sampling=sampling, text=text))
     curve = CostCurve(list(ns), list(np.median(np.stack(curves), axis=0)))
     return curve, {label: float(np.median(v)) for label, v in drafts.items()}
+
+
+def measure_call_ms(fn, repeats: int = 5, warmup: int = 1, device: str | torch.device = "cpu") -> float:
+    """The median wall time of ``fn()`` in ms over ``repeats`` timed calls after ``warmup`` untimed ones, each timed
+    by the harness's :func:`specrepro.measure.harness.timed_call` (CUDA synchronized) under ``torch.inference_mode``.
+    Used for a module's cost per decoding step (e.g. Medusa heads on one hidden state).
+
+    Raises:
+        ValueError: ``repeats`` < 1 or ``warmup`` < 0.
+    """
+    from specrepro.measure.harness import timed_call
+
+    if int(repeats) < 1 or int(warmup) < 0:
+        raise ValueError(f"measure_call_ms needs repeats >= 1 and warmup >= 0; got {repeats}, {warmup}")
+    times = []
+    with torch.inference_mode():
+        for i in range(int(warmup) + int(repeats)):
+            _, seconds = timed_call(fn, device)
+            if i >= int(warmup):
+                times.append(1000.0 * seconds)
+    return float(np.median(times))

@@ -9,7 +9,7 @@ import os
 
 __all__ = ["setup", "PAPER_STYLE", "integer_ticks", "interval_errorbar", "readable",
            # Leviathan figures (notebooks 02 and 04)
-           "LEVIATHAN_TABLE2", "LADDER", "leviathan_table2", "legend_outside", "fig_optimal_gamma_vs_alpha",
+           "LADDER", "leviathan_table2", "legend_outside", "fig_optimal_gamma_vs_alpha",
            "fig_speedup_and_operations_vs_alpha", "fig_speedup_vs_gamma_closed_form", "fig_forward_cost_vs_tokens",
            "fig_speedup_vs_gamma_measured", "fig_limit_ladder"]
 
@@ -91,16 +91,6 @@ def readable(name: str) -> str:
 # tokens per step -> free draft -> hardware-aware -> measured, per draft and γ. Every function returns a Figure and
 # puts its legend outside the axes (:func:`legend_outside`), so no legend covers data.
 
-#: Leviathan et al. 2023, Tables 2/4 (T5-XXL target, TPU-v4): task, draft, T, γ, α, c, expected (EXP), measured (EMP)
-LEVIATHAN_TABLE2 = (
-    ("EnDe", "T5-small", 0, 7, .75, .02, 3.2, 3.4), ("EnDe", "T5-base", 0, 7, .80, .04, 3.3, 2.8),
-    ("EnDe", "T5-large", 0, 7, .82, .11, 2.5, 1.7), ("EnDe", "T5-small", 1, 7, .62, .02, 2.3, 2.6),
-    ("EnDe", "T5-base", 1, 5, .68, .04, 2.4, 2.4), ("EnDe", "T5-large", 1, 3, .71, .11, 2.0, 1.4),
-    ("CNNDM", "T5-small", 0, 5, .65, .02, 2.4, 3.1), ("CNNDM", "T5-base", 0, 5, .73, .04, 2.6, 3.0),
-    ("CNNDM", "T5-large", 0, 3, .74, .11, 2.0, 2.2), ("CNNDM", "T5-small", 1, 5, .53, .02, 1.9, 2.3),
-    ("CNNDM", "T5-base", 1, 3, .55, .04, 1.8, 2.2), ("CNNDM", "T5-large", 1, 3, .56, .11, 1.6, 1.7),
-)
-LEVIATHAN_TABLE2_COLUMNS = ("task", "draft", "temperature", "gamma", "alpha", "c", "predicted", "measured")
 
 #: the rungs of the limit ladder (keys of :func:`specrepro.theory.speedup_decomposition`) and their labels
 LADDER = (("tokens_per_step", "tokens per step (Leviathan, c = 0, flat verification)"),
@@ -112,9 +102,9 @@ LADDER = (("tokens_per_step", "tokens per step (Leviathan, c = 0, flat verificat
 def leviathan_table2():
     """Leviathan et al. 2023 Tables 2/4 as a DataFrame: columns task, draft, temperature, gamma, alpha, c,
     predicted (the paper's EXP), measured (EMP); 12 rows (T5-XXL target on one TPU-v4)."""
-    import pandas as pd
+    from specrepro.lab.papers import paper_table
 
-    return pd.DataFrame(list(LEVIATHAN_TABLE2), columns=list(LEVIATHAN_TABLE2_COLUMNS))
+    return paper_table("leviathan_table2")
 
 
 def unique_handles(axes) -> tuple[list, list]:
