@@ -222,7 +222,7 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor | None, token: int | 
     return r / mass
 
 
-def _check_chain_shapes(draft_tokens, target_probs, draft_probs) -> int:
+def check_chain_shapes(draft_tokens, target_probs, draft_probs) -> int:
     """γ of a chain verification call; raises ValueError unless target_probs has γ + 1 rows and draft_probs γ."""
     gamma = draft_tokens.shape[0]
     if target_probs.shape[0] != gamma + 1:
@@ -264,7 +264,7 @@ def verify_chain(
     Raises:
         ValueError: shapes disagree.
     """
-    gamma = _check_chain_shapes(draft_tokens, target_probs, draft_probs)
+    gamma = check_chain_shapes(draft_tokens, target_probs, draft_probs)
     if gamma == 0:
         return 0, int(sample(target_probs[0], generator))
     idx = torch.arange(gamma, device=target_probs.device)
@@ -366,7 +366,7 @@ def verify_block(
     Raises:
         ValueError: shapes disagree.
     """
-    gamma = _check_chain_shapes(draft_tokens, target_probs, draft_probs)
+    gamma = check_chain_shapes(draft_tokens, target_probs, draft_probs)
     if gamma == 0:
         return 0, int(sample(target_probs[0], generator))
     h, residual_rows = (terms_fn or block_verification_terms)(target_probs, draft_probs, draft_tokens)

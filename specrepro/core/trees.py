@@ -540,14 +540,14 @@ class MergedTreeProposer:
 # Verification
 # ----------------------------------------------------------------------------------------------------------------
 
-def _children_lists(parents: torch.Tensor) -> dict:
+def children_lists(parents: torch.Tensor) -> dict:
     kids: dict = {}
     for i, p in enumerate(parents.tolist()):
         kids.setdefault(p, []).append(i)
     return kids
 
 
-def _check_verify_args(parents, tokens, target_probs, proposal_probs, method):
+def check_verify_args(parents, tokens, target_probs, proposal_probs, method):
     if method not in VERIFY_METHODS:
         raise ValueError(f"unknown verification method {method!r}; expected one of {VERIFY_METHODS}")
     n = parents.numel()
@@ -598,10 +598,10 @@ def verify_tree(parents: torch.Tensor, tokens: torch.Tensor, target_probs: torch
     """
     parents = torch.as_tensor(parents).reshape(-1)
     tokens = torch.as_tensor(tokens).reshape(-1)
-    _check_verify_args(parents, tokens, target_probs, proposal_probs, method)
+    check_verify_args(parents, tokens, target_probs, proposal_probs, method)
     accept = accept_fn or acceptance_probability
     residual = residual_fn or residual_distribution
-    kids = _children_lists(parents.cpu())
+    kids = children_lists(parents.cpu())
     toks = tokens.tolist()
     path: list[int] = []
     node = -1
@@ -643,10 +643,10 @@ def verify_tree_outcomes(parents, tokens, target_probs, proposal_probs, method: 
     """
     parents = torch.as_tensor(parents).reshape(-1)
     tokens = torch.as_tensor(tokens).reshape(-1)
-    _check_verify_args(parents, tokens, target_probs, proposal_probs, method)
+    check_verify_args(parents, tokens, target_probs, proposal_probs, method)
     accept = accept_fn or acceptance_probability
     residual = residual_fn or residual_distribution
-    kids = _children_lists(parents.cpu())
+    kids = children_lists(parents.cpu())
     toks = tokens.tolist()
     out = []
 
