@@ -35,6 +35,8 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; not yet timed here, estimated 1.5-2.5 h
 # on 2 cores: one AR and one speculative run of 128 tokens per problem plus a teacher-forced check per divergence)
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
+# transformers' assisted generation and prompt lookup through the exactness battery (standard only; ~5 min on 2 cores)
+AUDIT := $(if $(filter standard,$(PROFILE)),data/results/audit_transformers.csv)
 BENCH_ARGS := --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-tokens 128 --seed 0
 # timed passes of the bench of record's files behind a scorecard claim or a speed target (issue 17: >= 3, each
 # prompt's methods interleaved within every pass; the per-prompt ratio is the geometric mean over the passes)
@@ -89,7 +91,7 @@ unit: $(STAMP) $(BROWSER_STAMP)  ## pytest: unit tests, the exactness battery an
 nbval: $(STAMP)  ## re-execute the committed quick-profile notebooks and compare their checked cells (nbval, lax)
 	$(PY) -m pytest -q --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly $(QUICK_EXECUTED)
 
-reproduce: $(STAMP) fetch bench-results $(GREEDY_EQUALITY) notebooks  ## run every notebook for PROFILE (data/results/, figures/, notebooks/executed/) and, in standard, the bench of record; then the scorecard (README.md in standard)
+reproduce: $(STAMP) fetch bench-results $(GREEDY_EQUALITY) $(AUDIT) notebooks  ## run every notebook for PROFILE (data/results/, figures/, notebooks/executed/) and, in standard, the bench of record; then the scorecard (README.md in standard)
 
 notebooks: $(EXECUTED)
 
@@ -164,6 +166,11 @@ data/results/bench_qwen_t1_trees.json: | $(STAMP)
 data/results/greedy_equality_humaneval.csv: | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --pair qwen-coder --workload humaneval --max-new-tokens 128 \
 	    --gamma 3 || test $$? -eq 1
+
+# The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs
+# (the table, with n and the power at n); reproduction scripts of failing settings go to build/audit/.
+data/results/audit_transformers.csv: | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro audit --out build/audit
 
 # Block verification (Sun et al. 2025) beside token verification at T = 1, same draft and gamma (issue 20).
 data/results/bench_qwen_t1_block.json: | $(STAMP)

@@ -23,6 +23,8 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("specrepro.bench", "time decoding methods (ours and transformers') side by side on a workload"),
     "scorecard": ("specrepro.record.cli", "score every headline claim of the papers against a profile's result tables"),
+    "audit": ("specrepro.record.audit", "run transformers' assisted generation and prompt lookup through the exactness "
+                                        "battery (tiny random models, exact distributions, stated power)"),
     "greedy-equality": ("specrepro.record.equality", "greedy speculative vs greedy AR on a whole workload, divergences "
                                               "explained by near-ties or counted"),
 }
