@@ -115,6 +115,37 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def sha256_bytes(data: bytes) -> str:
+    """The sha256 of ``data`` (64 hex digits): what a provenance sidecar records of each file it describes."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def atomic_write_files(contents: dict) -> None:
+    """Write several files as one step: every ``{path: bytes}`` goes to a temporary file in its directory first, and
+    only when all are written are they renamed into place (in the order given, the provenance sidecar last). An
+    interruption before the renames leaves every old file as it was; one between renames leaves a file whose hash
+    differs from its sidecar, which the record's hash check reports.
+    """
+    tmps = []
+    try:
+        for path, data in contents.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, umask_mode())
+            tmps.append((tmp, path))
+        for tmp, path in tmps:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in tmps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
 def atomic_save_safetensors(tensors: dict, path: Path, metadata: dict | None = None) -> None:
     """Write ``{name: tensor}`` as a safetensors file at ``path`` through a temporary file and ``os.replace`` (cached
     hidden states, trained heads); ``metadata``: str -> str, stored in the file's header."""

@@ -279,8 +279,8 @@ def write_scorecard(profile: str = STANDARD, device: str = "cpu", claims: pd.Dat
     """Score every claim for ``profile`` (:func:`specrepro.record.scorecard.score`), save it as the ``scorecard`` table (CSV
     + provenance) and its markdown as ``scorecard.md`` beside it; returns the scorecard."""
     card = score(profile, claims)
-    save_table(card, "scorecard", profile=profile, device=device)
-    atomic_write_text(results_dir(profile) / "scorecard.md", render_markdown(card, profile))
+    save_table(card, "scorecard", profile=profile, device=device,
+               companions={"scorecard.md": render_markdown(card, profile)})
     return card
 
 

@@ -19,21 +19,22 @@ What it is not: plotting style (:mod:`specrepro.record.plots`).
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from specrepro.files import (
-    atomic_write_text,
+    atomic_write_files,
     cpu_description,
     device_description,
     git_commit,
     repo_root,
-    umask_mode,
+    sha256_bytes,
 )
 
-__all__ = ["STANDARD", "RECORD_ENV", "writes_record", "record_dir", "results_dir", "figures_dir", "read_dirs", "provenance", "save_table", "load_table", "add_footer", "save_figure"]
+__all__ = ["STANDARD", "RECORD_ENV", "writes_record", "record_dir", "results_dir", "figures_dir", "read_dirs", "provenance", "save_table", "load_table", "add_footer", "save_figure",
+           "DirtyTreeError", "check_clean_for_record", "write_with_provenance", "record_hash_mismatches"]
 
 STANDARD = "standard"
 #: Set to "1" by ``make reproduce`` (and only there): the standard profile then writes the committed record.
@@ -97,13 +98,70 @@ def provenance(profile: str, device: str = "cpu", **extra) -> dict:
     return rec
 
 
-def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", **extra) -> Path:
-    """Write ``df`` as ``<results_dir>/<name>.csv`` (atomically) and its provenance sidecar; returns the CSV path."""
+class DirtyTreeError(RuntimeError):
+    """The committed record was about to be written by code that no commit holds."""
+
+
+def check_clean_for_record(profile: str = STANDARD) -> None:
+    """Refuse to write the committed record (:func:`writes_record`) from a tree whose code differs from its commit:
+    a table's provenance names the commit that made it, and a dirty tree has none.
+
+    Raises:
+        DirtyTreeError: ``writes_record(profile)`` and :func:`git_commit` ends in ``-dirty``.
+    """
+    if writes_record(profile):
+        commit = git_commit()
+        if commit.endswith("-dirty"):
+            raise DirtyTreeError(f"refusing to write the committed record from a dirty tree ({commit}): commit the "
+                                 "code first (git status; outputs under data/results, figures, notebooks/executed and "
+                                 "README.md do not count)")
+
+
+def write_with_provenance(files: dict, sidecar: Path, prov: dict) -> None:
+    """Write ``files`` (``{path: bytes}``) and their provenance ``sidecar`` as one step
+    (:func:`specrepro.files.atomic_write_files`); the sidecar records ``sha256``: {file name: sha256 of its bytes}."""
+    prov = {**prov, "sha256": {Path(p).name: sha256_bytes(b) for p, b in files.items()}}
+    atomic_write_files({**files, sidecar: (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()})
+
+
+def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", companions: dict | None = None,
+               **extra) -> Path:
+    """Write ``df`` as ``<results_dir>/<name>.csv`` and its provenance sidecar ``<name>.provenance.json`` in one step:
+    the sidecar holds the commit, machine, settings (``extra``) and the sha256 of the table's bytes (and of each
+    ``companions`` file, ``{file name: text}`` written beside it, e.g. the scorecard's markdown). Returns the CSV path.
+
+    Raises:
+        DirtyTreeError: writing the committed record from a dirty tree (:func:`check_clean_for_record`).
+    """
+    check_clean_for_record(profile)
     path = results_dir(profile) / f"{name}.csv"
-    atomic_write_text(path, df.to_csv(index=False, float_format="%.6g"))
-    atomic_write_text(path.with_suffix(".provenance.json"),
-                      json.dumps(provenance(profile, device, **extra), indent=1, sort_keys=True) + "\n")
+    files = {path: df.to_csv(index=False, float_format="%.6g").encode()}
+    files.update({path.parent / n: text.encode() for n, text in (companions or {}).items()})
+    write_with_provenance(files, path.with_suffix(".provenance.json"), provenance(profile, device, **extra))
     return path
+
+
+def record_hash_mismatches(dirs=None) -> list[str]:
+    """Every committed result file whose bytes differ from the sha256 its provenance sidecar records, and every
+    sidecar that records none (one line each; empty when the record is consistent).
+
+    Args:
+        dirs: directories to check (default: the record's ``data/results`` and ``figures``).
+    """
+    out = []
+    for d in dirs if dirs is not None else (record_dir("results"), record_dir("figures")):
+        for side in sorted(Path(d).glob("*.provenance.json")):
+            hashes = json.loads(side.read_text()).get("sha256")
+            if not hashes:
+                out.append(f"{side}: no sha256 recorded")
+                continue
+            for fname, digest in sorted(hashes.items()):
+                f = side.parent / fname
+                if not f.exists():
+                    out.append(f"{f}: missing (its provenance records it)")
+                elif sha256_bytes(f.read_bytes()) != digest:
+                    out.append(f"{f}: sha256 differs from {side.name}")
+    return out
 
 
 def load_table(name: str, profile: str = STANDARD, **settings):
@@ -151,21 +209,16 @@ def save_figure(fig, name: str, profile: str = STANDARD, device: str = "cpu", **
 
     The footer names the commit, profile and device so a figure carries where it came from. Returns the PNG path.
     """
+    check_clean_for_record(profile)
     prov = provenance(profile, device, **extra)
     add_footer(fig, f"specrepro {prov['commit']} · profile {profile} · {prov['device']}")
     out = figures_dir(profile) / name
     meta = {"Title": name, "Subject": json.dumps(prov, sort_keys=True)}
+    files = {}
     for ext in ("png", "pdf"):
-        path = out.with_suffix(f".{ext}")
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{ext}")
-        os.close(fd)
-        try:
-            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight",
-                        metadata=meta if ext == "pdf" else {"Description": meta["Subject"]})
-            os.chmod(tmp, umask_mode())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    atomic_write_text(out.with_suffix(".provenance.json"), json.dumps(prov, indent=1, sort_keys=True) + "\n")
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight",
+                    metadata=meta if ext == "pdf" else {"Description": meta["Subject"]})
+        files[out.with_suffix(f".{ext}")] = buf.getvalue()
+    write_with_provenance(files, out.with_suffix(".provenance.json"), prov)
     return out.with_suffix(".png")

@@ -1,0 +1,55 @@
+"""The record's provenance is bound to its content: every committed table and figure carries, in its sidecar, the
+sha256 of its bytes; a table and its sidecar are written in one step; the record is never written from a dirty tree."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from specrepro.record import results
+
+
+def test_provenance_hashes_match_the_committed_record():
+    assert results.record_hash_mismatches() == []
+
+
+def test_provenance_check_catches_one_changed_byte(tmp_path):
+    src = results.record_dir("results")
+    for name in ("leviathan_table1.csv", "leviathan_table1.provenance.json"):
+        shutil.copy(src / name, tmp_path / name)
+    assert results.record_hash_mismatches([tmp_path]) == []
+    table = tmp_path / "leviathan_table1.csv"
+    data = bytearray(table.read_bytes())
+    data[-2] = ord("7") if data[-2] != ord("7") else ord("8")
+    table.write_bytes(bytes(data))
+    assert results.record_hash_mismatches([tmp_path]) == [f"{table}: sha256 differs from leviathan_table1.provenance.json"]
+
+
+def test_provenance_without_a_hash_is_reported(tmp_path):
+    (tmp_path / "t.csv").write_text("a\n1\n")
+    (tmp_path / "t.provenance.json").write_text(json.dumps({"commit": "abc"}))
+    assert results.record_hash_mismatches([tmp_path]) == [f"{tmp_path / 't.provenance.json'}: no sha256 recorded"]
+
+
+def test_save_table_writes_the_hash_of_what_it_wrote(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
+    path = results.save_table(pd.DataFrame({"a": [1, 2]}), "t", profile="quick", companions={"t.md": "| a |\n"})
+    prov = json.loads((tmp_path / "t.provenance.json").read_text())
+    assert set(prov["sha256"]) == {"t.csv", "t.md"} and path == tmp_path / "t.csv"
+    assert results.record_hash_mismatches([tmp_path]) == []
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_the_record_is_not_written_from_a_dirty_tree(tmp_path, monkeypatch):
+    monkeypatch.setenv(results.RECORD_ENV, "1")
+    monkeypatch.setattr(results, "git_commit", lambda: "0123456789ab-dirty")
+    monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
+    with pytest.raises(results.DirtyTreeError, match="dirty tree"):
+        results.save_table(pd.DataFrame({"a": [1]}), "t")
+    assert list(tmp_path.iterdir()) == []
+    # a run outside the record (any other profile, or no SPECREPRO_RECORD) is not refused
+    results.save_table(pd.DataFrame({"a": [1]}), "t", profile="quick")
+    assert (tmp_path / "t.csv").exists()
