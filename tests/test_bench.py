@@ -775,3 +775,17 @@ def test_an_interrupted_bench_resumes_and_removes_its_checkpoint(clean_registry,
     # resumed: prompt 0 was loaded, prompt 1 timed (one call; 'fail' only fires on a second call of this run)
     assert len(calls) == 1 and res.config["resumed_blocks"] == 1 and len(res.runs) == 4
     assert not ckpt.exists() and json.loads(out.read_text())["config"]["resumed_blocks"] == 1
+
+
+def test_verifier_methods_run_side_by_side(tiny_with_tokenizer, one_thread):
+    """The verifiers after the papers as bench methods on the same int8 draft: block on chains, traversal and SpecTr
+    on trees; each exact, each equal to AR under greedy."""
+    model, tok = tiny_with_tokenizer
+    methods = "sd-draft-int8@3,sd-draft-int8-block@3,sd-tree-int8@2x1,sd-tree-int8-traversal@2x1,sd-tree-int8-spectr@2x1"
+    res = run_bench(models=(model, model, tok), prompts=["def f(x):\n"], methods=methods, max_new_tokens=6,
+                    temperature=1.0, options={"tree_mode": "without_replacement"}, warmup=False, progress=False)
+    s = res.summary.set_index("method")
+    assert s["exact"].all() and (res.runs["new_tokens"] == 6).all()
+    greedy = run_bench(models=(model, model, tok), prompts=["def f(x):\n"], methods=methods, max_new_tokens=6,
+                       warmup=False, progress=False)
+    assert greedy.summary.set_index("method")["greedy_equal_to_ar"].drop("ar").all()

@@ -9,6 +9,8 @@ Skipped on a machine without CUDA (CI has none); run on a GPU with ``python -m p
   (the loop draws on the generator's device), block verification (Sun et al. 2025), the dynamic draft length.
 - Token trees (SpecInfer Alg. 2, multi-step speculative sampling) through tree attention: children i.i.d.,
   without replacement, top-k point masses, and a merged tree.
+- The verifiers after the papers (traversal verification, SpecTr's K-SEQ) through tree_generate, with their
+  negative controls.
 - Medusa-1 heads with exact stochastic verification (children i.i.d. from the heads, MSS).
 - Negative controls on the same device, which the same tests must reject: verification without the residual
   update (chain, token tree and Medusa).
@@ -36,6 +38,7 @@ from test_trees import (  # the CPU tests' tree proposers and negative control
     MC_CASES as TREES,
 )
 from test_trees import _no_residual_mss
+from test_verifiers import LOOP_CONTROLS, LOOP_LENGTH, LOOP_N, LOOP_TREES, T1  # the CPU tests' verifier cases
 
 from specrepro.core import decoding
 from specrepro.core.decoding import generate
@@ -145,6 +148,20 @@ def test_tree_without_residual_is_rejected_on_device(cpu_pair, pair):
     samples = [tuple(tree_generate(target, prompt, DraftTreeProposer(draft, [2, 1], "iid", 8), max_new_tokens=2,
                                    sampling=cfg, generator=g, verify=_no_residual_mss).tokens) for _ in range(1000)]
     assert gof_test(samples, _exact(cpu_pair[0], cfg, 2))[1] < LEVEL
+
+
+@pytest.mark.parametrize("case", [*LOOP_TREES, *LOOP_CONTROLS])
+def test_verifiers_after_the_papers_on_device(cpu_pair, pair, case):
+    """Traversal verification and SpecTr's K-SEQ through tree_generate on the device (3 tokens, so the first tree
+    keeps its depth): the exact rules fit, their negative controls are rejected."""
+    target, draft = pair
+    build, verify = (LOOP_TREES.get(case) or LOOP_CONTROLS[case])[:2]
+    g = _generator(21)
+    prompt = PROMPT.to(DEVICE)
+    samples = [tuple(tree_generate(target, prompt, build(draft), max_new_tokens=LOOP_LENGTH, sampling=T1, generator=g,
+                                   verify=verify).tokens) for _ in range(LOOP_N)]
+    pval = gof_test(samples, _exact(cpu_pair[0], T1, LOOP_LENGTH))[1]
+    assert pval > LEVEL if case in LOOP_TREES else pval < LEVEL
 
 
 # --------------------------------------------------------------------------------------------------------- Medusa

@@ -457,21 +457,24 @@ def _sd_tree(ctx, name, gamma):
     return _draft_tree_runner(ctx, name, gamma, ctx.draft, "draft")
 
 
-def _draft_tree_runner(ctx: BenchContext, name: str, gamma: int, model, which: str):
+def _draft_tree_runner(ctx: BenchContext, name: str, gamma: int, model, which: str, verify=None, mode=None):
     """The runner of an expansion tree (``name@K1xK2x...``, --tree, or ⟨2,1,...,1⟩ of depth ``gamma``) drafted by
-    ``model`` and verified by the target with tree attention (SpecInfer); ``which`` names the model in errors."""
+    ``model`` and verified by the target with tree attention (SpecInfer); ``which`` names the model in errors;
+    ``verify`` replaces multi-step speculative sampling (a rule of :mod:`specrepro.core.verifiers`), ``mode`` the
+    children's sampling mode (default: --opt tree_mode; top-k under greedy)."""
     from specrepro.core.trees import DraftTreeProposer, tree_generate
 
     at = name.partition("@")[2] or ctx.options.get("tree")
     widths = parse_tree_spec(at) if at else default_expansion(gamma)
     _check_tree_attention(ctx.target, name, "target")
     _check_tree_attention(model, name, which)
-    mode = "topk" if ctx.sampling.greedy else tree_mode_option(ctx.options)
+    mode = "topk" if ctx.sampling.greedy else (mode or tree_mode_option(ctx.options))
     proposer = DraftTreeProposer(model, list(widths), mode, ctx.vocab_size)
+    verify = None if ctx.sampling.greedy else verify  # greedy: the target's argmax path, whatever the rule
 
     def loop(ids, prop, generator):
         return tree_generate(ctx.target, ids, prop, max_new_tokens=ctx.max_new_tokens, sampling=ctx.sampling,
-                             generator=generator, eos_token_id=ctx.eos_token_id)
+                             generator=generator, eos_token_id=ctx.eos_token_id, verify=verify)
 
     run = _tree_runner(ctx, proposer, loop)
     run.gamma = len(widths)
@@ -484,6 +487,40 @@ def _sd_tree_int8(ctx, name, gamma):
     (sd-tree-int8@2x1x1x1 or --tree); the tree's q come from the int8 logits, so multi-step speculative sampling
     stays exact"""
     return _draft_tree_runner(ctx, name, gamma, _int8_draft(ctx), "int8 draft")
+
+
+@register_method("sd-tree-int8-traversal", needs_draft=True, prepare=_prepare_sd_tree)
+def _sd_tree_int8_traversal(ctx, name, gamma):
+    """sd-tree-int8's trees verified by traversal verification (Weng et al. 2025, arXiv:2505.12398: leaf to root,
+    sequence-level acceptance; on a tree of K unmerged paths, ⟨K,1,...,1⟩, multi-path block verification); exact"""
+    from specrepro.core.verifiers import verify_tree_traversal
+
+    return _draft_tree_runner(ctx, name, gamma, _int8_draft(ctx), "int8 draft", verify=verify_tree_traversal)
+
+
+@register_method("sd-tree-int8-spectr", needs_draft=True, prepare=_prepare_sd_tree)
+def _sd_tree_int8_spectr(ctx, name, gamma):
+    """sd-tree-int8's trees with i.i.d. children (whatever --opt tree_mode says) verified by SpecTr's K-SEQ draft
+    selection (Sun et al. 2023, arXiv:2310.15141); exact"""
+    from specrepro.core.verifiers import verify_tree_spectr
+
+    return _draft_tree_runner(ctx, name, gamma, _int8_draft(ctx), "int8 draft", verify=verify_tree_spectr,
+                              mode="iid")
+
+
+@register_method("sd-draft-int8-block", needs_draft=True)
+def _sd_draft_int8_block(ctx, name, gamma):
+    """sd-draft-int8's chains verified by block verification (Sun et al. 2025, arXiv:2403.10444); exact"""
+    from specrepro.core.decoding import generate
+
+    drafter = cheap_drafter(ctx, "int8")
+
+    def run(ids, generator):
+        return generate(ctx.target, ids, drafter=drafter, gamma=gamma, max_new_tokens=ctx.max_new_tokens,
+                        sampling=ctx.sampling, generator=generator, eos_token_id=ctx.eos_token_id,
+                        verification="block")
+
+    return run
 
 
 @register_method("sd-tree-merge", needs_draft=True)
