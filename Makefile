@@ -38,7 +38,7 @@ GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equali
 # transformers' assisted generation and prompt lookup through the exactness battery (standard only; ~5 min on 2 cores)
 AUDIT := $(if $(filter standard,$(PROFILE)),data/results/audit_transformers.csv)
 BENCH_ARGS := --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-tokens 128 --seed 0
-# timed passes of the bench of record's files behind a scorecard claim or a speed target (issue 17: >= 3, each
+# timed passes of the bench of record's files behind a scorecard claim or a speed target (>= 3, each
 # prompt's methods interleaved within every pass; the per-prompt ratio is the geometric mean over the passes)
 BENCH_REPEATS ?= 3
 
@@ -172,7 +172,7 @@ data/results/greedy_equality_humaneval.csv: | $(STAMP)
 data/results/audit_transformers.csv: | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro audit --out build/audit
 
-# Block verification (Sun et al. 2025) beside token verification at T = 1, same draft and gamma (issue 20).
+# Block verification (Sun et al. 2025) beside token verification at T = 1, same draft and gamma.
 data/results/bench_qwen_t1_block.json: | $(STAMP)
 	$(PY) -m specrepro bench $(BENCH_ARGS) --methods ar,sd-draft@4,sd-draft-block@4 --temperature 1 --json $@
 
@@ -182,8 +182,7 @@ data/results/bench_qwen_dynamic_probe.json: | $(STAMP)
 	    --methods ar,sd-draft@3,sd-draft@6,sd-draft-dynamic@6 --temperature 0 --json $@
 
 # Medusa-1 on the 1.5B target against the draft-model chain (fp32 and int8 draft), prompt lookup and AR, greedy, 20
-# prompts (issue 19) x 64 new tokens (cut from 128 so that 3 passes take about 80 min, not 2.5 h: issue 17 cuts
-# tokens, not prompts). --medusa-heads stdlib trains the heads on the Python standard library the first time (about
+# prompts  x 64 new tokens (cut from 128 so that 3 passes take about 80 min, not 2.5 h: tokens are cut, not prompts). --medusa-heads stdlib trains the heads on the Python standard library the first time (about
 # 30 min on 2 cores, then cached under ~/.cache/specrepro/medusa/heads/).
 data/results/bench_qwen_medusa.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \

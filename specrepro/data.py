@@ -104,7 +104,7 @@ def _hub(name: str) -> list[Prompt]:
         raise WorkloadUnavailable(
             f"could not fetch the {name!r} workload ({path}, config {config}, split {split}) from the Hugging Face "
             f"hub: {type(exc).__name__}: {str(exc)[:300]}. Offline, use 'humaneval', 'pydoc' or a JSONL file."
-        ) from exc
+) from exc
     return [Prompt(f"{name}/{i}", build(r)) for i, r in enumerate(ds)]
 
 

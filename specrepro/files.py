@@ -65,7 +65,7 @@ def device_description(device: str = "cpu") -> str:
 
 def cpu_description(cpuinfo: str | None = None) -> str:
     """The CPU model and its widest SIMD extension, e.g. 'AMD EPYC (family 25, model 1), avx2'. Timings move with the
-    machine (issue 18: verifying 5 tokens with the 1.5B target cost about 0.8x a 1-token forward on the machine of
+    machine (verifying 5 tokens with the 1.5B target cost about 0.8x a 1-token forward on the machine of
     the bench of record and about 1.5x on an AVX2-only EPYC), so every timed record names the CPU it ran on.
 
     Args:

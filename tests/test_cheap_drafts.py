@@ -1,4 +1,4 @@
-"""Cheap drafts (issue 18): int8 draft models, FR-Spec's vocabulary-pruned draft head, the hybrid lookup/model
+"""Cheap drafts : int8 draft models, FR-Spec's vocabulary-pruned draft head, the hybrid lookup/model
 drafter, the per-step γ choice, the free-draft bound, and their bench methods.
 
 Exactness: each new drafter runs end to end through `generate` on tiny random transformers; 3-token sequences are
@@ -506,7 +506,7 @@ def test_free_draft_bound_and_the_decomposition():
             assert d["tokens_per_step"] >= d["free_draft"] >= d["hardware_aware"] >= d["with_overhead"]
     flat = theory.CostCurve.constant_ratio(1.0, 100.0)
     assert theory.free_draft_bound(0.8, 4, flat) == pytest.approx(theory.expected_tokens(0.8, 4))
-    # issue 18's example: α = 0.89, verification of 5 tokens 1.28x a one-token step -> about 3x at γ = 4
+    # the targets' worked example: α = 0.89, verification of 5 tokens 1.28x a one-token step -> about 3x at γ = 4
     assert theory.free_draft_bound(0.89, 4, theory.CostCurve([1, 5], [1.0, 1.28])) == pytest.approx(3.14, abs=0.01)
     with pytest.raises(ValueError):
         theory.free_draft_bound(1.5, 4, curve)

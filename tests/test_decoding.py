@@ -71,7 +71,7 @@ def test_dynamic_draft_length_refuses_bad_threshold(pair):
 
 
 class RawQDrafter(DraftModelDrafter):
-    """Negative control: samples from the processed q but reports the raw softmax as q (HF issue #47932's bug)."""
+    """Negative control: samples from the processed q but reports the raw softmax as q (the bug of transformers#47932)."""
 
     def propose(self, ids, gamma, sampling, generator):
         prop = super().propose(ids, gamma, sampling, generator)

@@ -289,7 +289,7 @@ def test_distilled_draft(tmp_path, monkeypatch, target):
         get_or_train_draft,
         init_draft_from_target,
         load_draft,
-    )
+)
 
     full = init_draft_from_target(target, layers=(0, 1))
     torch.testing.assert_close(full(input_ids=PROMPT[None]).logits, target(input_ids=PROMPT[None]).logits)

@@ -1,4 +1,4 @@
-"""Medusa heads with a restricted vocabulary and teacher-forced stdlib self-distillation (issue 19).
+"""Medusa heads with a restricted vocabulary and teacher-forced stdlib self-distillation .
 
 What is tested:
 * heads with ``vocab_ids``: logits are -inf outside the kept ids and, at initialisation, equal the LM head's on them
@@ -253,7 +253,7 @@ def test_tree_builders_and_ablation(target):
         chain_choices,
         dense_choices,
         tree_ablation,
-    )
+)
 
     assert chain_choices(3) == [[0], [0, 0], [0, 0, 0]]
     dense = dense_choices((2, 2))

@@ -360,7 +360,7 @@ def test_increases_and_decreases_on_summary_points_use_spearman():
     out = verdict(down, {"t": sweep})
     assert out["verdict"] == TREND and "p = " in out["ours"] and "n = 7 points" in out["ours"]
     assert verdict(down, {"t": sweep.assign(accepted_fraction=sweep["accepted_fraction"][::-1].to_numpy())}
-                   )["verdict"] == NOT_REPRODUCED
+)["verdict"] == NOT_REPRODUCED
     noisy = sweep.assign(accepted_fraction=[0.8, 0.9, 0.7, 0.85, 0.75, 0.88, 0.78])
     assert verdict(down, {"t": noisy})["verdict"] == INCONCLUSIVE
 

@@ -1,4 +1,4 @@
-"""Issue 18's performance targets, checked on bench JSON files (specrepro.bench.targets): each status can come out,
+"""The performance targets, checked on bench JSON files (specrepro.bench.targets): each status can come out,
 a best-of pick says so, a missing file is 'not run', a corrupt one raises."""
 
 import json

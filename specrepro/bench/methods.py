@@ -133,7 +133,7 @@ def _sd_bigram(ctx, name, gamma):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Cheap drafts (issue 18): int8 draft, FR-Spec pruned head, hybrid lookup/model drafter, per-step γ
+# Cheap drafts : int8 draft, FR-Spec pruned head, hybrid lookup/model drafter, per-step γ
 # ---------------------------------------------------------------------------------------------------------------
 def _int8_draft(ctx: BenchContext):
     """The int8 copy of ``ctx.draft`` (:func:`~specrepro.drafters.compress.quantize_draft`), built once per benchmark and
@@ -583,7 +583,7 @@ def _medusa_choices(at: str | None, n_heads: int, accuracies=None):
         DEFAULT_CHOICES,
         PAPER_HEAD_ACCURACY,
         sparse_tree_from_accuracies,
-    )
+)
 
     n_nodes = int(at) if at else 16
     if accuracies is not None:
@@ -638,7 +638,7 @@ def _load_medusa_heads(ctx: BenchContext):
         HeadMismatchError,
         MedusaHeads,
         base_fingerprint,
-    )
+)
 
     where = str(ctx.options.get("medusa_heads"))
 

@@ -101,7 +101,7 @@ def check_typical_option(key: str):
     return lambda options: typical_thresholds_option({key: options[key]})
 
 
-# --- cheap drafts (issue 18): sd-draft-int8, sd-draft-pruned, sd-draft-int8-pruned, sd-hybrid, sd-draft-auto -------
+# --- cheap drafts : sd-draft-int8, sd-draft-pruned, sd-draft-int8-pruned, sd-hybrid, sd-draft-auto -------
 
 #: which draft sd-hybrid and sd-draft-auto run (``--opt draft_kind=``): the float draft, its int8 copy, its FR-Spec
 #: pruned head, or both.

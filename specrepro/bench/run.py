@@ -358,7 +358,7 @@ def run_bench(
         cpu_description,
         device_description,
         git_commit,
-    )
+)
 
     config = {  # all but resumed_blocks and the cost model's second measurement is known before timing (the commit:
         # the code that runs)
@@ -548,7 +548,7 @@ def add_predictions(summary, costs: dict, runs=None):
         free_draft_bound,
         hardware_aware_speedup,
         with_prefill,
-    )
+)
 
     out = summary.copy()
     nan = float("nan")

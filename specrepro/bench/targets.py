@@ -1,4 +1,4 @@
-"""The performance targets of the benchmark of record (issue 18), checked against the bench JSON files.
+"""The performance targets of the benchmark of record , checked against the bench JSON files.
 
 What this file is: :data:`TARGETS` (each target: the bench file it reads, what it compares, the threshold) and
 :func:`check_targets`, which reads the bench JSON written by ``make reproduce`` (:func:`specrepro.bench.run_bench`)
@@ -36,7 +36,7 @@ class Target:
     """One performance target.
 
     Attributes:
-        id: short name; text: the target as issue 18 states it.
+        id: short name; text: the target as the project states it.
         file: the bench JSON stem in the results directory (e.g. ``bench_qwen_greedy``).
         kind: ``at_least`` (a paired ratio column of the best of ``methods`` >= ``threshold``), ``within`` (a paired
             ratio column of ``methods[0]`` within ``threshold`` of 1, both ways), ``predicted`` (every chain with a
@@ -62,7 +62,7 @@ class Target:
     draft: str | None = None
 
 
-#: Issue 18's targets, bench of record: qwen2.5-coder-1.5b + 0.5b, >= 20 HumanEval prompts x 128 tokens, one
+#: The targets of the bench of record: qwen2.5-coder-1.5b + 0.5b, >= 20 HumanEval prompts x 128 tokens, one
 #: interleaved run per file.
 TARGETS: tuple[Target, ...] = (
     Target("greedy-vs-ar", "greedy: ≥ 1.8× our AR", "bench_qwen_greedy", "at_least", 1.8),

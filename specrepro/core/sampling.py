@@ -5,7 +5,7 @@ What this file is: the exact, model-free core that the exactness battery exercis
 * :class:`SamplingConfig` and :func:`logits_to_probs` turn logits into the distribution that is actually sampled
   (temperature, top-k, top-p; temperature 0 is greedy, a one-hot argmax). Target and draft go through the SAME
   function, so the draft probabilities q used in the ratio p/q are the processed ones. (Using the raw draft softmax
-  while sampling from the processed one breaks exactness; HF transformers had that bug, issue #47932.)
+  while sampling from the processed one breaks exactness; HF transformers had that bug, transformers#47932.)
 * :func:`acceptance_probability` and :func:`residual_distribution` are the two pieces of Leviathan et al. (2023),
   Algorithm 1 / Chen et al. (2023), Algorithm 2: accept draft token x with probability min(1, p(x)/q(x)); after a
   rejection sample from norm(max(0, p - q)).

@@ -89,7 +89,7 @@ def _quantize_in_place(module: torch.nn.Module, backend: str, skip: Sequence[str
             default_dynamic_qconfig,
             per_channel_dynamic_qconfig,
             quantize_dynamic,
-        )
+)
 
         qconfig = per_channel_dynamic_qconfig if backend == "torch" else default_dynamic_qconfig
         names = {n for n, m in module.named_modules() if type(m) is torch.nn.Linear and n not in skip}
@@ -107,7 +107,7 @@ def _quantize_in_place(module: torch.nn.Module, backend: str, skip: Sequence[str
         Int8DynamicActivationInt8WeightConfig,
         Int8WeightOnlyConfig,
         quantize_,
-    )
+)
 
     # set_inductor_config=False: leave torch.compile's global settings alone (eager inference here)
     config = Int8DynamicActivationInt8WeightConfig(set_inductor_config=False) if backend == "torchao-dynamic" \

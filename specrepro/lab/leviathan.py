@@ -225,8 +225,8 @@ def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict,
 
 
 def limit_table(summary: pd.DataFrame, t_target: Callable, t_draft: dict, min_gap: float = float(np.log(1.1))
-                ) -> pd.DataFrame:
-    """The limit drawn (issue 18): beside each measured speedup, the ladder of predictions of
+) -> pd.DataFrame:
+    """The limit drawn : beside each measured speedup, the ladder of predictions of
     :func:`~specrepro.theory.speedup_decomposition` at the method's measured α and mean drafted tokens per step, and
     the share of the gap between Leviathan's ideal and the measurement that each cost explains.
 

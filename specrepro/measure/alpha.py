@@ -62,7 +62,7 @@ def measure_alpha(target, drafter, ids, prompt_len: int, sampling, target_probs=
         HybridDrafter,
         NGramDrafter,
         PromptLookupDrafter,
-    )
+)
     from specrepro.drafters.model import DraftModelDrafter
 
     ids = ids.reshape(-1)

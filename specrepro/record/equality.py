@@ -1,6 +1,6 @@
 """``python -m specrepro greedy-equality``: greedy speculative decoding against greedy AR on a whole workload.
 
-What this file is: the command behind the exactness battery's test at scale (issue 20): for every prompt of a workload
+What this file is: the command behind the exactness battery's test at scale: for every prompt of a workload
 (all 164 HumanEval problems by default), greedy AR and greedy chain speculative decoding with the draft model, every
 divergence explained by a measured near-tie (the target's top-2 logit gap, teacher-forced on the AR prefix, below
 ``--tie-bound``) or counted as a failure (:func:`specrepro.sim.real.greedy_equality`). The table goes through

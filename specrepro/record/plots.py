@@ -87,7 +87,7 @@ def readable(name: str) -> str:
 # Leviathan figures (notebooks 02 and 04)
 #
 # Computed curves of Leviathan et al. 2023 (arXiv 2211.17192v2, Sec. 3) drawn from specrepro.theory, with the
-# paper's printed numbers and our measurements marked on them, and the "limit drawn" of notebook 04 (issue 18):
+# paper's printed numbers and our measurements marked on them, and the "limit drawn" of notebook 04 :
 # tokens per step -> free draft -> hardware-aware -> measured, per draft and γ. Every function returns a Figure and
 # puts its legend outside the axes (:func:`legend_outside`), so no legend covers data.
 
@@ -360,7 +360,7 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
 
 
 def fig_limit_ladder(limits, draft_col: str = "draft", title: str = ""):
-    """The limit drawn (issue 18): per draft (one panel each) and γ, bars for the successive predictions of
+    """The limit drawn : per draft (one panel each) and γ, bars for the successive predictions of
     :func:`specrepro.theory.speedup_decomposition` - tokens per step (Leviathan's c = 0 ideal), free draft (measured
     verification cost), hardware-aware (+ the draft's cost), + loop overhead - and the measured speedup with its 95%
     interval as a black point. The drop between bars is the share of the gap due to verification, draft cost and

@@ -3,7 +3,7 @@
 What this file is: everything that turns a scored card (:func:`specrepro.record.scorecard.score`) and the result files of
 a profile into text or images for people: :func:`render_markdown` (the scorecard table, headed by the number of
 distinct claims and of each verdict), :func:`render_figures` (the README's key figures with their provenance),
-:func:`render_bench` (the benchmark-of-record tables), :func:`render_targets` (issue 18's performance
+:func:`render_bench` (the benchmark-of-record tables), :func:`render_targets` (the performance
 targets checked on them), :func:`write_scorecard` (the ``scorecard`` table and
 ``scorecard.md``), :func:`replace_block` / :func:`update_readme` (README.md between its markers, atomically, only
 under ``make reproduce`` unless forced) and :func:`plot_verdicts`.
@@ -230,7 +230,7 @@ def _bench_dir(profile: str) -> Path:
 
 
 def targets_table(profile: str = STANDARD) -> pd.DataFrame:
-    """Issue 18's performance targets checked against the profile's bench JSON files (the record in the standard
+    """The performance targets checked against the profile's bench JSON files (the record in the standard
     profile): :func:`specrepro.bench.targets.check_targets`, one row per target with its status and ``why``."""
     from specrepro.bench.targets import check_targets
 
@@ -251,7 +251,7 @@ def prediction_gaps(profile: str = STANDARD) -> pd.DataFrame:
 
 def render_targets(profile: str = STANDARD) -> str:
     """Markdown for the README's performance-targets block: each target of
-    :data:`specrepro.bench.targets.TARGETS` (issue 18) checked against the profile's bench JSON files
+    :data:`specrepro.bench.targets.TARGETS`  checked against the profile's bench JSON files
     (:func:`specrepro.bench.targets.check_targets`): status, the measured ratio with its 95% interval over prompts,
     the method (best of several by the median, said so), the prompts and the file."""
     table = targets_table(profile)

@@ -194,7 +194,7 @@ def _hf_processors(setting: Setting):
         TemperatureLogitsWarper,
         TopKLogitsWarper,
         TopPLogitsWarper,
-    )
+)
 
     procs = LogitsProcessorList()
     if setting.temperature != 1.0:

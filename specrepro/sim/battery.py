@@ -89,7 +89,7 @@ def battery_gof_cases() -> list[GofCase]:
 def _bug_cases() -> list[GofCase]:
     from specrepro.sim.controls import (
         BUGS,  # the registry's chi-square tests, one per control (its sampling setting and n)
-    )
+)
 
     return [GofCase(f"bug registry: {b.name} (tiny V=8, 3 tokens)", _tiny_pair_dist(b.config, 3), b.n, b.level,
                     "tests/test_exactness.py") for b in BUGS.values() if b.check == "gof"]

@@ -27,7 +27,7 @@ class Rule:
     """The pieces of a verification rule: acceptance probability, residual, and which q the rule divides by.
 
     ``q_for_rule='processed'`` is correct; 'raw' uses the draft's unprocessed softmax in the ratio and the residual
-    while drafts are still sampled from the processed q (the bug of HF transformers issue #47932).
+    while drafts are still sampled from the processed q (the bug of transformers#47932).
     ``kind='token'`` is token verification (Leviathan Alg. 1, pieces ``accept`` and ``residual``); ``kind='block'``
     is block verification (Sun et al. 2025), whose pieces are ``block_terms(p [g+1, V], q [g, V], tokens [g]) ->
     (h [g], residual_rows [g, V])`` (:func:`~specrepro.core.sampling.block_verification_terms`).

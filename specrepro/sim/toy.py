@@ -113,7 +113,7 @@ def tiny_random_lm(arch: str = "llama", vocab: int = 8, seed: int = 0, sharpness
         LlamaForCausalLM,
         Qwen2Config,
         Qwen2ForCausalLM,
-    )
+)
 
     if arch not in ("llama", "qwen2"):
         raise ValueError(f"unknown tiny architecture {arch!r}; expected 'llama' or 'qwen2'")

@@ -101,7 +101,7 @@ def stdlib_distillation_data(target, tokenizer, *, n_tokens: int = 24576, chunk_
         corpus_fingerprint,
         stdlib_sources,
         tokenizer_fingerprint,
-    )
+)
     from specrepro.models import cache_dir
 
     if n_tokens < 1 or chunk_tokens < 2 or teacher_topk < 1 or shard_size < 1:
