@@ -32,7 +32,8 @@ from specrepro.sim.exact import target_distribution
 from specrepro.sim.toy import ToyLM
 from specrepro.stats import gof_test
 
-N = 600
+N = 2000  # 3 tokens of V = 8 (512 outcomes): detects TV <= 0.1 with 90% power (test_gof_tests_here_have_power)
+N_HYBRID = 3000  # the hybrid's prompt gives a flatter target: more samples for the same power
 LENGTH = 3
 T1 = SamplingConfig(1.0)
 KEPT = torch.tensor([0, 2, 5, 7])  # half of the tiny vocabulary
@@ -318,7 +319,7 @@ def test_hybrid_goodness_of_fit_uses_both_sources_and_a_model_q_for_copies_fails
             used[k] += hybrid.steps[k]
     assert used["lookup"] > 0 and used["model"] > 0
     exact = _exact(target, T1, prompt)
-    assert gof_test(_samples(target, hybrid, T1, N, seed=13, prompt=prompt), exact)[1] > LEVEL
+    assert gof_test(_samples(target, hybrid, T1, N_HYBRID, seed=13, prompt=prompt), exact)[1] > LEVEL
 
     class ModelQForCopies(HybridDrafter):
         """Negative control: copied tokens reported with the draft model's q at their positions (as if the model had
@@ -632,3 +633,14 @@ def test_measure_chain_costs_times_every_point_and_drafter_under_the_runs_sampli
         kw = dict(ns=range(1, 3), vocab=16, prefix_len=8, repeats=1, rounds=1) | bad
         with pytest.raises(ValueError, match="measure_chain_costs"):
             cd.measure_chain_costs(model, {}, **kw)
+
+
+@pytest.mark.parametrize("cfg, prompt, n", [(T1, PROMPT, N), (SamplingConfig(0.9, top_p=0.95), PROMPT, N),
+                                            (SamplingConfig(0.8, top_k=4), PROMPT, N),
+                                            (T1, torch.tensor([1, 5, 2, 7, 1, 5]), N_HYBRID)])
+def test_gof_tests_here_have_power(pair, cfg, prompt, n):
+    """Each goodness-of-fit test of this file detects a deviation of TV 0.1 from the target with 90% power at its n
+    (a random-tilt direction, as the battery's power table measures it)."""
+    from specrepro.stats import min_detectable_tv
+
+    assert min_detectable_tv(_exact(pair[0], cfg, prompt), n, LEVEL, 0.9, 300, 0) <= 0.1

@@ -83,6 +83,16 @@ def battery_gof_cases() -> list[GofCase]:
         GofCase("Medusa MSS step (tiny V=8, 3 tokens)", _tiny_pair_dist(t1, 3), 2000, 1e-3, "tests/test_medusa.py"),
         GofCase("Medusa end to end (tiny V=8, tokens 2-3 of 4)", _marginal(_tiny_pair_dist(t1, 4), 1, 3), 600, 1e-3,
                 "tests/test_medusa.py"),
+        GofCase("cheap drafts, generate T=1 (tiny V=8, 3 tokens)", _tiny_pair_dist(t1, 3), 2000, 1e-3,
+                "tests/test_cheap_drafts.py"),
+        GofCase("cheap drafts, generate T=0.9 top-p 0.95", _tiny_pair_dist(SamplingConfig(0.9, top_p=0.95), 3), 2000,
+                1e-3, "tests/test_cheap_drafts.py"),
+        GofCase("cheap drafts, generate T=0.8 top-k 4", _tiny_pair_dist(tk, 3), 2000, 1e-3,
+                "tests/test_cheap_drafts.py"),
+        GofCase("hybrid lookup/model drafter, T=1 (prompt ending in a repeated bigram)",
+                _tiny_pair_dist(t1, 3, prompt=(1, 5, 2, 7, 1, 5)), 3000, 1e-3, "tests/test_cheap_drafts.py"),
+        GofCase("verifiers after the papers, tree_generate / generate T=1 (tiny V=8, 3 tokens)", _tiny_pair_dist(t1, 3),
+                1500, 1e-3, "tests/test_verifiers.py"),
     ] + _bug_cases()
 
 
