@@ -31,7 +31,8 @@ EXECUTED := $(patsubst notebooks/%.ipynb,$(EXECUTED_DIR)/%.ipynb,$(NOTEBOOKS))
 QUICK_EXECUTED := $(patsubst notebooks/%.ipynb,notebooks/executed/quick/%.ipynb,$(NOTEBOOKS))
 # the bench of record (standard profile only; see bench-results below)
 BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_greedy.json data/results/bench_qwen_nucleus.json \
-    data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json)
+    data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json \
+    data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; not yet timed here, estimated 1.5-2.5 h
 # on 2 cores: one AR and one speculative run of 128 tokens per problem plus a teacher-forced check per divergence)
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
@@ -166,6 +167,20 @@ data/results/bench_qwen_t1_trees.json: | $(STAMP)
 data/results/greedy_equality_humaneval.csv: | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --pair qwen-coder --workload humaneval --max-new-tokens 128 \
 	    --gamma 3 || test $$? -eq 1
+
+# Every exact verifier on the same drafts (the int8 draft): chains of gamma 4 verified token by token (Leviathan) and
+# by block verification (Sun et al.); trees <2,1,1,1> (8 nodes: two paths of 4, i.e. multi-path) verified by
+# multi-step speculative sampling (SpecInfer; children without replacement), traversal verification (Weng et al.;
+# on this tree also multi-path block verification) and SpecTr's K-SEQ (i.i.d. children), at T = 1 and at Chen's
+# T = 0.8 / top-p 0.95; 20 prompts x 64 tokens, 3 interleaved passes.
+VERIFIER_METHODS := ar,sd-draft-int8@4,sd-draft-int8-block@4,sd-tree-int8@2x1x1x1,sd-tree-int8-traversal@2x1x1x1,sd-tree-int8-spectr@2x1x1x1
+data/results/bench_qwen_verifiers_t1.json: | $(STAMP)
+	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --max-new-tokens 64 --repeats $(BENCH_REPEATS) \
+	    --methods $(VERIFIER_METHODS) --opt tree_mode=without_replacement --temperature 1 --json $@
+
+data/results/bench_qwen_verifiers_nucleus.json: | $(STAMP)
+	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --max-new-tokens 64 --repeats $(BENCH_REPEATS) \
+	    --methods $(VERIFIER_METHODS) --opt tree_mode=without_replacement --temperature 0.8 --top-p 0.95 --json $@
 
 # The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs
 # (the table, with n and the power at n); reproduction scripts of failing settings go to build/audit/.
