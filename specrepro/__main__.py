@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scorecard": ("specrepro.record.cli", "score every headline claim of the papers against a profile's result tables"),
     "audit": ("specrepro.record.audit", "run transformers' assisted generation and prompt lookup through the exactness "
                                         "battery (tiny random models, exact distributions, stated power)"),
+    "verdict-history": ("specrepro.record.history", "re-score every committed state of the record: each claim's "
+                                                    "verdict per commit, and the claims whose verdict moved"),
     "greedy-equality": ("specrepro.record.equality", "greedy speculative vs greedy AR on a whole workload, divergences "
                                               "explained by near-ties or counted"),
 }
