@@ -1,6 +1,7 @@
 """The scorecard's rendering (specrepro.record.report): the markdown table counts distinct claims and verdicts, escapes
-pipes and shows each paper number's kind; README blocks are replaced atomically and idempotently, only under
-``make reproduce`` unless forced; the bench block tabulates each JSON and names unreadable ones."""
+pipes and shows each paper number's kind, in two groups with their own counts; the README's summary is short; the
+generated blocks are replaced atomically and idempotently in whichever page (README.md or docs/*.md) holds them, only
+under ``make reproduce`` unless forced; the bench block tabulates each JSON and names unreadable ones."""
 
 import json
 from pathlib import Path
@@ -44,8 +45,47 @@ def test_markdown_counts_distinct_claims_escapes_pipes_and_shows_kinds():
     assert f"{card['id'].nunique()} distinct claims" in head
     for v in sc.VERDICTS:
         assert v in head
-    assert len([ln for ln in md.splitlines() if ln.startswith("| ")]) == len(card) + 1
+    groups = card["group"].nunique()
+    assert groups == 2
+    assert len([ln for ln in md.splitlines() if ln.startswith("| ")]) == len(card) + groups
     assert "<sub>measured</sub>" in md and "(arXiv 2211.17192v2)" in md
+
+
+def test_markdown_and_summary_have_one_table_per_group_headed_by_its_counts():
+    card = empty_card()
+    card["verdict"] = [sc.EXACT if i % 3 else sc.TREND for i in range(len(card))]
+    for md in (report.render_markdown(card, "standard"), report.render_summary(card, "standard")):
+        for group in sc.GROUPS:
+            rows = card[card["group"] == group]
+            heading = report.group_counts(rows, group)
+            assert heading.startswith(f"{group.capitalize()}: {len(rows)} claims — ")
+            assert heading in md
+            counts = rows["verdict"].value_counts()
+            for v, n in counts.items():
+                assert f"{n} {v}" in heading
+            assert sc.NOT_RUN not in heading  # verdicts without a claim are left out
+    summary = report.render_summary(card, "standard")
+    assert summary.index("Correctness:") < summary.index("Performance:")
+    # correctness first, the claims' order within each group
+    shown = [ln.rsplit("`", 2)[-2] for ln in summary.splitlines() if ln.startswith("| ") and "<sub>" in ln]
+    assert shown == [*card[card["group"] == "correctness"]["id"], *card[card["group"] == "performance"]["id"]]
+
+
+def test_summary_rows_are_short_and_move_n_to_its_own_column():
+    card = empty_card().iloc[:2].copy()
+    card.loc[card.index[0], ["ours", "n", "verdict", "reason"]] = [
+        "1.43× [1.26, 1.66], n = 5 prompts (draft / ar)", 5, sc.TREND, "x" * 700]
+    card.loc[card.index[1], ["ours", "n", "verdict"]] = ["; ".join(f"cell {i}: 0.1{i} [0.0{i}, 0.2{i}]"
+                                                                   for i in range(20)), 20, sc.TREND]
+    md = report.render_summary(card, "standard")
+    rows = [ln for ln in md.splitlines() if ln.startswith("| ") and "<sub>" in ln]
+    assert len(rows) == 2
+    assert "| 1.43× [1.26, 1.66] (draft / ar) | 5 prompts | **trend reproduced** |" in rows[0]
+    assert "x" * 100 not in md  # the reasons stay in scorecard.md
+    cells = rows[1].split(" | ")
+    assert cells[2].endswith(" …") and len(cells[2]) <= report.SUMMARY_OURS_CHARS + 2 and cells[3] == "20"
+    assert all(len(ln) < 600 for ln in rows)
+    assert "[`data/results/scorecard.md`](data/results/scorecard.md)" in md
 
 
 def test_markdown_head_names_each_machine_with_its_claim_count():
@@ -74,7 +114,7 @@ def test_update_readme_is_idempotent_and_only_make_reproduce_writes_it(tmp_path,
     assert report.update_readme("quick", card, readme=path) is False and path.read_text() == README
     assert report.update_readme("standard", card, readme=path) is True
     once = path.read_text()
-    assert "old table" not in once and "| paper · where |" in once
+    assert "old table" not in once and "| claim | paper | ours [95% CI] | n | verdict |" in once
     assert once.startswith("# title\n\nintro\n\n<!-- scorecard:start -->\n") and once.endswith("## Tests\n")
     assert "figures/fig_exactness_tv_vs_n.png" in once
     assert report.update_readme("standard", card, readme=path) is False
@@ -109,13 +149,56 @@ def test_markers_missing_or_repeated_are_refused(tmp_path):
         report.replace_block(README + README, "scorecard", "x")
 
 
-def test_repository_readme_has_the_blocks_and_the_committed_scorecard():
-    text = (ROOT / "README.md").read_text()
-    for name in ("scorecard", "figures", "bench"):
-        report.replace_block(text, name, "x")  # raises if the markers are missing or repeated
-    block = text.split("<!-- scorecard:start -->")[1].split("<!-- scorecard:end -->")[0]
-    committed = (ROOT / "data" / "results" / "scorecard.md").read_text()
-    assert block.strip() == committed.strip(), "README's scorecard block differs from data/results/scorecard.md"
+def test_blocks_are_rendered_into_whichever_page_holds_them(tmp_path, monkeypatch):
+    """A block moved to docs/*.md is rewritten there, with its links relative to that page; README keeps the
+    scorecard and figures; a block on two pages, an unknown block or README without its blocks is refused."""
+    path = tmp_path / "README.md"
+    path.write_text(README)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    bench_dir = tmp_path / "results"
+    bench_dir.mkdir()
+    monkeypatch.setattr(report, "results_dir", lambda profile: bench_dir)
+    (docs / "bench.md").write_text("# Bench\n\n<!-- bench:start -->\nold\n<!-- bench:end -->\n\ntail\n")
+    (docs / "battery.md").write_text("# Battery\n\n<!-- battery:start -->\n<!-- battery:end -->\n")
+    (docs / "plain.md").write_text("# no blocks\n")
+    card = empty_card()
+    assert report.update_readme("synthetic", card, readme=path, force=True) is True
+    bench = (docs / "bench.md").read_text()
+    assert "old" not in bench and "No benchmark results for profile synthetic" in bench and bench.endswith("tail\n")
+    assert "No power / false-alarm table for profile synthetic" in (docs / "battery.md").read_text()
+    assert (docs / "plain.md").read_text() == "# no blocks\n"
+    assert "Correctness:" in path.read_text()
+    assert all(old == new for old, new in report.render_pages("synthetic", card,
+                                                                report.record_pages(path)).values())
+    assert report.update_readme("synthetic", card, readme=path, force=True) is False
+    # links from docs/ go one level up
+    cfg = {"target": "t", "draft": "d", "n_prompts": 1, "max_new_tokens": 8, "temperature": 0.0}
+    monkeypatch.setattr(report, "record_dir", lambda kind="results": bench_dir)
+    monkeypatch.setattr(report, "repo_root", lambda: tmp_path)
+    (bench_dir / "bench_a.json").write_text(json.dumps({"config": cfg, "summary": [], "runs": []}))
+    assert "[`../results/bench_a.json`](../results/bench_a.json)" in report.render_bench("standard", docs)
+    assert "[`results/bench_a.json`](results/bench_a.json)" in report.render_bench("standard")
+    # misplaced blocks
+    (docs / "plain.md").write_text("<!-- bench:start -->\n<!-- bench:end -->\n")
+    with pytest.raises(ValueError, match="bench block is in both"):
+        report.update_readme("synthetic", card, readme=path, force=True)
+    (docs / "plain.md").write_text("<!-- nonsense:start -->\n<!-- nonsense:end -->\n")
+    with pytest.raises(ValueError, match="unknown generated block"):
+        report.update_readme("synthetic", card, readme=path, force=True)
+    (docs / "plain.md").write_text("<!-- figures:start -->\n<!-- figures:end -->\n")
+    path.write_text(README.replace("<!-- figures:start -->\n<!-- figures:end -->\n", ""))
+    with pytest.raises(ValueError, match="figures:start"):
+        report.update_readme("synthetic", card, readme=path, force=True)
+
+
+def test_repository_pages_hold_each_block_once_and_the_committed_scorecard():
+    pages = report.record_pages(ROOT / "README.md")
+    names = [n for p in pages for n in report.block_names(p.read_text())]
+    assert sorted(names) == sorted(report.BLOCKS), names
+    readme = (ROOT / "README.md").read_text()
+    for name in report.README_BLOCKS:
+        report.replace_block(readme, name, "x")  # raises if the markers are missing or repeated
 
 
 def test_render_bench_tabulates_each_json_and_names_unreadable_ones(tmp_path, monkeypatch):

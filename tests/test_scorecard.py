@@ -103,10 +103,27 @@ def test_every_rule_states_itself():
         assert ("reproduced" in r["statement"]) or r["rule"] == "not_attempted", r["rule"]
 
 
+def test_every_claim_has_a_group_that_fits_its_rule():
+    """correctness: exactness, greedy identity, closed forms and arithmetic, statements true by construction;
+    performance: speedups, acceptance, tokens per step, quality. The group is rendering only: no rule reads it."""
+    claims = sc.load_claims()
+    assert set(claims["group"]) == set(sc.GROUPS)
+    by_rule = claims.groupby("rule")["group"].agg(set)
+    for rule in ("exact_sampler", "all_identical", "printed_precision", "computed_speedup", "typical_shifts"):
+        assert by_rule[rule] == {"correctness"}, rule
+    for rule in ("paired_ratio", "quality_unchanged", "value_in_interval", "row_order", "increases",
+                 "speedup_peaks", "not_attempted"):
+        assert by_rule[rule] == {"performance"}, rule
+    # a number the paper computed from a formula is checked as arithmetic
+    assert (claims.loc[claims["paper_kind"] == "computed", "group"] == "correctness").all()
+    card = sc.score("synthetic", tables=Tables("synthetic", {}))
+    assert list(card["group"]) == list(claims["group"])
+
+
 def test_bad_claims_files_are_refused(tmp_path):
     good = sc.load_claims()
     for column, value, match in (("rule", "vibes", "vibes"), ("paper_kind", "guessed", "paper_kind"),
-                                 ("params", "no_such_param=1", "no_such_param")):
+                                 ("params", "no_such_param=1", "no_such_param"), ("group", "vibes", "group")):
         bad = good.copy()
         bad.loc[0, column] = value
         bad.to_csv(tmp_path / "a.csv", index=False)

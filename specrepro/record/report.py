@@ -1,12 +1,15 @@
-"""The scorecard's rendering: markdown table, README blocks, key figures, benchmark block and the verdict plot.
+"""The scorecard's rendering: markdown tables, the generated blocks of README.md and docs/*.md, key figures, benchmark
+block and the verdict plot.
 
 What this file is: everything that turns a scored card (:func:`specrepro.record.scorecard.score`) and the result files of
-a profile into text or images for people: :func:`render_markdown` (the scorecard table, headed by the number of
-distinct claims and of each verdict), :func:`render_figures` (the README's key figures with their provenance),
+a profile into text or images for people: :func:`render_markdown` (the full scorecard with every reason, in its two
+groups, for ``scorecard.md``), :func:`render_summary` (the README's short scorecard: two tables, each headed by its
+group and its verdict counts), :func:`render_figures` (the README's key figures with their provenance),
 :func:`render_bench` (the benchmark-of-record tables), :func:`render_targets` (the performance
-targets checked on them), :func:`write_scorecard` (the ``scorecard`` table and
-``scorecard.md``), :func:`replace_block` / :func:`update_readme` (README.md between its markers, atomically, only
-under ``make reproduce`` unless forced) and :func:`plot_verdicts`.
+targets checked on them), :func:`render_battery` (the exactness battery's power and false alarms),
+:func:`write_scorecard` (the ``scorecard`` table and ``scorecard.md``), :func:`replace_block` /
+:func:`render_pages` / :func:`update_readme` (each generated block rendered into whichever page - README.md or a
+docs/*.md file - holds its markers, atomically, only under ``make reproduce`` unless forced) and :func:`plot_verdicts`.
 
 What it is not: the claims or the verdict rules (:mod:`specrepro.record.scorecard`); nothing here decides a verdict.
 """
@@ -15,12 +18,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from specrepro.files import atomic_write_text, repo_root
+from specrepro.files import atomic_write_files, repo_root
 from specrepro.record.results import (
     STANDARD,
     figures_dir,
@@ -31,6 +36,7 @@ from specrepro.record.results import (
 )
 from specrepro.record.scorecard import (
     EXACT,
+    GROUPS,
     INCONCLUSIVE,
     NOT_REPRODUCED,
     NOT_RUN,
@@ -39,9 +45,15 @@ from specrepro.record.scorecard import (
     score,
 )
 
-__all__ = ["KEY_FIGURES", "VERDICT_COLORS", "render_markdown", "render_figures", "render_bench", "render_targets",
-           "targets_table", "prediction_gaps",
-           "write_scorecard", "replace_block", "update_readme", "plot_verdicts"]
+__all__ = ["KEY_FIGURES", "VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_counts", "render_markdown",
+           "render_summary", "render_figures", "render_bench", "render_targets", "render_battery", "targets_table",
+           "prediction_gaps", "write_scorecard", "replace_block", "block_names", "record_pages", "render_block",
+           "render_pages", "update_readme", "plot_verdicts"]
+
+#: the generated blocks, each rendered into whichever page (README.md or docs/*.md) holds its markers
+BLOCKS = ("scorecard", "figures", "bench", "targets", "battery")
+#: the blocks that must be in README.md itself (its first screen)
+README_BLOCKS = ("scorecard", "figures")
 
 #: the figures on the README's front page: (file stem, caption)
 KEY_FIGURES = (
@@ -67,46 +79,139 @@ def _cell(text) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
+def _rel(path: Path, base: Path | None) -> str:
+    """``path`` as a link from a page in directory ``base`` (default: the repository root); a path outside the
+    repository stays absolute."""
+    root = repo_root()
+    path = Path(path)
+    if not path.is_relative_to(root):
+        return str(path)
+    return Path(os.path.relpath(path, base if base is not None else root)).as_posix()
+
+
+def _groups(card: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The card's rows by group, in :data:`GROUPS` order (claims order within each), then any other group (a card
+    without the column, or rows without a group, form one group named "")."""
+    col = card["group"].fillna("").astype(str) if "group" in card else pd.Series("", index=card.index)
+    names = [g for g in GROUPS if (col == g).any()] + sorted(set(col) - set(GROUPS))
+    return [(g, card[col == g]) for g in names]
+
+
+def group_counts(rows: pd.DataFrame, group: str = "") -> str:
+    """``Correctness: 8 claims — 7 reproduced exactly, 1 trend reproduced`` (the verdicts with at least one claim, in
+    :data:`VERDICTS` order); without a group name it starts at the number of claims."""
+    counts = rows["verdict"].value_counts()
+    n = rows["id"].nunique()
+    verdicts = ", ".join(f"{int(counts[v])} {v}" for v in VERDICTS if counts.get(v, 0))
+    head = f"{group.capitalize()}: " if group else ""
+    return f"{head}{n} claim{'s' if n != 1 else ''} — {verdicts or 'none scored'}"
+
+
+def _card_head(card: pd.DataFrame, profile: str) -> str:
+    counts = card["verdict"].value_counts()
+    summary = " · ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
+    return f"{card['id'].nunique()} distinct claims, one per statement of a paper: {summary}"
+
+
 def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
-    """The scorecard as a markdown table, preceded by a line naming the profile, each machine with the number of
-    claims measured on it, the commits, the number of distinct claims (one per statement of a paper) and the count
-    of each verdict.
+    """The full scorecard (``scorecard.md``): a line naming the profile, each machine with the number of claims
+    measured on it, the commits, the number of distinct claims (one per statement of a paper) and the count of each
+    verdict; then one table per group (correctness, performance), each headed by its group and its verdict counts.
 
     Each row: paper, location and arXiv version; the claim with the paper's setting; the paper's number with its
     kind (measured / computed / asserted); ours with its 95% interval and n, and our setting; the verdict; why.
     """
     profile = profile or next((p for p in card["profile"] if p), STANDARD)
-    counts = card["verdict"].value_counts()
-    summary = " · ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
     hw = card.loc[card["hardware"].fillna("").astype(str) != "", "hardware"].value_counts()
     commits = sorted({c for c in card["commit"] if c})
     machines = "; ".join(f"{h} ({n} claim{'s' if n > 1 else ''})" for h, n in hw.items())
     head = f"Profile **{profile}**" + (f" on {machines}" if machines else "")
     if commits:
         head += f", tables from commit{'s' if len(commits) > 1 else ''} " + ", ".join(f"`{c}`" for c in commits)
-    head += (f". {card['id'].nunique()} distinct claims, one per statement of a paper: {summary}. Intervals are 95% "
+    head += (f". {_card_head(card, profile)}. Intervals are 95% "
              f"bootstrap intervals over prompts (or problems); \"inconclusive\" means the interval contains the null "
              f"or none can be computed from the committed tables.")
-    lines = [head, "", "| paper · where | claim (the paper's setting) | paper | ours (our setting) | verdict | why |",
-             "|---|---|---|---|---|---|"]
-    for _, r in card.iterrows():
-        where = f"{r['paper']} · {r['source']}" + (f" (arXiv {r['arxiv']})" if r.get("arxiv") else "")
-        claim = _cell(r["claim"]) + (f"<br><sub>{_cell(r['setting'])}</sub>" if r["setting"] else "")
-        paper = _cell(r["paper_value"]) + (f"<br><sub>{_cell(r['paper_kind'])}</sub>" if r.get("paper_kind") else "")
-        ours = _cell(r["ours"]) or "—"
-        if r["ours"] and r["our_setting"]:
-            ours += f"<br><sub>{_cell(r['our_setting'])}</sub>"
-        lines.append("| " + " | ".join((_cell(where), claim, paper, ours, f"**{r['verdict']}**",
-                                         _cell(r["reason"]))) + " |")
+    lines = [head]
+    for group, rows in _groups(card):
+        lines += ["", f"### {group_counts(rows, group or 'ungrouped')}", "",
+                  "| paper · where | claim (the paper's setting) | paper | ours (our setting) | verdict | why |",
+                  "|---|---|---|---|---|---|"]
+        for _, r in rows.iterrows():
+            where = f"{r['paper']} · {r['source']}" + (f" (arXiv {r['arxiv']})" if r.get("arxiv") else "")
+            claim = _cell(r["claim"]) + (f"<br><sub>{_cell(r['setting'])}</sub>" if r["setting"] else "")
+            paper = _cell(r["paper_value"]) + (f"<br><sub>{_cell(r['paper_kind'])}</sub>" if r.get("paper_kind") else "")
+            ours = _cell(r["ours"]) or "—"
+            if r["ours"] and r["our_setting"]:
+                ours += f"<br><sub>{_cell(r['our_setting'])}</sub>"
+            lines.append("| " + " | ".join((_cell(where), claim, paper, ours, f"**{r['verdict']}**",
+                                             _cell(r["reason"]))) + " |")
     return "\n".join(lines) + "\n"
 
 
-def render_figures(profile: str = STANDARD) -> str:
+#: "n = 20 prompts" inside our number's text (its sample size, which the summary gives a column of its own)
+_N_PHRASE = re.compile(r"n = ([\d,]+(?:[-–][\d,]+)?(?: [A-Za-z]+)?)")
+_N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"), re.compile(r"[,;]?\s*\bn = [\d,]+(?:[-–][\d,]+)?(?: [A-Za-z]+)*"))
+#: the longest "ours" cell of the summary; a longer one is cut at its last "; " (else ", ") before this length
+SUMMARY_OURS_CHARS = 150
+
+
+def _short_ours(r) -> tuple[str, str]:
+    """Our number for the summary (its interval kept, its "n = ..." phrases moved to the n column, cut to
+    :data:`SUMMARY_OURS_CHARS`) and the n cell (the first "n = ..." phrase, else the card's n)."""
+    text = "" if r.get("ours") is None or (isinstance(r["ours"], float) and math.isnan(r["ours"])) else str(r["ours"])
+    m = _N_PHRASE.search(text)
+    n_val = r.get("n")
+    if m:
+        n_cell = m.group(1)
+    elif n_val is not None and not (isinstance(n_val, float) and math.isnan(n_val)) and str(n_val) != "":
+        n_cell = str(int(float(n_val)))
+    else:
+        n_cell = "—"
+    for pattern in _N_REMOVE:
+        text = pattern.sub("", text)
+    text = re.sub(r"\s+", " ", text).strip(" ,;")
+    if len(text) > SUMMARY_OURS_CHARS:
+        cut = text.rfind("; ", 0, SUMMARY_OURS_CHARS)
+        cut = cut if cut > 0 else text.rfind(", ", 0, SUMMARY_OURS_CHARS)
+        text = (text[:cut] if cut > 0 else text[:SUMMARY_OURS_CHARS]).rstrip() + " …"
+    return text or "—", n_cell
+
+
+def _paper_short(paper: str) -> str:
+    """"Leviathan et al. 2023" -> "Leviathan 2023"; "SpecInfer (Miao et al. 2024)" -> "SpecInfer 2024"."""
+    year = re.search(r"(\d{4})", paper)
+    return f"{paper.split()[0]} {year.group(1)}" if year and paper else paper
+
+
+def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | None = None) -> str:
+    """The README's scorecard: the number of distinct claims and of each verdict, where the full card is, then one
+    short table per group (claim | paper | ours [95% CI] | n | verdict), each headed by its group and its verdict
+    counts (:func:`group_counts`). The settings, hardware, commits and every reason stay in ``scorecard.md``
+    (:func:`render_markdown`), linked relative to ``base``, the directory of the page that holds the block."""
+    profile = profile or next((p for p in card["profile"] if p), STANDARD)
+    full = (record_dir("results") if profile == STANDARD else results_dir(profile)) / "scorecard.md"
+    link = _rel(full, base)
+    lines = [f"Profile **{profile}**: {_card_head(card, profile)}. Each claim's setting, ours, the hardware and "
+             f"commit of the table that measured it and the reason for its verdict: [`{link}`]({link}) "
+             f"(and `scorecard.csv` beside it). Intervals are 95% bootstrap intervals over prompts (or problems)."]
+    for group, rows in _groups(card):
+        lines += ["", f"**{group_counts(rows, group or 'ungrouped')}**", "",
+                  "| claim | paper | ours [95% CI] | n | verdict |", "|---|---|---|---|---|"]
+        for _, r in rows.iterrows():
+            ours, n_cell = _short_ours(r)
+            claim = f"{_cell(r['claim'])} <sub>{_cell(_paper_short(str(r['paper'])))} · `{_cell(r['id'])}`</sub>"
+            lines.append("| " + " | ".join((claim, _cell(r["paper_value"]), _cell(ours), _cell(n_cell),
+                                             f"**{r['verdict']}**")) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_figures(profile: str = STANDARD, base: Path | None = None) -> str:
     """Markdown for the README's key figures: each image with its caption and the commit, profile and device of the
-    run that drew it (from its provenance sidecar), or a note that ``make reproduce`` has not drawn it yet."""
+    run that drew it (from its provenance sidecar), or a note that ``make reproduce`` has not drawn it yet; links
+    relative to ``base``, the directory of the page that holds the block (default: the repository root)."""
     # the README shows the committed record for the standard profile, whoever renders it
-    root, fdir = repo_root(), (record_dir("figures") if profile == STANDARD else figures_dir(profile))
-    rel = fdir.relative_to(root).as_posix() if fdir.is_relative_to(root) else str(fdir)
+    fdir = record_dir("figures") if profile == STANDARD else figures_dir(profile)
+    rel = _rel(fdir, base)
     parts = []
     for stem, caption in KEY_FIGURES:
         prov_path = fdir / f"{stem}.provenance.json"
@@ -141,7 +246,7 @@ def _ratio_cell(row: dict, key: str) -> str:
     return f"{cell} [{lo:.2f}, {hi:.2f}]"
 
 
-def render_bench(profile: str = STANDARD) -> str:
+def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
     """Markdown for the README's benchmark-of-record block: one table per ``bench_*.json`` that ``make reproduce``
     wrote into the profile's results directory (:func:`specrepro.bench.run_bench` JSON), each headed by its setting
     (pair, workload, prompts, tokens, sampling, γ, hardware, dtype, CPU linear path, library versions, commit).
@@ -151,18 +256,18 @@ def render_bench(profile: str = STANDARD) -> str:
     them), α and tokens per target step (pooled, with 95% intervals over prompts), per-position acceptance, the hardware-aware prediction (the decoding loop's,
     and the whole request's with AR's measured prefill), the free-draft bound and measured / predicted (against the
     whole request's) where the run measured costs (fixed-γ chains), and (greedy) whether every output equals
-    greedy AR. A file that cannot be read is named with the error rather than skipped silently.
+    greedy AR. A file that cannot be read is named with the error rather than skipped silently. Links are relative
+    to ``base``, the directory of the page that holds the block (default: the repository root).
     """
     from specrepro.bench.run import refresh_predictions
 
     rdir = record_dir("results") if profile == STANDARD else results_dir(profile)
-    root = repo_root()
     paths = sorted(rdir.glob("bench_*.json"))
     if not paths:
         return f"No benchmark results for profile {profile} yet: `make reproduce PROFILE={profile}` writes them.\n"
     parts = []
     for path in paths:
-        rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+        rel = _rel(path, base)
         try:
             data = refresh_predictions(json.loads(path.read_text()))
             cfg, summary = data["config"], data["summary"]
@@ -298,34 +403,96 @@ def replace_block(text: str, name: str, content: str) -> str:
     return f"{before}{start}\n{content.strip()}\n{end}{after}"
 
 
-def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, readme: str | Path | None = None,
-                  force: bool = False) -> bool:
-    """Rewrite the ``scorecard`` and ``figures`` blocks (and ``bench``, where present) of README.md from ``card``
-    (default: :func:`specrepro.record.scorecard.score`) and the figures of ``profile``, atomically; returns True if the
-    file changed.
+_START = re.compile(r"<!-- ([A-Za-z0-9_-]+):start -->")
 
-    Only ``make reproduce`` rewrites the README (:func:`specrepro.record.results.writes_record`: the standard profile with
-    ``SPECREPRO_RECORD=1``; an interactive run or the quick profile in CI must not), unless ``force``.
+
+def block_names(text: str) -> list[str]:
+    """The generated blocks whose start markers ``text`` holds, in order (a repeated one as often as it appears)."""
+    return _START.findall(text)
+
+
+def record_pages(readme: str | Path | None = None) -> list[Path]:
+    """The pages that may hold generated blocks: README.md (``readme``, default the repository's) first, then the
+    ``docs/*.md`` files beside it, sorted."""
+    path = Path(readme) if readme is not None else repo_root() / "README.md"
+    return [path, *sorted((path.parent / "docs").glob("*.md"))]
+
+
+def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None = None,
+                 base: Path | None = None) -> str:
+    """The content of generated block ``name`` (:data:`BLOCKS`) for ``profile``, with links relative to ``base`` (the
+    directory of the page that holds it).
 
     Raises:
-        ValueError: the README lacks the block markers.
+        ValueError: ``name`` is not a generated block.
+    """
+    if name == "scorecard":
+        return render_summary(score(profile) if card is None else card, profile, base)
+    if name == "figures":
+        return render_figures(profile, base)
+    if name == "bench":
+        return render_bench(profile, base)
+    if name == "targets":
+        return render_targets(profile)
+    if name == "battery":
+        return render_battery(profile)
+    raise ValueError(f"unknown generated block {name!r}; known: {list(BLOCKS)}")
+
+
+def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
+                 pages: list[Path] | None = None) -> dict[Path, tuple[str, str]]:
+    """Every page's text as it is and as rendered: ``{path: (old, new)}`` for each of ``pages`` (default
+    :func:`record_pages`), each generated block rendered into the page that holds its markers. Writes nothing.
+
+    Raises:
+        ValueError: README.md (the first page) lacks the markers of a block of :data:`README_BLOCKS`, a block's
+            markers are missing, repeated or out of order, a block appears on two pages, or a page names a block
+            that is not in :data:`BLOCKS`.
+    """
+    pages = [Path(p) for p in (record_pages() if pages is None else pages)]
+    texts = {p: p.read_text() for p in pages}
+    home: dict[str, Path] = {}
+    for p, text in texts.items():
+        for name in block_names(text):
+            if name not in BLOCKS:
+                raise ValueError(f"{p.name}: unknown generated block {name!r}; known: {list(BLOCKS)}")
+            if home.setdefault(name, p) != p:
+                raise ValueError(f"the {name} block is in both {home[name].name} and {p.name}")
+    for name in README_BLOCKS:
+        if home.get(name) != pages[0]:
+            raise ValueError(f"expected one <!-- {name}:start --> before one <!-- {name}:end --> in {pages[0].name}")
+    if "scorecard" in home and card is None:
+        card = score(profile)
+    out = {}
+    for p, old in texts.items():
+        new = old
+        for name in dict.fromkeys(block_names(old)):
+            new = replace_block(new, name, render_block(name, profile, card, p.parent))
+        out[p] = (old, new)
+    return out
+
+
+def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, readme: str | Path | None = None,
+                  force: bool = False) -> bool:
+    """Rewrite every generated block (:data:`BLOCKS`) in whichever page holds its markers - README.md (``readme``)
+    or a docs/*.md file beside it (:func:`render_pages`) - from ``card`` (default:
+    :func:`specrepro.record.scorecard.score`) and the result files and figures of ``profile``; the changed pages are
+    written in one step (:func:`specrepro.files.atomic_write_files`). Returns True if any page changed.
+
+    Only ``make reproduce`` (and ``make scorecard``) rewrites the pages (:func:`specrepro.record.results.writes_record`:
+    the standard profile with ``SPECREPRO_RECORD=1``; an interactive run or the quick profile in CI must not), unless
+    ``force``.
+
+    Raises:
+        ValueError: README.md lacks the scorecard or figures markers, or a block is misplaced (:func:`render_pages`).
     """
     if not writes_record(profile) and not force:
         return False
-    path = Path(readme) if readme is not None else repo_root() / "README.md"
-    card = score(profile) if card is None else card
-    old = path.read_text()
-    new = replace_block(old, "scorecard", render_markdown(card, profile))
-    new = replace_block(new, "figures", render_figures(profile))
-    if "<!-- bench:start -->" in new:
-        new = replace_block(new, "bench", render_bench(profile))
-    if "<!-- targets:start -->" in new:
-        new = replace_block(new, "targets", render_targets(profile))
-    if "<!-- battery:start -->" in new:
-        new = replace_block(new, "battery", render_battery(profile))
-    if new == old:
+    pages = render_pages(profile, card, record_pages(readme))
+    changed = {p: new.encode() for p, (old, new) in pages.items() if new != old}
+    if not changed:
         return False
-    atomic_write_text(path, new)
+    atomic_write_files(changed)
     return True
 
 

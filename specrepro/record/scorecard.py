@@ -2,7 +2,8 @@
 
 What this file is: the claims live in ``data/claims.csv``, one row per statement a paper makes (paper, arXiv
 version, exact location, the paper's setting, a sentence, the paper's number and whether that number was
-**measured**, **computed** or **asserted** by the paper, the result table that measures it, the name of a rule and
+**measured**, **computed** or **asserted** by the paper, its group - **correctness** or **performance**, which only
+the rendering reads - the result table that measures it, the name of a rule and
 the rule's parameters). Each rule is a function registered in :data:`RULES` whose docstring states how it turns our
 numbers into one verdict:
 
@@ -48,7 +49,7 @@ from specrepro.record.results import STANDARD, read_dirs
 from specrepro.stats import spearman, spearman_interval, stat_ci
 from specrepro.theory import expected_tokens, walltime_improvement
 
-__all__ = ["VERDICTS", "PAPER_KINDS", "CLAIM_COLUMNS", "CARD_COLUMNS", "ALPHA_TEST", "GOF_LEVEL", "NotRun", "Outcome", "Tables", "claims_path", "params_of", "load_claims", "RULES", "RULE_PARAMS", "rule", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical", "paired_ratio", "computed_speedup", "value_in_interval", "row_order", "close_to_prediction", "increases", "decreases", "grows_linearly", "speedup_peaks", "quality_unchanged", "falls_with_head", "typical_shifts", "not_attempted", "score_claim", "score", "rules_table"]
+__all__ = ["VERDICTS", "PAPER_KINDS", "GROUPS", "CLAIM_COLUMNS", "CARD_COLUMNS", "ALPHA_TEST", "GOF_LEVEL", "NotRun", "Outcome", "Tables", "claims_path", "params_of", "load_claims", "RULES", "RULE_PARAMS", "rule", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical", "paired_ratio", "computed_speedup", "value_in_interval", "row_order", "close_to_prediction", "increases", "decreases", "grows_linearly", "speedup_peaks", "quality_unchanged", "falls_with_head", "typical_shifts", "not_attempted", "score_claim", "score", "rules_table"]
 
 EXACT, TREND, INCONCLUSIVE = "reproduced exactly", "trend reproduced", "inconclusive"
 NOT_REPRODUCED, NOT_RUN = "not reproduced", "not run"
@@ -56,9 +57,13 @@ VERDICTS = (EXACT, TREND, INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN)
 #: what the paper's number is: measured in an experiment, computed from a formula, or asserted (stated or proved,
 #: no measurement behind it)
 PAPER_KINDS = ("measured", "computed", "asserted")
-CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "rule", "params",
-                 "our_table", "notebook", "our_setting", "caveat")
-CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "ours",
+#: what a claim is about, for the scorecard's two tables (rendering only; no rule reads it): **correctness** - exactness,
+#: greedy identity, closed forms and arithmetic, statements true by construction; **performance** - speedups,
+#: acceptance rates, tokens per step, task quality
+GROUPS = ("correctness", "performance")
+CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "rule",
+                 "params", "our_table", "notebook", "our_setting", "caveat")
+CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "ours",
                 "ours_value", "ours_lo", "ours_hi", "n", "our_setting", "hardware", "profile", "commit", "verdict",
                 "reason", "rule", "our_table"]
 #: level of every significance test and chi-square goodness-of-fit test the rules read (5% for trends)
@@ -201,7 +206,7 @@ def load_claims(path: str | Path | None = None) -> pd.DataFrame:
 
     Raises:
         ValueError: a column is missing, an id is empty or repeated, a rule is not in :data:`RULES`, a paper_kind is
-            not measured / computed / asserted, or a claim passes a parameter its rule does not take.
+            not measured / computed / asserted, a group is not correctness / performance, or a claim passes a parameter its rule does not take.
     """
     df = pd.read_csv(path or claims_path(), dtype=str, keep_default_na=False)
     df = df.apply(lambda col: col.str.strip())
@@ -216,6 +221,9 @@ def load_claims(path: str | Path | None = None) -> pd.DataFrame:
     bad = sorted(set(df["paper_kind"]) - set(PAPER_KINDS))
     if bad:
         raise ValueError(f"unknown paper_kind {bad}; known: {list(PAPER_KINDS)}")
+    bad = sorted(set(df["group"]) - set(GROUPS))
+    if bad:
+        raise ValueError(f"unknown group {bad}; known: {list(GROUPS)}")
     for _, c in df.iterrows():
         extra = set(params_of(c)) - set(RULE_PARAMS[c["rule"]])
         if extra:
@@ -1099,6 +1107,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
     models = " + ".join(str(prov[k]) for k in ("target", "draft") if prov.get(k))
     row = {k: claim[k] for k in ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind",
                                  "rule", "our_table")}
+    row["group"] = claim.get("group", "")
     row.update(our_setting="; ".join(s for s in (models, claim["our_setting"]) if s),
                hardware=_hardware(prov), profile=prov.get("profile", tables.profile if names else ""),
                commit=prov.get("commit", ""))

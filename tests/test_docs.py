@@ -1,0 +1,139 @@
+"""The README and docs/ as a citable record: README.md is short and opens with the scorecard in its two groups; every
+generated block, in README.md or docs/*.md, is exactly what the committed tables render; prose carries no hand-typed
+measurement and no process words; every relative link resolves; code in the pages imports what it names."""
+
+import importlib
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from specrepro.record import report
+from specrepro.record import scorecard as sc
+from specrepro.record.results import record_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+#: README's budget, in bytes
+README_MAX_BYTES = 20_000
+#: the project's own tracker references ("issue 18", "issues 17-19", "issue #20"); upstream threads are cited as
+#: owner/repo#N and are fine
+PROCESS_WORDS = re.compile(r"\bissues?\s*#?\s*\d+", re.I)
+#: what a hand-typed measurement looks like in prose: a ratio, a duration or size, an interval, a percentage, a count
+#: of runs
+MEASUREMENT = re.compile(r"\d+\.\d+\s?[×x](?![\w])"
+                         r"|\b\d+(?:\.\d+)?\s?(?:ms|min|GB|MB|h|s)\b"
+                         r"|\[\s?[-+]?\d+(?:\.\d+)?,\s?[-+]?\d+(?:\.\d+)?\s?\]"
+                         r"|\b\d+(?:\.\d+)?\s?%"
+                         r"|\b\d+/\d+ (?:runs|problems|prompts)")
+#: measurement-like phrases allowed in prose: levels and thresholds, not results
+PROSE_ALLOWED = {"95%", "90%", "10%"}
+
+
+def _blocks_removed(text: str) -> str:
+    """``text`` without its generated blocks, fenced code and inline code: the hand-written prose."""
+    text = re.sub(r"<!-- ([A-Za-z0-9_-]+):start -->.*?<!-- \1:end -->", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+@pytest.fixture(scope="module")
+def committed_card() -> pd.DataFrame:
+    return sc.score("standard", tables=sc.Tables("standard", dirs=[record_dir("results")]))
+
+
+def _scorecard_block() -> str:
+    return README.read_text().split("<!-- scorecard:start -->")[1].split("<!-- scorecard:end -->")[0]
+
+
+def test_readme_is_short_and_opens_with_the_commands_the_scorecard_and_the_figures():
+    text = README.read_text()
+    assert len(text.encode()) <= README_MAX_BYTES, f"README.md is {len(text.encode())} bytes"
+    order = [text.index(s) for s in ("make test", "make reproduce", "<!-- scorecard:start -->",
+                                     "<!-- figures:start -->", "## More", "## Citing")]
+    assert order == sorted(order)
+
+
+def test_readme_scorecard_has_the_two_groups_with_their_counts():
+    block = _scorecard_block()
+    claims = sc.load_claims()
+    card = pd.read_csv(record_dir("results") / "scorecard.csv", keep_default_na=False)
+    assert list(card["group"]) == list(claims["group"]), "scorecard.csv's groups differ from data/claims.csv"
+    headings = re.findall(r"^\*\*(\w+): (\d+) claims? — (.*)\*\*$", block, re.M)
+    assert [h[0].lower() for h in headings] == list(sc.GROUPS)
+    for name, n, verdicts in headings:
+        rows = card[card["group"] == name.lower()]
+        assert int(n) == len(rows)
+        stated = {v: int(k) for k, v in (part.split(" ", 1) for part in verdicts.split(", "))}
+        assert stated == {v: int(k) for v, k in rows["verdict"].value_counts().items()}
+    # one short row per claim, in two tables
+    rows = [ln for ln in block.splitlines() if ln.startswith("| ") and "<sub>" in ln]
+    assert len(rows) == len(claims)
+    assert max(len(ln) for ln in rows) < 600
+
+
+def test_every_generated_block_is_what_the_committed_tables_render(committed_card):
+    pages = report.render_pages("standard", committed_card, PAGES)
+    names = [n for p in PAGES for n in report.block_names(p.read_text())]
+    assert sorted(names) == sorted(report.BLOCKS)
+    stale = [p.relative_to(ROOT).as_posix() for p, (old, new) in pages.items() if old != new]
+    assert not stale, f"generated blocks out of date in {stale}: commit the code, then run make scorecard"
+    committed = (record_dir("results") / "scorecard.md").read_text()
+    assert committed == report.render_markdown(committed_card, "standard"), "run make scorecard"
+    assert list(pd.read_csv(record_dir("results") / "scorecard.csv", keep_default_na=False)["verdict"]) == \
+        list(committed_card["verdict"])
+
+
+def test_no_process_words_in_readme_docs_or_notebook_markdown():
+    texts = {p.relative_to(ROOT).as_posix(): p.read_text() for p in PAGES}
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        texts[nb.name] = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    found = {name: PROCESS_WORDS.findall(text) for name, text in texts.items()}
+    assert not {k: v for k, v in found.items() if v}
+
+
+def test_prose_carries_no_hand_typed_measurements():
+    """Numbers measured by a run live in generated blocks (or a test reads them from a committed file)."""
+    found = {}
+    for p in PAGES:
+        hits = [m for m in MEASUREMENT.findall(_blocks_removed(p.read_text())) if m.strip() not in PROSE_ALLOWED]
+        if hits:
+            found[p.name] = hits
+    assert not found, found
+
+
+def test_every_relative_link_resolves():
+    assert "docs/" in README.read_text()
+    for p in PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", _without_code(p.read_text())):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = (p.parent / target.split("#")[0]).resolve()
+            assert path.exists(), f"{p.relative_to(ROOT)}: broken link {target}"
+    linked = set(re.findall(r"\]\((docs/[^)#\s]+)\)", README.read_text()))
+    assert linked == {d.relative_to(ROOT).as_posix() for d in DOCS}, "every docs page linked from README, and only those"
+
+
+def _without_code(text: str) -> str:
+    return re.sub(r"```.*?```", "", text, flags=re.S)
+
+
+def test_code_in_the_pages_imports_what_it_names():
+    for p in PAGES:
+        for block in re.findall(r"```python\n(.*?)```", p.read_text(), flags=re.S):
+            for module, names in re.findall(r"^from (specrepro[\w.]*) import ([\w, ]+)", block, re.M):
+                mod = importlib.import_module(module)
+                for name in (n.strip() for n in names.split(",")):
+                    assert hasattr(mod, name), f"{p.name}: {module} has no {name}"
+
+
+def test_model_hashes_in_the_docs_are_the_zoo_s():
+    code = (ROOT / "specrepro" / "models.py").read_text()
+    hashes = re.findall(r"`([0-9a-f]{64})`", (ROOT / "docs" / "models.md").read_text())
+    assert len(hashes) >= 3
+    assert all(h in code for h in hashes)
