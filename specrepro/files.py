@@ -22,7 +22,7 @@ def repo_root() -> Path:
 
 
 # paths a run writes (never inputs to a measurement): excluded from the "-dirty" check of the provenance commit
-_OUTPUT_PATHS = ("data/results", "figures", "notebooks/executed", "build", "README.md")
+_OUTPUT_PATHS = ("data/results", "figures", "notebooks/executed", "build", "README.md", "docs")
 
 
 def git_commit() -> str:
