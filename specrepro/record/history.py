@@ -72,13 +72,19 @@ def score_commit(commit: str, root: Path | None = None) -> list[dict]:
         one dict per claim (:data:`HISTORY_COLUMNS` without commit and date); a rule unknown today, or parameters it
         no longer takes, gives the verdict "rule gone"; a rule that raises on that commit's tables, "error: ...".
     """
-    data = _git("archive", "--format=tar", commit, *RECORD_PATHS, root=root, text=False)
+    present = [p for p in RECORD_PATHS
+               if subprocess.run(["git", "cat-file", "-e", f"{commit}:{p}"], cwd=root or repo_root(),
+                                 capture_output=True).returncode == 0]
+    if "data/claims.csv" not in present:  # a record before the claims file: nothing to score
+        return []
+    data = _git("archive", "--format=tar", commit, *present, root=root, text=False)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(tmp, filter="data")
         tmp = Path(tmp)
         claims = _claims_at(tmp)
+        (tmp / "data" / "results").mkdir(parents=True, exist_ok=True)
         tables = Tables("standard", dirs=[tmp / "data" / "results"])
         for _, claim in claims.iterrows():
             base = {"claim": claim["id"], "rule": claim["rule"], "params": claim["params"],
