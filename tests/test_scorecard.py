@@ -610,3 +610,14 @@ def test_rules_on_repeated_passes_pair_within_a_pass_and_count_prompts_once():
     c = claim("computed_speedup", "method=gamma > 0; c=0; tolerance=0.10", paper_value="1.25", paper_kind="computed")
     out = verdict(c, {"t": repeated([[0.9] * 4] * 3, gamma=3, alpha=0.2)})
     assert out["verdict"] == EXACT and "n = 4 prompts" in out["ours"]
+
+
+def test_unstable_claims_carry_both_readings():
+    stab = pd.DataFrame([{"claim": "lev-t1", "readings": 3, "verdicts": "trend reproduced (a, b); reproduced exactly (c)",
+                          "unstable": True, "moved_with_rule": True, "moved_with_data": False},
+                         {"claim": "lev-exact", "readings": 3, "verdicts": "reproduced exactly (a, b, c)",
+                          "unstable": False, "moved_with_rule": False, "moved_with_data": False}])
+    notes = sc.stability_notes(Tables(frames={"verdict_stability": stab}))
+    assert notes == {"lev-t1": "unstable over 3 committed states: trend reproduced ×2; reproduced exactly ×1 "
+                               "(moved with its rule)"}
+    assert sc.stability_notes(Tables(frames={})) == {}

@@ -143,8 +143,8 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
             ours = _cell(r["ours"]) or "—"
             if r["ours"] and r["our_setting"]:
                 ours += f"<br><sub>{_cell(r['our_setting'])}</sub>"
-            lines.append("| " + " | ".join((_cell(where), claim, paper, ours, f"**{r['verdict']}**",
-                                             _cell(r["reason"]))) + " |")
+            why = _cell(r["reason"]) + (f"<br><sub>{_cell(r['stability'])}</sub>" if r.get("stability") else "")
+            lines.append("| " + " | ".join((_cell(where), claim, paper, ours, f"**{r['verdict']}**", why)) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -201,7 +201,11 @@ def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | 
             ours, n_cell = _short_ours(r)
             claim = f"{_cell(r['claim'])} <sub>{_cell(_paper_short(str(r['paper'])))} · `{_cell(r['id'])}`</sub>"
             lines.append("| " + " | ".join((claim, _cell(r["paper_value"]), _cell(ours), _cell(n_cell),
-                                             f"**{r['verdict']}**")) + " |")
+                                             f"**{r['verdict']}**" + (" · unstable" if r.get("stability") else "")))
+                         + " |")
+    if card.get("stability", pd.Series(dtype=str)).astype(bool).any():
+        lines += ["", "*unstable*: the verdict history (`verdict_stability.csv`) read another verdict on another "
+                      "committed state of the record; both readings are in the full card."]
     return "\n".join(lines) + "\n"
 
 

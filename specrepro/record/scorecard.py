@@ -65,7 +65,7 @@ CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_va
                  "params", "our_table", "notebook", "our_setting", "caveat")
 CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "ours",
                 "ours_value", "ours_lo", "ours_hi", "n", "our_setting", "hardware", "profile", "commit", "verdict",
-                "reason", "rule", "our_table"]
+                "reason", "rule", "our_table", "stability"]
 #: level of every significance test and chi-square goodness-of-fit test the rules read (5% for trends)
 ALPHA_TEST = 0.05
 GOF_LEVEL = 1e-3
@@ -1132,7 +1132,32 @@ def score(profile: str = STANDARD, claims: pd.DataFrame | None = None, tables: T
     its interval and n, our setting, hardware, profile, commit, the verdict and its reason."""
     claims = load_claims() if claims is None else claims
     tables = Tables(profile) if tables is None else tables
-    return pd.DataFrame([score_claim(c, tables) for _, c in claims.iterrows()], columns=CARD_COLUMNS)
+    card = pd.DataFrame([score_claim(c, tables) for _, c in claims.iterrows()], columns=CARD_COLUMNS)
+    card["stability"] = card["id"].map(stability_notes(tables)).fillna("")
+    return card
+
+
+def stability_notes(tables: Tables) -> dict[str, str]:
+    """Claim id -> a note for every claim the verdict history (``verdict_stability``, written by ``python -m
+    specrepro verdict-history``) marks unstable: each verdict it read with the number of committed states of the
+    record that gave it, and whether the verdict moved with its rule, with the data, or both. Empty without the
+    table."""
+    import re
+
+    stab = tables.get("verdict_stability")
+    if stab is None:
+        return {}
+    notes = {}
+    for _, r in stab.iterrows():
+        if str(r["unstable"]).lower() != "true":
+            continue
+        readings = [f"{m.group(1).strip()} ×{len(m.group(2).split(','))}" for m in re.finditer(r"([^;(]+?) \(([^)]*)\)",
+                                                                                        str(r["verdicts"]))]
+        why = [w for w, k in (("its rule", "moved_with_rule"), ("the committed runs", "moved_with_data"))
+               if str(r[k]).lower() == "true"]
+        notes[r["claim"]] = (f"unstable over {int(r['readings'])} committed states: {'; '.join(readings)} "
+                             f"(moved with {' and '.join(why)})")
+    return notes
 
 
 def rules_table() -> pd.DataFrame:
