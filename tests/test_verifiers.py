@@ -23,7 +23,7 @@ from specrepro.core.trees import (
 )
 from specrepro.drafters.model import DraftModelDrafter
 from specrepro.sim import verifiers as sv
-from specrepro.sim.exact import RULES, _verify_outcomes, target_distribution
+from specrepro.sim.exact import RULES, chain_verify_outcomes, target_distribution
 from specrepro.sim.toy import ToyLM
 from specrepro.stats import gof_test, min_detectable_tv, total_variation
 
@@ -93,7 +93,7 @@ def test_chain_traversal_is_block_verification(seed):
             d[(n, y)] = d.get((n, y), 0.0) + pr
         return d
 
-    a, b = law(vf.chain_traversal_outcomes(ps, qs, drafted)), law(_verify_outcomes(ps, qs, drafted, RULES["block"]))
+    a, b = law(vf.chain_traversal_outcomes(ps, qs, drafted)), law(chain_verify_outcomes(ps, qs, drafted, RULES["block"]))
     assert max(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b)) < 1e-12
 
 

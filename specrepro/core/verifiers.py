@@ -178,7 +178,7 @@ def verify_chain_traversal(target_probs: torch.Tensor, draft_probs: torch.Tensor
 
 def chain_traversal_outcomes(ps: torch.Tensor, qs: torch.Tensor | None, drafted: tuple, *, update_fn=None) -> list:
     """Every outcome of :func:`verify_chain_traversal`: list of (n_accepted, next_token, probability)
-    (the format of the chain enumeration's ``_verify_outcomes``). ps float [g+1, V]; qs float [g, V] or None."""
+    (the format of the chain enumeration's ``chain_verify_outcomes``). ps float [g+1, V]; qs float [g, V] or None."""
     g = len(drafted)
     outs = traversal_outcomes(torch.arange(-1, g - 1), torch.tensor(drafted, dtype=torch.long).reshape(-1), ps, qs,
                               update_fn=update_fn)

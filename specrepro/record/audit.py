@@ -42,9 +42,10 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     import pandas as pd
 
     from specrepro.files import atomic_write_text
-    from specrepro.record.results import save_table
+    from specrepro.record.results import check_clean_for_record, save_table
     from specrepro.sim.audit import COLUMNS, LEVEL, audit_table, reproduction_script
 
+    check_clean_for_record(args.profile)  # before the minutes of sampling, not after
     df = audit_table(quick=args.quick, seed=args.seed, progress=True)
     name = "audit_transformers_quick" if args.quick else "audit_transformers"
     path = save_table(df, name, profile=args.profile, seed=args.seed, quick=bool(args.quick),

@@ -46,9 +46,10 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     from specrepro.data import load_workload
     from specrepro.drafters.model import DraftModelDrafter
     from specrepro.models import PAIRS, load_pair
-    from specrepro.record.results import save_table
+    from specrepro.record.results import check_clean_for_record, save_table
     from specrepro.sim.real import greedy_equality
 
+    check_clean_for_record(args.profile)  # before hours of decoding, not after
     if args.pair not in PAIRS:
         raise KeyError(f"unknown pair {args.pair!r}; known pairs: {', '.join(PAIRS)}")
     target, draft = PAIRS[args.pair]

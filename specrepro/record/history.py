@@ -148,8 +148,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
     """Re-score the record's history; save ``verdict_history`` and ``verdict_stability`` (the committed record only
     under ``make reproduce``) and print the unstable claims."""
-    from specrepro.record.results import save_table
+    from specrepro.record.results import check_clean_for_record, save_table
 
+    check_clean_for_record(args.profile)
     history = verdict_history(max_commits=args.max_commits, progress=True)
     stable = stability(history)
     save_table(history, "verdict_history", profile=args.profile, commits=int(history["commit"].nunique()))

@@ -20,6 +20,7 @@ What it is not: the correct algorithms (:mod:`specrepro.core.sampling`, :mod:`sp
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 from unittest import mock
@@ -39,6 +40,7 @@ from specrepro.drafters.base import Proposal
 from specrepro.sim.exact import (
     RULES,
     Rule,
+    chain_verify_outcomes,
     exact_chain_distribution,
     target_distribution,
 )
@@ -268,6 +270,38 @@ class PublishedBug:
 
 
 _T1 = SamplingConfig(1.0)
+class _ArgmaxDraft:
+    """A toy draft that proposes its argmax (a point mass) wherever the wrapped one would sample."""
+
+    def __init__(self, draft):
+        self.draft = draft
+
+    def probs(self, prefix, config):
+        q = self.draft.probs(prefix, config)
+        return torch.zeros_like(q).scatter_(0, q.argmax().reshape(1), 1.0)
+
+
+def point_mass_chain_distribution(target, draft, config, gamma: int, length: int, argmax: bool = False) -> dict:
+    """Exact law of chain decoding whose drafts are verified as point masses (accept x with p(x), residual p without
+    x): drafts drawn from q (``point-mass-report``) or q's argmax (``greedy-draft-sampler-match``, whose token-equality
+    check against a target sample has the same law), γ = min(gamma, tokens left - 1) per step as in ``generate``."""
+    from specrepro.sim.verifiers import chain_step_distribution, multistep_distribution
+
+    proposer = _ArgmaxDraft(draft) if argmax else draft
+
+    def outcomes(ps, qs, drafted):
+        if not drafted:
+            return chain_verify_outcomes(ps, None, drafted, RULES["speculative"])
+        onehot = torch.zeros(len(drafted), ps.shape[-1], dtype=ps.dtype)
+        onehot[torch.arange(len(drafted)), torch.tensor(drafted)] = 1.0
+        return chain_verify_outcomes(ps, onehot, drafted, RULES["speculative"])
+
+    def step(ctx, remaining):
+        return chain_step_distribution(target, proposer, config, min(gamma, remaining - 1), outcomes, ctx)
+
+    return multistep_distribution(step, length)
+
+
 _TK = SamplingConfig(0.8, top_k=4)
 
 BUGS: dict[str, PublishedBug] = {b.name: b for b in [
@@ -349,14 +383,15 @@ BUGS: dict[str, PublishedBug] = {b.name: b for b in [
         "drafts), reported as deviating from the p/q rule",
         "draft sampled from q but reported as a point mass: accept with p(x), residual p without x - exact "
         "(Leviathan's proof holds for any proposal), only the acceptance rate drops", _T1, negative=False,
-        draw=_point_mass_draw, n=500),
+        draw=_point_mass_draw, n=500, enumerate_fn=point_mass_chain_distribution),
     PublishedBug(
         "greedy-draft-sampler-match", "z-lab/dflash#74", "https://github.com/z-lab/dflash/issues/74",
         "the draft is sampled greedily (temperature not passed) while the target samples, and acceptance is a "
         "token-equality check against the target's samples; reported as breaking the target distribution",
         "argmax draft, target sample y_i at each position, accept while y_i equals the draft token, else emit y_i: "
         "every emitted token is a fresh target sample, so this is exact (lower acceptance); the battery confirms",
-        _T1, negative=False, draw=_argmax_point_mass_draw, verification=_sampler_match, n=500),
+        _T1, negative=False, draw=_argmax_point_mass_draw, verification=_sampler_match, n=500,
+        enumerate_fn=functools.partial(point_mass_chain_distribution, argmax=True)),
 ]}
 NEGATIVE = tuple(k for k, b in BUGS.items() if b.negative)
 POSITIVE = tuple(k for k, b in BUGS.items() if not b.negative)

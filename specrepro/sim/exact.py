@@ -69,7 +69,7 @@ def target_distribution(target: ToyLM, config: SamplingConfig, length: int, pref
     return out
 
 
-def _verify_outcomes(ps: torch.Tensor, qs: torch.Tensor | None, drafted: tuple, rule: Rule) -> list:
+def chain_verify_outcomes(ps: torch.Tensor, qs: torch.Tensor | None, drafted: tuple, rule: Rule) -> list:
     """Every outcome of verifying one fixed drafted block: list of (n_accepted, next_token, probability), with the
     same pieces the samplers use (``rule.accept``/``rule.residual`` for token verification, ``rule.block_terms``
     for block verification). ps: float [g+1, V]; qs: float [g, V] (the q the rule divides by) or None if g = 0."""
@@ -131,7 +131,7 @@ def _step_outcomes(target, draft, config, rule, gamma, prefix, memo=None):
                 rec(drafted + (x,), q_prob * float(q[x]), qs + [q_rule])
             return
         ps = torch.stack([probs(target, "p", prefix + drafted[:i]) for i in range(len(drafted) + 1)])
-        for n, y, pr in _verify_outcomes(ps, torch.stack(qs) if qs else None, drafted, rule):
+        for n, y, pr in chain_verify_outcomes(ps, torch.stack(qs) if qs else None, drafted, rule):
             if pr > 0:
                 outcomes.append((drafted[:n] + (y,), q_prob * pr))
 
