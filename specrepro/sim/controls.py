@@ -330,7 +330,7 @@ BUGS: dict[str, PublishedBug] = {b.name: b for b in [
     PublishedBug(
         "target-rows-unprocessed", "vllm-project/vllm#10198", "https://github.com/vllm-project/vllm/pull/10198",
         "the scorer computed the target probabilities with default sampling parameters (temperature 1, top-p 1) "
-        "while the draft probabilities were processed (fix for issue #9834)",
+        "while the draft probabilities were processed (fix for vllm-project/vllm#9834)",
         "every target row the rule sees is the plain softmax; the draft is processed", _TK,
         target_probs=_unprocessed, n=300),
     PublishedBug(
@@ -373,7 +373,7 @@ BUGS: dict[str, PublishedBug] = {b.name: b for b in [
     PublishedBug(
         "seed-ignored", "vllm-project/vllm#6034", "https://github.com/vllm-project/vllm/pull/6034",
         "the rejection sampler drew its uniforms with torch.rand, ignoring the per-request generator, so a seeded "
-        "request was not reproducible (fixes issue #6038)",
+        "request was not reproducible (fixes vllm-project/vllm#6038)",
         "the rule's randomness from torch's global RNG instead of the passed generator", _T1,
         verification=_global_rng_verify, check="reproducibility", n=20),
     # positive controls: look like bugs, are exact
