@@ -34,6 +34,7 @@ from specrepro.stats import gof_test
 
 N = 2000  # 3 tokens of V = 8 (512 outcomes): detects TV <= 0.1 with 90% power (test_gof_tests_here_have_power)
 N_HYBRID = 3000  # the hybrid's prompt gives a flatter target: more samples for the same power
+N_CONTROL = 600  # the negative controls deviate far more than TV 0.1: the original n catches them
 LENGTH = 3
 T1 = SamplingConfig(1.0)
 KEPT = torch.tensor([0, 2, 5, 7])  # half of the tiny vocabulary
@@ -94,7 +95,7 @@ def test_int8_draft_goodness_of_fit_and_a_wrong_q_fails(pair, coarse_int8):
 
             return Proposal(prop.tokens, logits_to_probs(logits, sampling))
 
-    assert gof_test(_samples(target, Fp32QForInt8Samples(int8, 8), T1, N, seed=11), exact)[1] < LEVEL
+    assert gof_test(_samples(target, Fp32QForInt8Samples(int8, 8), T1, N_CONTROL, seed=11), exact)[1] < LEVEL
 
 
 def test_quantize_draft_copies_converts_and_refuses(pair):
@@ -179,7 +180,7 @@ def test_pruned_head_goodness_of_fit_with_target_mass_outside_the_kept_set(pair)
             return torch.softmax(draft.lm_head(self.hidden[None])[0].float(), -1)
 
     exact = _exact(target, T1)
-    assert gof_test(_samples(target, FullSoftmaxQ(draft, KEPT, 8), T1, N, seed=12), exact)[1] < LEVEL
+    assert gof_test(_samples(target, FullSoftmaxQ(draft, KEPT, 8), T1, N_CONTROL, seed=12), exact)[1] < LEVEL
 
 
 def test_pruned_head_q_lives_on_the_kept_set_and_matches_teacher_forcing(pair):
@@ -337,7 +338,7 @@ def test_hybrid_goodness_of_fit_uses_both_sources_and_a_model_q_for_copies_fails
             return Proposal(prop.tokens, logits_to_probs(logits, sampling))
 
     wrong = ModelQForCopies(PromptLookupDrafter(max_ngram=3, min_ngram=2), DraftModelDrafter(draft, 8))
-    assert gof_test(_samples(target, wrong, T1, N, seed=13, prompt=prompt), exact)[1] < LEVEL
+    assert gof_test(_samples(target, wrong, T1, N_CONTROL, seed=13, prompt=prompt), exact)[1] < LEVEL
 
 
 # ------------------------------------------------------------------------------------------------ per-step γ choice
@@ -422,7 +423,7 @@ def test_adaptive_length_goodness_of_fit_and_the_length_varies(pair):
                 return Proposal(prop.tokens[:0], prop.probs[:0])
             return prop
 
-    assert gof_test(_samples(target, PeeksAhead(draft, 8), T1, N, seed=15, gamma=1), exact)[1] < LEVEL
+    assert gof_test(_samples(target, PeeksAhead(draft, 8), T1, N_CONTROL, seed=15, gamma=1), exact)[1] < LEVEL
 
 
 def test_adaptive_length_follows_the_costs_and_calibrates_from_its_blocks(pair):
