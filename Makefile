@@ -26,7 +26,10 @@ STAMP    := $(VENV)/.specrepro-installed
 BROWSER_STAMP := $(VENV)/.browser-checked
 SOURCES  := $(wildcard specrepro/*.py specrepro/*/*.py)
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
-EXECUTED_DIR := notebooks/executed/$(PROFILE)
+# Executed notebooks: the standard (and humaneval164) runs are part of the record, under notebooks/executed/; any other
+# profile writes under build/<profile>/executed/, so a first look (make reproduce PROFILE=quick) changes no tracked
+# file. nbval's references, notebooks/executed/quick/, are rewritten only by `make nbval-refresh`.
+EXECUTED_DIR ?= $(if $(filter standard humaneval164,$(PROFILE)),notebooks/executed/$(PROFILE),build/$(PROFILE)/executed)
 EXECUTED := $(patsubst notebooks/%.ipynb,$(EXECUTED_DIR)/%.ipynb,$(NOTEBOOKS))
 QUICK_EXECUTED := $(patsubst notebooks/%.ipynb,notebooks/executed/quick/%.ipynb,$(NOTEBOOKS))
 # the bench of record (standard profile only; see bench-results below)
@@ -45,7 +48,7 @@ BENCH_ARGS := --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-to
 # prompt's methods interleaved within every pass; the per-prompt ratio is the geometric mean over the passes)
 BENCH_REPEATS ?= 3
 
-.PHONY: help setup test unit nbval reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164
+.PHONY: help setup test unit nbval nbval-refresh reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -91,6 +94,11 @@ test: unit nbval  ## run the unit tests and the exactness battery, then nbval on
 unit: $(STAMP) $(BROWSER_STAMP)  ## pytest: unit tests, the exactness battery and the browser check (tests/)
 	$(PY) -m pytest -q -n $(JOBS) --dist worksteal --durations=15 tests
 
+# nbval's references: the quick profile's executed notebooks, rewritten here only (tests/test_notebooks.py fails when
+# their code or their injected parameters fall behind the sources and profiles/quick.yaml)
+nbval-refresh: $(STAMP)  ## re-execute the quick-profile notebooks into notebooks/executed/quick/ (nbval's references)
+	$(MAKE) --no-print-directory PROFILE=quick EXECUTED_DIR=notebooks/executed/quick notebooks
+
 nbval: $(STAMP)  ## re-execute the committed quick-profile notebooks and compare their checked cells (nbval, lax)
 	$(PY) -m pytest -q --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly $(QUICK_EXECUTED)
 
@@ -101,15 +109,11 @@ notebooks: $(EXECUTED)
 # One rule per artifact: each executed notebook depends on its source, the profile and the library.
 # SPECREPRO_RECORD=1: this rule (make reproduce / make notebooks) is the only writer of the committed record
 # (data/results/, figures/, README.md) - and only for the standard profile; runs elsewhere write under build/.
-# papermill writes to a temporary file that is renamed only on success, so an interrupted run resumes
+# specrepro.record.nbrun passes papermill only the parameters each notebook declares, and writes a temporary file
+# that is renamed only on success, so an interrupted run resumes
 # where it stopped; expensive steps inside the notebooks are cached by their inputs.
 $(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb profiles/$(PROFILE).yaml $(SOURCES) | $(STAMP)
-	@mkdir -p $(@D)
-	cd notebooks && SPECREPRO_RECORD=1 ../$(VENV)/bin/papermill --no-progress-bar -k python3 \
-	    -f ../profiles/$(PROFILE).yaml \
-	    $*.ipynb ../$@.partial.ipynb
-	$(PY) -m specrepro.record.nbclean $@.partial.ipynb
-	mv $@.partial.ipynb $@
+	SPECREPRO_RECORD=1 $(PY) -m specrepro.record.nbrun --profile profiles/$(PROFILE).yaml $< $@
 
 # Notebook 02 marks the drafts' measured (α, c) of notebook 04's table on Leviathan's Fig. 3 and 4: it runs after 04.
 $(EXECUTED_DIR)/02_leviathan_theory.ipynb: $(EXECUTED_DIR)/04_leviathan_speedup.ipynb
@@ -117,6 +121,9 @@ $(EXECUTED_DIR)/02_leviathan_theory.ipynb: $(EXECUTED_DIR)/04_leviathan_speedup.
 # The scorecard reads the other notebooks' tables (and data/claims.csv) and renders the bench JSON into the README:
 # it runs after them, and again when one reruns.
 $(EXECUTED_DIR)/08_scorecard.ipynb: data/claims.csv $(filter-out %/08_scorecard.ipynb,$(EXECUTED)) $(BENCH_RESULTS)
+
+# Notebook 09 tabulates the bench of record's verifier files and the audit table: it runs after them.
+$(EXECUTED_DIR)/09_verifiers.ipynb: $(BENCH_RESULTS) $(AUDIT)
 
 # Chen et al.'s pass@1 on all 164 HumanEval problems (nucleus and greedy), notebook 07 alone on the CPU, written under
 # build/humaneval164/ and notebooks/executed/humaneval164/ (README, Profiles, gives its estimated run time).

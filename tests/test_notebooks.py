@@ -48,9 +48,9 @@ def test_sources_are_stored_as_jupyter_saves_them(path):
 @pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
 def test_quick_reference_is_current(path):
     ref = ROOT / "notebooks" / "executed" / "quick" / path.name
-    assert ref.exists(), f"run `make notebooks PROFILE=quick` to create {ref.relative_to(ROOT)}"
+    assert ref.exists(), f"run `make nbval-refresh` to create {ref.relative_to(ROOT)}"
     assert _code(nbformat.read(ref, as_version=4)) == _code(nbformat.read(path, as_version=4)), (
-        f"{ref.relative_to(ROOT)} is stale: rerun `make notebooks PROFILE=quick`")
+        f"{ref.relative_to(ROOT)} is stale: rerun `make nbval-refresh`")
 
 
 # a run in progress (or stopped) leaves an ignored *.partial.ipynb that nbclean has not cleaned yet: not a record
@@ -161,3 +161,57 @@ def test_header_lists_exactly_the_notebooks_scorecard_rows(path):
     line = re.search(r"\*\*Scorecard rows\*\*[^\n]*", header)
     listed = set(re.findall(r"`([a-z0-9][a-z0-9-]*)`", line.group(0))) if line else set()
     assert listed == own, f"{path.name} header lists {sorted(listed)}; data/claims.csv gives it {sorted(own)}"
+
+
+def _assignments(src: str) -> dict:
+    import ast
+
+    out = {}
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            out[node.targets[0].id] = ast.literal_eval(node.value)
+    return out
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_quick_reference_parameters_are_the_quick_profile(path):
+    """nbval re-executes the references with their own injected cell: it must hold exactly the quick profile's values
+    of the parameters the notebook declares (what `make nbval-refresh` injects), or nbval tests stale sizes."""
+    from specrepro.record.nbrun import notebook_parameters
+
+    ref = ROOT / "notebooks" / "executed" / "quick" / path.name
+    injected = [c.source for c in nbformat.read(ref, as_version=4).cells
+                if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1, f"{ref.name}: expected one injected-parameters cell"
+    assert _assignments(injected[0]) == notebook_parameters(_profile("quick"), path), (
+        f"{ref.relative_to(ROOT)} was run with other parameters than profiles/quick.yaml: `make nbval-refresh`")
+
+
+def test_declared_parameters_filter_the_profile():
+    from specrepro.record.nbrun import declared_parameters, notebook_parameters
+
+    source = ROOT / "notebooks" / "05_specinfer_trees.ipynb"
+    declared = declared_parameters(source)
+    assert declared[:3] == ["profile", "device", "dtype"] and "widths" in declared and "m2_epochs" not in declared
+    quick = _profile("quick")
+    kept = notebook_parameters(quick, source)
+    assert set(kept) == set(quick) & set(declared) and "m2_epochs" not in kept
+
+
+def test_first_look_writes_under_build_only():
+    """`make reproduce PROFILE=quick` (a new user's first look) executes every notebook into build/quick/ and runs no
+    record writer: a dry run lists the commands, and none writes a tracked path."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run(["make", "-n", "-B", "reproduce", "PROFILE=quick"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    runs = [line.split() for line in out.stdout.splitlines() if "specrepro.record.nbrun" in line]
+    assert len(runs) == len(SOURCES), out.stdout
+    assert all(words[-1].startswith("build/quick/") for words in runs), [w[-1] for w in runs]
+    for forbidden in ("notebooks/executed/", "data/results/", "figures/", "README.md", "--json", "verdict-history",
+                      "audit --out", "greedy-equality"):
+        assert forbidden not in out.stdout, f"the quick reproduce would run {forbidden!r}"

@@ -15,7 +15,7 @@ from specrepro.files import repo_root
 __all__ = ["paper_table", "PAPER_TABLES"]
 
 PAPER_TABLES = ("leviathan_table1", "leviathan_table2", "chen_table1", "specinfer_table2", "specinfer_table3",
-                "medusa_table1")
+                "medusa_table1", "verifier_gains")
 
 
 @lru_cache(maxsize=None)

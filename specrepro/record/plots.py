@@ -657,3 +657,43 @@ def fig_medusa_tokens_per_s(tables):
     ax.set_xlabel("tokens/s, median over prompts (95% CI; shared CPU)")
     return _finish(fig, ax, "No paper numbers: tokens/s depend on the hardware; Medusa's speedups (Vicuna, GPU) "
                             "are compared with ours in the scorecard.", ncol=len(tables))
+
+
+__all__ += ["fig_verifier_node_budget"]
+
+
+def fig_verifier_node_budget(summary, *, title: str | None = None):
+    """Tokens per step against the node budget N (drafted tokens per step), one line per exact verifier.
+
+    Args:
+        summary: :func:`specrepro.lab.verifiers.node_budget_summary` rows: verifier, label, structure ("chain" or
+            "tree"), budget (int), tokens_per_step / _lo / _hi.
+        title: the axes' title.
+
+    Returns:
+        a matplotlib Figure: chains dashed, trees of unmerged paths solid, 95% intervals over prompts as error bars
+        (points shifted by up to ±0.15 in N so bars do not hide each other).
+
+    Raises:
+        KeyError: a required column is missing. ValueError: an empty summary.
+    """
+    import matplotlib.pyplot as plt
+
+    if summary.empty:
+        raise ValueError("fig_verifier_node_budget needs at least one row")
+    fig, ax = plt.subplots(figsize=(6.8, 4.0))
+    keys = list(dict.fromkeys(summary["verifier"]))
+    for i, key in enumerate(keys):
+        d = summary[summary["verifier"] == key].sort_values("budget")
+        shift = 0.3 * (i / max(1, len(keys) - 1) - 0.5)
+        interval_errorbar(ax, d["budget"] + shift, d["tokens_per_step"], d["tokens_per_step_lo"],
+                          d["tokens_per_step_hi"], fmt="o--" if d["structure"].iloc[0] == "chain" else "o-",
+                          color=f"C{i}", label=d["label"].iloc[0])
+    integer_ticks(ax)
+    ax.set_xlabel("node budget N (drafted tokens per step)")
+    ax.set_ylabel("tokens per step (95% CI)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    return _finish(fig, ax, "Same draft model and prompts for every verifier; chains draft γ = N tokens, trees N/2-deep "
+                            "pairs of unmerged paths. No paper numbers: each paper measured its own models and drafts "
+                            "(their reported gains are in the verifier table).", ncol=2)

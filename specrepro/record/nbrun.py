@@ -1,0 +1,97 @@
+"""Execute one notebook under a profile: papermill with only the parameters the notebook declares, then nbclean.
+
+Usage: ``python -m specrepro.record.nbrun --profile profiles/quick.yaml notebooks/05_specinfer_trees.ipynb OUT.ipynb``
+
+What this file is: the step every ``make`` rule that executes a notebook runs. A profile (``profiles/*.yaml``) holds
+the sizes of every notebook; each notebook declares only its own in its ``parameters`` cell. Passing the whole profile
+made papermill warn once per key a notebook does not declare (hundreds of "Passed unknown parameter" lines per
+``make reproduce``) and wrote those keys into each executed notebook's injected cell. Here the profile is filtered to
+the notebook's declared parameters first (:func:`notebook_parameters`), the notebook runs from ``notebooks/`` (so
+relative paths behave as in JupyterLab), and the result is written atomically (a ``.partial`` file, cleaned by
+:func:`specrepro.record.nbclean.clean_notebook`, then renamed), so an interrupted run leaves no half-written notebook.
+
+What it is not: the choice of where outputs go (the Makefile's ``EXECUTED_DIR``) or of what the record is
+(:mod:`specrepro.record.results`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["declared_parameters", "notebook_parameters", "run_notebook", "main"]
+
+
+def declared_parameters(notebook: str | Path) -> list[str]:
+    """The names assigned in ``notebook``'s cell tagged ``parameters``, in order.
+
+    Raises:
+        ValueError: the notebook has no parameters cell, or more than one.
+    """
+    import nbformat
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    if len(cells) != 1:
+        raise ValueError(f"{notebook}: expected one cell tagged 'parameters', found {len(cells)}")
+    names = []
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return list(dict.fromkeys(names))
+
+
+def notebook_parameters(profile: dict, notebook: str | Path) -> dict:
+    """The entries of ``profile`` that ``notebook`` declares (:func:`declared_parameters`), in the profile's order."""
+    declared = set(declared_parameters(notebook))
+    return {k: v for k, v in profile.items() if k in declared}
+
+
+def run_notebook(source: str | Path, output: str | Path, profile: str | Path, kernel: str = "python3") -> Path:
+    """Execute ``source`` with the parameters of ``profile`` (a YAML file) that it declares; write ``output``.
+
+    The notebook runs with ``notebooks/``'s working directory (its own folder), and the environment of this process
+    (``SPECREPRO_RECORD`` included). ``output`` appears only when the run succeeded (written as
+    ``<output>.partial.ipynb``, cleaned, then renamed).
+
+    Returns:
+        the output path.
+
+    Raises:
+        FileNotFoundError: no such notebook or profile. papermill.PapermillExecutionError: a cell raised.
+    """
+    import papermill
+    import yaml
+
+    from specrepro.record.nbclean import clean_notebook
+
+    source, output, profile = Path(source), Path(output), Path(profile)
+    for path in (source, profile):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+    params = notebook_parameters(yaml.safe_load(profile.read_text()) or {}, source)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name.removesuffix(".ipynb") + ".partial.ipynb")
+    papermill.execute_notebook(str(source), str(partial), parameters=params, kernel_name=kernel,
+                               cwd=str(source.resolve().parent), progress_bar=False)
+    clean_notebook(partial)
+    os.replace(partial, output)
+    return output
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specrepro.record.nbrun", description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", required=True, help="the profile YAML (profiles/<name>.yaml)")
+    p.add_argument("--kernel", default="python3")
+    p.add_argument("source")
+    p.add_argument("output")
+    args = p.parse_args(argv)
+    run_notebook(args.source, args.output, args.profile, kernel=args.kernel)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
