@@ -179,6 +179,8 @@ def _summarize(runs, resolved, greedy: bool, seed: int = 0):
             "drafted_per_step": float(sum(drafted) / steps) if has_steps and drafted else
             (0.0 if has_steps else nan),
             "loop_ms": float(d["loop_ms"].median()) if has_steps else nan,
+            "peak_rss_mb": float(d["peak_rss_mb"].max()) if "peak_rss_mb" in d and d["peak_rss_mb"].notna().any()
+            else nan,
             "per_position_acceptance": [a / r if r else nan for a, r in zip(acc, reached)],
             "greedy_equal_to_ar": (bool(eq.all()) if len(eq) else None) if greedy else None,
             "equal_to_ar_runs": f"{int(eq.sum())}/{len(eq)}" if (greedy and len(eq)) else "",
@@ -295,7 +297,9 @@ def run_bench(
         ratio, percentile bootstrap over prompts), alpha (mean Σ min(p, q) over verified positions, Leviathan
         Def. 3.1), tokens_per_step (new tokens over target steps, pooled), alpha and tokens_per_step with their 95%
         intervals over prompts (``_lo``/``_hi``, :func:`rate_intervals`), accepted_per_step, drafted_per_step,
-        loop_ms, per_position_acceptance (P(accept position i | positions < i accepted); per depth for trees), greedy_equal_to_ar (greedy only; None
+        loop_ms, peak_rss_mb (the largest resident high-water mark of the method's calls, MiB, the process's models
+        included: the memory a machine needs to run it; :mod:`specrepro.measure.memory`),
+        per_position_acceptance (P(accept position i | positions < i accepted); per depth for trees), greedy_equal_to_ar (greedy only; None
         under sampling); with ``predict``, for fixed-γ chain methods also predicted_tokens_per_step (Leviathan
         Eq. 1), free_draft_bound, predicted_speedup (hardware-aware) and measured_over_predicted.
 

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from specrepro.measure.memory import peak_rss_mb, reset_peak, rss_split_mb
 from specrepro.stats import bootstrap_ci
 
 __all__ = ["RunOutput", "seed_for", "make_generator", "timed_call", "as_run_output", "run_interleaved", "per_run_table", "paired_ratios", "paired_speedup", "speedup_table", "draft_of_method", "in_run_cost_coefficient"]
@@ -161,7 +162,9 @@ def run_interleaved(
         NaN when unknown), draft_ms (draft time per drafted token, NaN when unknown), overhead_ms (per step, the
         loop's time outside the prefill and the target and draft forwards; NaN when unknown), token_ids, drafted,
         accepted,
-        alpha_terms, depths (lists per step), equal_to_baseline. ``attrs["resumed_blocks"]``: the (repeat, prompt)
+        alpha_terms, depths (lists per step), peak_rss_mb (the process's resident high-water mark during this call,
+        MiB; :mod:`specrepro.measure.memory`: the models' weights included), rss_anon_mb / rss_file_mb (resident
+        anonymous and file-backed memory right after the call, MiB), equal_to_baseline. ``attrs["resumed_blocks"]``: the (repeat, prompt)
         blocks loaded from ``checkpoint`` rather than timed in this call.
 
     Raises:
@@ -207,7 +210,9 @@ def run_interleaved(
             for pos, label in enumerate(order):
                 bar.set_postfix_str(f"{label} · {pid}", refresh=False)
                 gen = make_generator(seed_for(seed, r, i), dev)
+                reset_peak()
                 res, seconds = timed_call(lambda: runners[label](ids, gen), dev)
+                peak, now = peak_rss_mb(), rss_split_mb()
                 out = as_run_output(res)
                 outs[label] = out
                 n, steps = len(out.tokens), len(out.accepted)
@@ -229,6 +234,7 @@ def run_interleaved(
                     if (steps and "total" in out.times) else float("nan"),
                     "token_ids": list(out.tokens), "drafted": list(out.drafted), "accepted": list(out.accepted),
                     "alpha_terms": list(out.alpha_terms), "depths": list(out.depths),
+                    "peak_rss_mb": peak, "rss_anon_mb": now["anon"], "rss_file_mb": now["file"],
                 })
                 bar.update(1)
             for row in rows[first:]:
