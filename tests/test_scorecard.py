@@ -371,6 +371,22 @@ def test_increases_and_decreases_on_per_prompt_rows():
     assert verdict(down, {"t": width_runs({"a": [3, 2]})})["verdict"] == NOT_RUN  # fewer than 3 widths
 
 
+def test_an_interval_that_excludes_the_papers_change_is_not_inconclusive():
+    """A rise whose interval holds 0 but lies below the paper's own rise rules the paper's number out: not
+    reproduced ("smaller than the paper's"); the same interval holding the paper's rise stays inconclusive."""
+    flat = width_runs({"a": [2, 2.1, 2.2], "b": [3, 3, 2.9], "c": [1.6, 1.5, 1.5], "d": [2, 2.1, 2.05]})
+    base = "x=width; y=tokens_per_step; series=decoding"
+    assert verdict(claim("increases", base), {"t": flat})["verdict"] == INCONCLUSIVE
+    out = verdict(claim("increases", base + "; paper_change=greedy:0.48,stochastic:0.59"), {"t": flat})
+    assert out["verdict"] == NOT_REPRODUCED and out["reason"].startswith("smaller than the paper's")
+    assert "greedy" in out["reason"] and "stochastic" in out["reason"]
+    wide = width_runs({"a": [2, 3.5, 4], "b": [3, 3, 2.2], "c": [1.6, 1.5, 1.0], "d": [2, 2.9, 3.2]})
+    assert verdict(claim("increases", base + "; paper_change=greedy:0.48,stochastic:0.59"),
+                   {"t": wide})["verdict"] == INCONCLUSIVE
+    with pytest.raises(ValueError, match="series:number"):
+        verdict(claim("increases", base + "; paper_change=greedy"), {"t": flat})
+
+
 def test_increases_and_decreases_on_summary_points_use_spearman():
     sweep = pd.DataFrame({"K": range(1, 8), "accepted_fraction": [0.91, 0.9, 0.85, 0.79, 0.8, 0.73, 0.72]})
     down = claim("decreases", "x=K; y=accepted_fraction")

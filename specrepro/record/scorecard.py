@@ -825,8 +825,9 @@ def _monotone(claim, tables: Tables, sign: int) -> Outcome:
     df = _rows(claim, tables, p)
     x_col, y_col = p["x"], p["y"]
     groups = list(df.groupby(p["series"], sort=False)) if p.get("series") else [(y_col, df)]
-    texts, fails, unsure, stats_, n_all = [], [], [], [], None
+    texts, fails, unsure, smaller, stats_, n_all = [], [], [], [], [], None
     word = "rises" if sign > 0 else "falls"
+    paper_change = _series_numbers(claim, p.get("paper_change", ""))
     for label, d in groups:
         if d[x_col].nunique() < 3:
             raise NotRun(f"fewer than 3 values of {x_col}")
@@ -839,6 +840,12 @@ def _monotone(claim, tables: Tables, sign: int) -> Outcome:
                          + _fmt_ci(est, lo, hi, n, "prompts"))
             sig = _has_ci(lo, hi) and (lo > 0 if sign > 0 else hi < 0)
             wrong = _has_ci(lo, hi) and (hi < 0 if sign > 0 else lo > 0)
+            target = paper_change.get(str(label))
+            if not sig and not wrong and target is not None and _has_ci(lo, hi) and (
+                    hi < target if sign > 0 else lo > target):
+                smaller.append(f"{label} (the paper's {target:+.2f} lies outside [{lo:+.2f}, {hi:+.2f}])")
+                stats_.append(est)
+                continue
             stats_.append(est)
         else:  # summary points: Spearman's test over the x values
             d = d.sort_values(x_col)
@@ -860,6 +867,9 @@ def _monotone(claim, tables: Tables, sign: int) -> Outcome:
     text = "; ".join(texts)
     if fails:
         return Outcome(NOT_REPRODUCED, text, None, "; ".join(fails), n=n_all)
+    if smaller:
+        return Outcome(NOT_REPRODUCED, text, None, f"smaller than the paper's change, no significant "
+                                                   f"{'rise' if sign > 0 else 'fall'}: {'; '.join(smaller)}", n=n_all)
     if unsure:
         return Outcome(INCONCLUSIVE, text, None, f"no significant {'rise' if sign > 0 else 'fall'} for "
                                                  f"{', '.join(unsure)} (interval contains 0 / p ≥ {ALPHA_TEST})",
@@ -868,22 +878,45 @@ def _monotone(claim, tables: Tables, sign: int) -> Outcome:
                                                         f"numbers come from other models", n=n_all)
 
 
-@rule("select", "x", "y", "series")
+def _series_numbers(claim, text: str) -> dict[str, float]:
+    """``"greedy:0.48,stochastic:0.59"`` -> {"greedy": 0.48, "stochastic": 0.59} (the ``paper_change`` parameter).
+
+    Raises:
+        ValueError: an item is not ``series:number``.
+    """
+    out = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        name, sep, value = item.rpartition(":")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(f"claim {claim['id']}: paper_change item {item!r} is not series:number")
+    return out
+
+
+@rule("select", "x", "y", "series", "paper_change")
 def increases(claim, tables: Tables) -> Outcome:
     """For a measured direction (y rises with x). Per-prompt rows: per prompt the paired difference y(largest x) −
     y(smallest x), mean over prompts with a 95% bootstrap interval; summary rows (no ``prompt`` column): Spearman's
     ρ over the x values (scipy.stats.spearmanr; its approximate interval by Fisher's z is shown). Trend reproduced if, for every ``series``, the interval lies above
-    0 (or ρ > 0 with p < 0.05); not reproduced if any lies below 0 (or ρ < 0 with p < 0.05); inconclusive
-    otherwise. No exact verdict: the papers' numbers come from other models, so only the direction is judged.
+    0 (or ρ > 0 with p < 0.05); not reproduced if any lies below 0 (or ρ < 0 with p < 0.05), or if for a series
+    whose interval contains 0 the paper's own change (``paper_change``, ``series:number,...``: the paper's y at
+    the largest x minus at the smallest) lies above the interval (a rise smaller than the paper's: the interval
+    rules the paper's number out); inconclusive otherwise (the interval holds both 0 and the paper's change). No
+    exact verdict: the papers' numbers come from other models, so a significant rise of any size is the trend.
     """
     return _monotone(claim, tables, +1)
 
 
-@rule("select", "x", "y", "series")
+@rule("select", "x", "y", "series", "paper_change")
 def decreases(claim, tables: Tables) -> Outcome:
     """As :func:`increases` with the direction reversed: trend reproduced if y falls with x significantly (interval
-    below 0, or ρ < 0 with p < 0.05) for every series; not reproduced if it rises significantly; inconclusive
-    otherwise. No exact verdict (direction only).
+    below 0, or ρ < 0 with p < 0.05) for every series; not reproduced if it rises significantly, or if an interval
+    containing 0 lies above the paper's (negative) change; inconclusive otherwise. No exact verdict (direction only).
     """
     return _monotone(claim, tables, -1)
 
