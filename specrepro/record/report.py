@@ -149,8 +149,9 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
 
 
 #: "n = 20 prompts" inside our number's text (its sample size, which the summary gives a column of its own)
-_N_PHRASE = re.compile(r"n = ([\d,]+(?:[-–][\d,]+)?(?: [A-Za-z]+)?)")
-_N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"), re.compile(r"[,;]?\s*\bn = [\d,]+(?:[-–][\d,]+)?(?: [A-Za-z]+)*"))
+_N_PHRASE = re.compile(r"n = ([\d,]+(?:[-–][\d,]+)?(?: [A-Za-z]+)?(?: × \d+ passes)?)")
+_N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"),
+             re.compile(r"[,;]?\s*\bn = [\d,]+(?:[-–][\d,]+)?(?: [A-Za-z]+)*(?: × \d+ passes)?"))
 #: the longest "ours" cell of the summary; a longer one is cut at its last "; " (else ", ") before this length
 SUMMARY_OURS_CHARS = 150
 

@@ -296,10 +296,19 @@ def _has_ci(lo, hi) -> bool:
     return lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
 
 
+def _prompt_unit(df) -> str:
+    """The unit of n for per-prompt rows: "prompts", or "prompts × 3 passes" when each prompt was timed in several
+    passes (a ``repeat`` column; the passes of a prompt are one unit of the interval, so n counts prompts)."""
+    passes = int(df["repeat"].nunique()) if "repeat" in getattr(df, "columns", ()) else 1
+    return "prompts" if passes <= 1 else f"prompts × {passes} passes"
+
+
 def _fmt_ci(est: float, lo: float, hi: float, n: int, unit: str, digits: int = 2, suffix: str = "") -> str:
-    """``1.43× [1.26, 1.66], n = 5 prompts`` (or ``..., no interval (n = 1 ...)``)."""
+    """``1.43× [1.26, 1.66], n = 5 prompts`` (or ``..., no interval (n = 1 ...)``); ``unit``'s first word is made
+    singular for n = 1 ("1 prompt × 3 passes")."""
     head = f"{est:.{digits}f}{suffix}"
-    unit = unit[:-1] if n == 1 and unit.endswith("s") else unit
+    first, _, rest = unit.partition(" ")
+    unit = (first[:-1] if n == 1 and first.endswith("s") else first) + (f" {rest}" if rest else "")
     if _has_ci(lo, hi):
         return f"{head} [{lo:.{digits}f}, {hi:.{digits}f}], n = {n} {unit}"
     return f"{head}, no interval (n = {n} {unit})"
@@ -623,7 +632,7 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
         results.append((m, *stat_ci(r.to_numpy())))
     name, est, lo, hi, n = max(results, key=lambda t: t[1])
     verdict, why = _judge(est, lo, hi, paper, null, +1, f"{name} over {bases[0]}")
-    text = _fmt_ci(est, lo, hi, n, "prompts", suffix="×") + (
+    text = _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×") + (
         f"; best of {len(cands)}: {name}" if len(cands) > 1 else f" ({name} / {bases[0]})")
     if verdict != EXACT:
         expl = _explain(df[df["method"].astype(str) == name], df[df["method"].astype(str) == bases[0]], tables,
@@ -654,12 +663,12 @@ def computed_speedup(claim, tables: Tables) -> Outcome:
     est, lo, hi, n = stat_ci(predicted.to_numpy())
     paper = _paper_range(claim)[0]
     tol = _float(p, "tolerance", 0.10)
-    text = "computed " + _fmt_ci(est, lo, hi, n, "prompts", suffix="×") + f" (α = {np.nanmean(_num(rows['alpha'])):.2f}, c = {c:g})"
+    text = "computed " + _fmt_ci(est, lo, hi, n, _prompt_unit(rows), suffix="×") + f" (α = {np.nanmean(_num(rows['alpha'])):.2f}, c = {c:g})"
     measured, expl = "", ""
     if p.get("baseline"):
         (base,) = _methods(df, p["baseline"], "baseline")
         m_est, m_lo, m_hi, m_n = stat_ci(paired_ratios(df, name, base).to_numpy())
-        measured = "; measured " + _fmt_ci(m_est, m_lo, m_hi, m_n, "prompts", suffix="×")
+        measured = "; measured " + _fmt_ci(m_est, m_lo, m_hi, m_n, _prompt_unit(df), suffix="×")
         side = ("below 1" if _has_ci(m_lo, m_hi) and m_hi < 1 else "above 1" if _has_ci(m_lo, m_hi) and m_lo > 1
                 else "around 1")
         expl = (f"apart, not judged (the paper measured nothing here): our measurement lies {side}; "
@@ -993,7 +1002,7 @@ def speedup_peaks(claim, tables: Tables) -> Outcome:
     k_best = max(medians, key=medians.get)
     est, lo, hi, n = stat_ci(paired_ratios(df, by_k[ks[-1]], by_k[k_paper]).to_numpy())
     text = (f"best K = {k_best} ({medians[k_best]:.2f}× AR); K = {ks[-1]} over K = {k_paper}: "
-            + _fmt_ci(est, lo, hi, n, "prompts", suffix="×"))
+            + _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×"))
     if not _has_ci(lo, hi):
         return Outcome(INCONCLUSIVE, text, float(k_best), "no interval (fewer than 2 prompts)", lo, hi, n)
     if hi < 1 + tol:
