@@ -282,3 +282,20 @@ def test_plot_helpers_integer_ticks_interval_bars_and_labels():
     assert plots.readable("no_residual") == "no residual (control)" and plots.readable("loop_ms") == "ms per loop"
     assert plots.readable("some_name") == "some name"
     plt.close(fig)
+
+
+def test_scorecard_command_leaves_the_readme_alone_outside_the_record(monkeypatch, capsys):
+    """`python -m specrepro scorecard --readme` run by hand (no SPECREPRO_RECORD) scores and prints, but the generated
+    blocks of README.md and docs/ are the record's: only `make scorecard` rewrites them."""
+    import argparse
+    from pathlib import Path
+
+    from specrepro.record import cli
+
+    root = Path(__file__).resolve().parent.parent
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    before = {p: p.read_bytes() for p in pages}
+    monkeypatch.delenv("SPECREPRO_RECORD", raising=False)
+    assert cli.run_command(argparse.Namespace(profile="standard", device="cpu", readme=True)) == 0
+    assert "README.md not rewritten" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in pages} == before

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from specrepro.record.results import STANDARD
+from specrepro.record.results import STANDARD, writes_record
 
 __all__ = ["configure_parser", "run_command"]
 
@@ -18,7 +18,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default=STANDARD, help="profile whose result tables are scored (default standard)")
     parser.add_argument("--device", default="cpu", help="device recorded in the scorecard's provenance")
     parser.add_argument("--readme", action="store_true",
-                        help="also rewrite README.md's scorecard and figure blocks (done for any profile when given)")
+                        help="also rewrite the generated blocks of README.md and docs/ (only as the record's writer: "
+                             "the standard profile with SPECREPRO_RECORD=1, as `make scorecard` runs it)")
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
@@ -28,6 +29,10 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     card = write_scorecard(args.profile, args.device)
     print(render_markdown(card, args.profile))
     if args.readme:
-        changed = update_readme(args.profile, card, force=True)
+        if not writes_record(args.profile):
+            print("README.md not rewritten: only the record's writer does that (the standard profile with "
+                  "SPECREPRO_RECORD=1: `make scorecard`)")
+            return 0
+        changed = update_readme(args.profile, card)
         print("README.md updated" if changed else "README.md already current")
     return 0
