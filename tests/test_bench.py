@@ -326,6 +326,8 @@ def test_humaneval_errors_are_clear(problem):
     (["sd-tree@4x4x4x4x4x4"], {}, "more than 1024 nodes"),
     (["sd-tree@2x2", "sd-tree@2x2"], {}, "twice"),
     (["sd-tree"], {"tree_mode": "beam"}, "tree_mode"),
+    (["sd-tree-int8-gbv@2x2"], {}, "unbranched paths"),
+    (["sd-tree-int8-gbv"], {"tree": "1x2"}, "unbranched paths"),
     (["ar"], {"tree": "2x2"}, "only used by sd-tree"),
     (["medusa"], {}, "need trained Medusa heads.*--medusa-heads.*notebook 06.*get_or_train_heads"),
     (["medusa-typical"], {"medusa_heads": "MISSING"}, "no Medusa heads there"),
@@ -778,10 +780,11 @@ def test_an_interrupted_bench_resumes_and_removes_its_checkpoint(clean_registry,
 
 
 def test_verifier_methods_run_side_by_side(tiny_with_tokenizer, one_thread):
-    """The verifiers after the papers as bench methods on the same int8 draft: block on chains, traversal and SpecTr
-    on trees; each exact, each equal to AR under greedy."""
+    """The verifiers after the papers as bench methods on the same int8 draft: block on chains, traversal, SpecTr and
+    GBV on trees; each exact, each equal to AR under greedy."""
     model, tok = tiny_with_tokenizer
-    methods = "sd-draft-int8@3,sd-draft-int8-block@3,sd-tree-int8@2x1,sd-tree-int8-traversal@2x1,sd-tree-int8-spectr@2x1"
+    methods = ("sd-draft-int8@3,sd-draft-int8-block@3,sd-tree-int8@2x1,sd-tree-int8-traversal@2x1,"
+               "sd-tree-int8-spectr@2x1,sd-tree-int8-gbv@2x1")
     res = run_bench(models=(model, model, tok), prompts=["def f(x):\n"], methods=methods, max_new_tokens=6,
                     temperature=1.0, options={"tree_mode": "without_replacement"}, warmup=False, progress=False)
     s = res.summary.set_index("method")

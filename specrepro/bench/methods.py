@@ -508,6 +508,26 @@ def _sd_tree_int8_spectr(ctx, name, gamma):
                               mode="iid")
 
 
+def _prepare_sd_tree_paths(at, gamma, options):
+    """:func:`_prepare_sd_tree` for rules that verify K unbranched paths: the tree must be ⟨K,1,...,1⟩."""
+    spec = at or options.get("tree")
+    widths = parse_tree_spec(spec) if spec else default_expansion(gamma)
+    if any(w != 1 for w in widths[1:]):
+        raise BenchOptionError(f"tree {spec!r}: GBV verifies K i.i.d. unbranched paths, a tree <K,1,...,1> "
+                               f"(e.g. 3x1x1x1), not {'x'.join(map(str, widths))}")
+    return len(widths)
+
+
+@register_method("sd-tree-int8-gbv", needs_draft=True, prepare=_prepare_sd_tree_paths)
+def _sd_tree_int8_gbv(ctx, name, gamma):
+    """sd-tree-int8's trees of K unmerged i.i.d. paths, ⟨K,1,...,1⟩ (children i.i.d. whatever --opt tree_mode says),
+    verified by greedy multi-path block verification (Thomas & Pal 2026, arXiv:2602.16961: the best path under a
+    p/q order, block-verified against the law of that pick); exact"""
+    from specrepro.core.verifiers import verify_tree_gbv
+
+    return _draft_tree_runner(ctx, name, gamma, _int8_draft(ctx), "int8 draft", verify=verify_tree_gbv, mode="iid")
+
+
 @register_method("sd-draft-int8-block", needs_draft=True)
 def _sd_draft_int8_block(ctx, name, gamma):
     """sd-draft-int8's chains verified by block verification (Sun et al. 2025, arXiv:2403.10444); exact"""

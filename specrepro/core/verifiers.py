@@ -8,10 +8,14 @@ enumeration drivers that turn one step's outcomes into the exact distribution of
 * :func:`verify_tree_traversal` / :func:`verify_chain_traversal` — Traversal Verification (Weng et al., NeurIPS 2025,
   arXiv:2505.12398; its verification algorithm, reconstructed: the docstring of :func:`verify_tree_traversal`): leaf-to-root, sequence-level acceptance on a token tree. On a chain it IS block
   verification (Sun et al. 2025): the same stopping probabilities h_k and residuals.
-* :func:`verify_multipath_block` — multi-path block verification over K draft paths (what Thomas & Pal,
-  arXiv:2602.16961, call the setting of GBV). The paper's algorithm text was not available; this is the rule we can
-  prove exact: block verification along each path, recursive rejection across paths at the root (= traversal
-  verification on the tree of K unmerged paths). It is NOT claimed to be the paper's GBV.
+* :func:`verify_multipath_gbv` / :func:`verify_tree_gbv` — greedy multi-path block verification (GBV; Thomas & Pal
+  2026, arXiv:2602.16961, the paper's multi-path part, Sec. 4 as its reviews cite it): pick the best of K i.i.d.
+  draft paths under a lexicographic p/q order, then block verification of that one path against the law of the pick
+  (the "skewed draft"). The paper's algorithm text was not reachable here; the rule follows the authors' reference
+  implementation (see :func:`verify_multipath_gbv`).
+* :func:`verify_multipath_block` — another multi-path generalization of block verification over K draft paths:
+  block verification along each path, recursive rejection across paths at the root (= traversal verification on the
+  tree of K unmerged paths). It is NOT the paper's GBV (a different outcome law, by enumeration in the tests).
 * :func:`verify_tree_spectr` — SpecTr's K-SEQ draft selection (Sun et al., NeurIPS 2023, arXiv:2310.15141, the
   K-SEQ algorithm with its choice rho* of rho; SpecTr writes p for the draft and q for the target, here the project's
   p = target, q = draft), applied level by level to i.i.d. draft paths.
@@ -35,6 +39,8 @@ from specrepro.core.trees import check_verify_args, children_lists
 
 __all__ = ["child_weight", "after_rejection", "verify_tree_traversal", "traversal_outcomes", "verify_chain_traversal",
            "chain_traversal_outcomes", "multipath_tree", "verify_multipath_block", "multipath_block_outcomes",
+           "gbv_rank", "gbv_skew", "gbv_select", "verify_multipath_gbv", "gbv_outcomes", "tree_chains",
+           "verify_tree_gbv", "gbv_tree_outcomes",
            "kseq_rho", "kseq_residual", "kseq_outcomes", "verify_tree_spectr", "spectr_tree_outcomes"]
 
 
@@ -186,7 +192,7 @@ def chain_traversal_outcomes(ps: torch.Tensor, qs: torch.Tensor | None, drafted:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Multi-path block verification (the setting of Thomas & Pal 2026, arXiv:2602.16961; paper text unavailable)
+# Multi-path block verification by recursive rejection across paths (not the paper's GBV; GBV is below)
 # ----------------------------------------------------------------------------------------------------------------
 
 def multipath_tree(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor):
@@ -209,9 +215,10 @@ def multipath_tree(target_probs: torch.Tensor, draft_probs: torch.Tensor | None,
 
 def verify_multipath_block(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
                            generator: torch.Generator | None, *, update_fn=None) -> tuple[int, int, int]:
-    """Multi-path block verification of K draft paths (setting of Thomas & Pal 2026, arXiv:2602.16961).
+    """Multi-path block verification of K draft paths by recursive rejection across the paths.
 
-    The paper's GBV algorithm text was not available here; this is the multi-path generalization of block
+    NOT Thomas & Pal's GBV (that is :func:`verify_multipath_gbv`, which verifies one selected path; the two rules
+    have different outcome laws, shown by enumeration in the tests). This is the multi-path generalization of block
     verification that we can prove exact (and do, by enumeration): block verification along path 1 (leaf to root,
     Sun et al. 2025 Alg. 2); if path 1 fails down to the root, the root's target row becomes the residual
     norm(max(0, p_0 − q_0)) (recursive rejection sampling across paths, SpecInfer/SpecTr) and path 2 is verified
@@ -245,6 +252,223 @@ def multipath_block_outcomes(target_probs, draft_probs, draft_tokens, *, update_
     return [((path[0] // g if path else 0), len(path), y, pr)
             for path, y, pr in traversal_outcomes(*multipath_tree(target_probs, draft_probs, draft_tokens),
                                                   update_fn=update_fn)]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Greedy multi-path block verification, GBV (Thomas & Pal 2026, arXiv:2602.16961)
+# ----------------------------------------------------------------------------------------------------------------
+
+def gbv_rank(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """GBV's order of the vocabulary at one prefix: long [V], the position of each token when sorted by p(t)/q(t)
+    ascending, ties broken by token id (the smaller id ranks lower). Higher rank = preferred. Tokens with q(t) = 0
+    (which no draft can hold) get ratio 0; they carry no draft mass, so where they sit changes nothing.
+    p, q: float [V] (target and draft rows at the prefix)."""
+    p, q = p.double(), q.double()
+    ratio = torch.where(q > 0, p / torch.where(q > 0, q, torch.ones_like(q)), torch.zeros_like(q))
+    order = torch.argsort(ratio, stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=order.device)
+    return rank
+
+
+def gbv_skew(q: torch.Tensor, below: torch.Tensor, a: float, x: float, k: int) -> torch.Tensor:
+    """The law of the next token of the best of k i.i.d. draft paths, given that the best path starts with prefix c.
+
+    Args:
+        q: float [V], the draft row at c.
+        below: float [V], Σ q(u) over the tokens u ranked below t (:func:`gbv_rank`), per t.
+        a: the probability that one draft path lies, in the lexicographic order, below every path starting with c.
+        x: the probability that one draft path starts with c.
+        k: the number of i.i.d. paths.
+
+    Returns:
+        float64 [V]: s(t) = [(a + x·below(t) + x·q(t))^k − (a + x·below(t))^k] / [(a + x)^k − a^k], computed as
+        q(t)·S(b_t, a_t) / S(1, a / (a + x)) with S(b, a) = Σ_{j<k} b^j a^(k−1−j) and b_t, a_t the two bases
+        divided by a + x (no cancellation), then renormalized against rounding. k = 1 (or x = 0) gives q.
+    """
+    q = q.double()
+    tot = a + x
+    if k == 1 or not tot > 0:
+        return q
+    lo = (a + x * below.double()) / tot
+    hi = lo + x * q / tot
+    num = sum(hi ** j * lo ** (k - 1 - j) for j in range(k))
+    den = sum((a / tot) ** (k - 1 - j) for j in range(k))
+    s = (q * num / den).clamp_min(0.0)
+    z = s.sum()
+    return s / z if bool(z > 0) else q
+
+
+def gbv_select(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor, *,
+               skew_fn=None) -> tuple[int, torch.Tensor]:
+    """GBV's path selection: the index of the best of the K draft paths and the skewed draft rows along it.
+
+    Walks from the root: at position i, among the paths that agree with the chosen prefix, the token of highest
+    :func:`gbv_rank` (target and draft rows of the first such path) extends the prefix; the chosen path is the first
+    path carrying the whole chosen prefix (the lexicographic maximum). Along the way, row i of the skewed draft is
+    :func:`gbv_skew` at the chosen prefix of length i.
+
+    Args: as :func:`verify_multipath_gbv` (draft_probs not None); skew_fn replaces :func:`gbv_skew` (negative
+    controls only).
+
+    Returns:
+        (path_index, skew rows float64 [gamma, V]).
+    """
+    k, g = draft_tokens.shape
+    toks = draft_tokens.tolist()
+    skew = skew_fn or gbv_skew
+    active, a, x, rows = list(range(k)), 0.0, 1.0, []
+    for i in range(g):
+        head = active[0]
+        q = draft_probs[head, i].double()
+        rank = gbv_rank(target_probs[head, i], q)
+        best = max({toks[j][i] for j in active}, key=lambda t: int(rank[t]))
+        order = torch.argsort(rank)
+        below = torch.empty_like(q)
+        below[order] = torch.cat([q.new_zeros(1), torch.cumsum(q[order], 0)[:-1]])
+        rows.append(skew(q, below, a, x, k))
+        a, x = a + x * float(below[best]), x * float(q[best])
+        active = [j for j in active if toks[j][i] == best]
+    if not rows:
+        return 0, draft_probs.new_empty(0, draft_probs.shape[-1]).double()
+    return active[0], torch.stack(rows)
+
+
+def _check_gbv_args(target_probs, draft_probs, draft_tokens):
+    multipath_tree(target_probs, draft_probs, draft_tokens)  # shape checks
+    if draft_probs is None:
+        raise ValueError("GBV needs the law of the i.i.d. draft paths (draft_probs), not point masses")
+
+
+def verify_multipath_gbv(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
+                         generator: torch.Generator | None, *, skew_fn=None,
+                         update_fn=None) -> tuple[int, int, int]:
+    """Greedy multi-path block verification (GBV) of K i.i.d. draft paths (Thomas & Pal 2026, arXiv:2602.16961).
+
+    Source: the paper's multi-path part (Sec. 4, as the paper's OpenReview reviews cite it, e.g. its Theorem 4.6: the
+    multi-path linear program, its decomposition into a path selection that "skews" the draft followed by single-path
+    block verification, and the greedy class that ranks paths with on-path probabilities only). Neither that text nor
+    the algorithm's number in the paper was reachable from here; the rule follows the authors' reference
+    implementation (``TreeVerifier.gbv_verify`` / ``compute_skew``), with one tie-breaking order used throughout (see
+    below). Steps:
+
+    1. Selection (:func:`gbv_select`): order paths lexicographically, each position by p(t)/q(t) at its prefix
+       (:func:`gbv_rank`); take the largest of the K drafted paths (a greedy walk from the root).
+    2. Skewed draft (:func:`gbv_skew`): the chosen path is distributed as the maximum of K i.i.d. draft paths, whose
+       next-token law at a prefix c is s_c(t) = [(A + Y_t + Z_t)^K − (A + Y_t)^K] / [(A + X)^K − A^K] (X = q(c), A =
+       the draft mass below c, Y_t = X·q-mass of the tokens ranked below t, Z_t = X·q_c(t)).
+    3. Block verification (Sun et al. 2025; here :func:`verify_chain_traversal`, the same law) of the chosen path with
+       the rows s in place of the draft rows q: weights min(1, w·p/s), stopping probabilities, residual
+       norm(max(0, w·p − s)) at the last accepted prefix, or a bonus token from p after the whole path.
+
+    Exact (emitted tokens distributed as target samples; enumeration in tests/test_verifiers.py) when the K paths are
+    i.i.d. draws from the draft and ``draft_probs`` holds that draft's rows: the chosen path is then an
+    autoregressive draw from s, and block verification is exact for the law it is given. With K = 1 it is block
+    verification. The authors' code breaks ties in p/q differently in its walk (first child) and in its skew (token
+    id), which is not exact when two drafted tokens tie; here both use (ratio, token id).
+
+    Args:
+        target_probs: float [K, gamma+1, V]; row [k, i] = target after the first i tokens of path k (rows of paths
+            sharing a prefix must agree; the first such path's rows are used).
+        draft_probs: float [K, gamma, V]; row [k, i] = the draft's law of path k's token i given its first i tokens
+            (the same for every path: i.i.d. paths).
+        draft_tokens: long [K, gamma].
+        generator: the torch.Generator for all randomness.
+        skew_fn, update_fn: replacements for :func:`gbv_skew` and :func:`after_rejection`; negative controls only.
+
+    Returns:
+        ``(path_index, n_accepted, next_token)`` as Python ints: the chosen path, how many of its tokens are
+        accepted, and the correction or bonus token.
+
+    Raises:
+        ValueError: shapes disagree (as :func:`verify_multipath_block`), or draft_probs is None.
+    """
+    _check_gbv_args(target_probs, draft_probs, draft_tokens)
+    k, rows = gbv_select(target_probs, draft_probs, draft_tokens, skew_fn=skew_fn)
+    n, nxt = verify_chain_traversal(target_probs[k], rows.to(target_probs.device), draft_tokens[k], generator,
+                                    update_fn=update_fn)
+    return k, n, nxt
+
+
+def gbv_outcomes(target_probs, draft_probs, draft_tokens, *, skew_fn=None, update_fn=None) -> list:
+    """Every outcome of :func:`verify_multipath_gbv` with its exact probability (the selection is a function of the
+    drafts; the rest is :func:`chain_traversal_outcomes` with the skewed rows): list of (path_index, n_accepted,
+    next_token, probability)."""
+    _check_gbv_args(target_probs, draft_probs, draft_tokens)
+    k, rows = gbv_select(target_probs, draft_probs, draft_tokens, skew_fn=skew_fn)
+    drafted = tuple(draft_tokens[k].tolist())
+    return [(k, n, y, pr) for n, y, pr in chain_traversal_outcomes(target_probs[k], rows.to(target_probs.dtype),
+                                                                   drafted, update_fn=update_fn)]
+
+
+def tree_chains(parents: torch.Tensor) -> list[list[int]]:
+    """The node paths of a tree made of K chains of equal depth under the root (an expansion tree ⟨K,1,...,1⟩, or
+    :func:`multipath_tree`'s layout): list of K lists of node indices, root to leaf, chains in the order of their
+    first nodes. Raises ValueError for any other shape."""
+    kids = children_lists(torch.as_tensor(parents).reshape(-1).cpu())
+    chains = []
+    for first in kids.get(-1, []):
+        nodes = [first]
+        while nodes[-1] in kids:
+            if len(kids[nodes[-1]]) != 1:
+                raise ValueError("GBV verifies K unbranched paths under the root (a <K,1,...,1> tree); node "
+                                 f"{nodes[-1]} has {len(kids[nodes[-1]])} children")
+            nodes.append(kids[nodes[-1]][0])
+        chains.append(nodes)
+    if len({len(c) for c in chains}) > 1:
+        raise ValueError(f"GBV needs paths of equal length, got {[len(c) for c in chains]}")
+    return chains
+
+
+def _tree_as_paths(parents, tokens, target_probs, proposal_probs):
+    parents = torch.as_tensor(parents).reshape(-1)
+    tokens = torch.as_tensor(tokens).reshape(-1)
+    check_verify_args(parents, tokens, target_probs, proposal_probs, "mss")
+    if proposal_probs is None and parents.numel():
+        raise ValueError("GBV needs the law of the i.i.d. draft paths (proposal_probs), not point masses")
+    chains = tree_chains(parents)
+    if not chains:
+        return chains, None
+    idx = torch.tensor(chains, dtype=torch.long, device=target_probs.device)
+    tp = torch.cat([target_probs[0].expand(len(chains), 1, -1), target_probs[idx + 1]], 1)
+    return chains, (tp, proposal_probs[idx.to(proposal_probs.device)], tokens[idx.to(tokens.device)])
+
+
+def verify_tree_gbv(parents: torch.Tensor, tokens: torch.Tensor, target_probs: torch.Tensor,
+                    proposal_probs: torch.Tensor, generator: torch.Generator | None, *, skew_fn=None,
+                    update_fn=None) -> tuple[list[int], int]:
+    """:func:`verify_multipath_gbv` on a token tree of K i.i.d. unmerged draft paths under the root (the expansion
+    tree ⟨K,1,...,1⟩ of :class:`~specrepro.core.trees.DraftTreeProposer` in "iid" mode), with the contract of
+    :func:`specrepro.core.trees.verify_tree` (a ``verify=`` rule of :func:`~specrepro.core.trees.tree_generate`).
+
+    Args:
+        parents, tokens, target_probs: as :func:`verify_tree_traversal` (long [N], long [N], float [N+1, V]).
+        proposal_probs: float [N, V], the draft row each node was drawn from (i.i.d. paths).
+        generator: the torch.Generator for all randomness; skew_fn, update_fn: negative controls only.
+
+    Returns:
+        (accepted_path, next_token): the accepted node indices on the chosen path from the root down, and the
+        correction or bonus token. An empty tree gives ([], a token from target row 0).
+
+    Raises:
+        ValueError: inconsistent shapes, point masses (None), or a tree that is not K unbranched paths of equal
+        length under the root.
+    """
+    chains, paths = _tree_as_paths(parents, tokens, target_probs, proposal_probs)
+    if not chains:
+        return [], int(sample(target_probs[0], generator))
+    k, n, nxt = verify_multipath_gbv(*paths, generator, skew_fn=skew_fn, update_fn=update_fn)
+    return chains[k][:n], nxt
+
+
+def gbv_tree_outcomes(parents, tokens, target_probs, proposal_probs, *, skew_fn=None, update_fn=None) -> list:
+    """Every outcome of :func:`verify_tree_gbv`: list of (accepted_path tuple, next_token, probability)."""
+    chains, paths = _tree_as_paths(parents, tokens, target_probs, proposal_probs)
+    if not chains:
+        p = target_probs[0]
+        return [((), y, float(p[y])) for y in (p > 0).nonzero().flatten().tolist()]
+    return [(tuple(chains[k][:n]), y, pr) for k, n, y, pr in gbv_outcomes(*paths, skew_fn=skew_fn,
+                                                                            update_fn=update_fn)]
 
 
 # ----------------------------------------------------------------------------------------------------------------
