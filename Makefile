@@ -99,8 +99,11 @@ unit: $(STAMP) $(BROWSER_STAMP)  ## pytest: unit tests, the exactness battery an
 nbval-refresh: $(STAMP)  ## re-execute the quick-profile notebooks into notebooks/executed/quick/ (nbval's references)
 	$(MAKE) --no-print-directory PROFILE=quick EXECUTED_DIR=notebooks/executed/quick notebooks
 
+# JOBS notebooks at once (pytest-xdist; --dist loadscope keeps each notebook's cells in order on one worker), each
+# kernel with one torch thread so that JOBS kernels never run more threads than there are cores
 nbval: $(STAMP)  ## re-execute the committed quick-profile notebooks and compare their checked cells (nbval, lax)
-	$(PY) -m pytest -q --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly $(QUICK_EXECUTED)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadscope --nbval-lax \
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly $(QUICK_EXECUTED)
 
 reproduce: $(STAMP) fetch bench-results $(GREEDY_EQUALITY) $(AUDIT) notebooks $(HISTORY)  ## run every notebook for PROFILE (data/results/, figures/, notebooks/executed/) and, in standard, the bench of record; then the scorecard (README.md in standard)
 
