@@ -308,6 +308,26 @@ def test_close_to_prediction():
     assert verdict(c, {"t": falling})["verdict"] == NOT_REPRODUCED
 
 
+def test_close_to_prediction_rise_is_judged_within_prompts_not_over_pooled_runs():
+    """Prompts that differ in α make measured and predicted values rise together over the pooled runs even when,
+    within every prompt, the measurement falls as the prediction rises: that is no trend (the prompt is the unit)."""
+    c = claim("close_to_prediction", "method=gamma > 0; measured=tokens_per_step; tolerance=0.10",
+              paper_kind="computed", paper_value="(1 − α^(γ+1)) / (1 − α)")
+    rows = []
+    for i, a in enumerate((0.3, 0.4, 0.5, 0.6, 0.7, 0.8)):
+        for g in (1, 2, 3):
+            tps_step = (1.0 + 4 * a) * (1.3 - 0.1 * g)  # rises with the prompt's α, falls with γ within the prompt
+            rows.append({"prompt": f"p{i}", "method": f"sd{g}", "gamma": g, "tokens": 128, "steps": 128 / tps_step,
+                         "tokens_per_step": tps_step, "alpha": a, "temperature": 0, "tokens_per_s": 1.0,
+                         "seconds": 128.0})
+    t = pd.DataFrame(rows)
+    pred = (1 - t["alpha"] ** (t["gamma"] + 1)) / (1 - t["alpha"])
+    from scipy import stats
+    assert stats.spearmanr(pred, t["tokens_per_step"]).pvalue < 0.05  # pooled, the old fallback's "rise"
+    out = verdict(c, {"t": t})
+    assert out["verdict"] == NOT_REPRODUCED and "ρ within prompts -1.00" in out["ours"]
+
+
 def test_close_to_prediction_of_a_measured_gap_and_of_speedups():
     summary = pd.DataFrame({"method": ["sd γ=3"], "temperature": [0], "c": [0.1]})
     # Thm 3.8 at α = 0.8, γ = 3, c = 0.1: 2.952 / 1.3 = 2.27

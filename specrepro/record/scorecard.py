@@ -752,9 +752,10 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
     Reproduced exactly if the interval's upper end is at most the tolerance (for a paper_kind "computed" formula:
     ``tolerance``, default 10%, absorbing that acceptance is not i.i.d. in real text) or, for a gap the paper
     measured (paper_value), if the paper's gap lies inside our interval or above it (we are at least as close);
-    trend reproduced otherwise if the measured values rise with the predicted ones (Spearman ρ > 0, p < 0.05, over
-    all rows); not reproduced if the interval lies wholly above the tolerance (or the paper's gap) and no such
-    rise; inconclusive otherwise.
+    trend reproduced otherwise if the measured values rise with the predicted ones within prompts (Spearman's ρ
+    between predicted and measured over each prompt's rows, at least 3 of them; the mean over prompts with a 95%
+    bootstrap interval lies above 0: prompts are the independent units, never a prompt's runs); not reproduced if
+    the gap interval lies wholly above the tolerance (or the paper's gap) and no such rise; inconclusive otherwise.
     """
     p = params_of(claim)
     df = _rows(claim, tables, p)
@@ -805,7 +806,15 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
     gap = np.abs(measured / predicted - 1)
     per_prompt = pd.Series(gap, index=rows["prompt"].to_numpy()).groupby(level=0).median()
     est, lo, hi, n = stat_ci(per_prompt.to_numpy())
-    rho, pval = spearman(predicted, measured)
+    # does the measurement rise with the prediction? Spearman's ρ within each prompt (over its settings and passes),
+    # then the mean over prompts with a 95% bootstrap interval: the prompt is the unit, runs of one prompt are not
+    # independent samples
+    pairs = pd.DataFrame({"prompt": rows["prompt"].to_numpy(), "pred": predicted, "meas": measured})
+    rhos = [spearman(g["pred"].to_numpy(), g["meas"].to_numpy())[0] for _, g in pairs.groupby("prompt", sort=False)
+            if len(g) >= 3]
+    rhos = np.asarray([r for r in rhos if np.isfinite(r)], dtype=float)
+    rho, rho_lo, rho_hi, rho_n = stat_ci(rhos, np.mean) if rhos.size else (math.nan, math.nan, math.nan, 0)
+    rises = _has_ci(rho_lo, rho_hi) and rho_lo > 0
     if claim["paper_kind"] == "computed":
         bound, ok = _float(p, "tolerance", 0.10), _has_ci(lo, hi) and hi <= _float(p, "tolerance", 0.10)
         against = f"tolerance {bound:.0%}"
@@ -814,14 +823,15 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
         ok = _has_ci(lo, hi) and lo <= bound
         against = f"the paper's {bound:.0%}"
     text = (f"median gap {_fmt_ci(est, lo, hi, n, 'prompts')} ({len(gap)} runs)"
-            + ("" if math.isnan(rho) else f", ρ = {rho:.2f} (p = {pval:.2g})") + c_note)
+            + ("" if math.isnan(rho) else f", ρ within prompts {_fmt_ci(rho, rho_lo, rho_hi, rho_n, 'prompts')}")
+            + c_note)
     if ok:
         return Outcome(EXACT, text, est, "", lo, hi, n)
     if not _has_ci(lo, hi):
         return Outcome(INCONCLUSIVE, text, est, "no interval (fewer than 2 prompts)", lo, hi, n)
-    if rho > 0 and pval < ALPHA_TEST:
+    if rises:
         return Outcome(TREND, text, est, f"gap interval [{lo:.0%}, {hi:.0%}] exceeds {against}, but the "
-                                         f"measurement rises with the prediction", lo, hi, n)
+                                         f"measurement rises with the prediction within prompts", lo, hi, n)
     if lo > bound:
         return Outcome(NOT_REPRODUCED, text, est, f"gap interval [{lo:.0%}, {hi:.0%}] lies above {against} and the "
                                                   f"measurement does not rise significantly with the prediction",
