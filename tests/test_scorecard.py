@@ -158,6 +158,14 @@ def ratio_claim(value="1.5", extra="", text="a speedup"):
     return claim("paired_ratio", "method=gamma > 0; baseline=method == 'AR'" + extra, paper_value=value, claim=text)
 
 
+def test_paired_ratio_shows_extensions_beside_but_judges_the_closest_configuration():
+    t = runs([1.4, 1.5, 1.6, 1.45, 1.55], extra=runs([2.4, 2.5, 2.6, 2.45, 2.55], method="int8").query("method == 'int8'"))
+    out = verdict(claim("paired_ratio", "method=method == 'sd γ=3'; baseline=method == 'AR'; beside=method == 'int8'",
+                        paper_value="2.5"), {"t": t})
+    assert out["verdict"] == TREND and out["ours_value"] == pytest.approx(1.5)  # the extension's 2.5 is not the verdict
+    assert "beside, not judged: int8 2.50×" in out["ours"]
+
+
 def test_paired_ratio_gives_every_verdict():
     up = runs([1.4, 1.5, 1.6, 1.45, 1.55])
     out = verdict(ratio_claim("1.5"), {"t": up})

@@ -589,7 +589,7 @@ def all_identical(claim, tables: Tables) -> Outcome:
                    f"{len(same) - n_ok} runs differ from the baseline" + (f" ({who})" if who else ""), n=len(same))
 
 
-@rule("select", "method", "baseline", "value", "null", "summary")
+@rule("select", "method", "baseline", "value", "null", "summary", "beside")
 def paired_ratio(claim, tables: Tables) -> Outcome:
     """For a measured ratio (a speedup over AR, tree over chain, MSS over naive sampling). Per prompt, the method's
     ``value`` (default tokens_per_s) over the baseline's on the same prompt (and repeat), from
@@ -597,7 +597,10 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
     Reproduced exactly if the paper's value (or range) lies inside the interval and the interval lies above the null
     (``null``, default 1); trend reproduced if the interval lies above the null only; not reproduced if it lies
     below; inconclusive if it contains the null, or if the table is summary-only (no ``prompt`` column: one pooled
-    row per method, so no interval; ``summary`` names the pooled ratio column shown instead).
+    row per method, so no interval; ``summary`` names the pooled ratio column shown instead). ``beside`` (a method
+    query) names extensions of ours shown after the verdict's number with their own paired ratio and interval, never
+    judged: the verdict uses the configuration closest to the paper's (e.g. a draft model in its own dtype), the
+    int8 draft and other extensions stand beside it.
 
     Params: ``select`` (rows of the table, e.g. one temperature), ``method`` / ``baseline`` (queries choosing the
     method rows and the one baseline method). Several methods are allowed only if the claim says "best of N": then
@@ -634,6 +637,10 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
     verdict, why = _judge(est, lo, hi, paper, null, +1, f"{name} over {bases[0]}")
     text = _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×") + (
         f"; best of {len(cands)}: {name}" if len(cands) > 1 else f" ({name} / {bases[0]})")
+    if p.get("beside"):
+        for m in _methods(df, p["beside"], "beside"):
+            b_est, b_lo, b_hi, b_n = stat_ci(paired_ratios(df, m, bases[0], value).to_numpy())
+            text += f"; beside, not judged: {m} {_fmt_ci(b_est, b_lo, b_hi, b_n, _prompt_unit(df), suffix='×')}"
     if verdict != EXACT:
         expl = _explain(df[df["method"].astype(str) == name], df[df["method"].astype(str) == bases[0]], tables,
                         _names(claim["our_table"])[0])
