@@ -7,6 +7,13 @@ What this file is: named prompt sets loaded through 🤗 ``datasets``, each as a
   function signature and docstring, as in Chen et al. 2023.
 * ``pydoc`` — a natural-language workload that ships offline: paragraphs of the Python documentation in the
   standard library's ``pydoc_data.topics``, framed as instruction prompts ("Explain ... in plain words").
+* ``chat`` — a natural-language workload of the kind Spec-Bench uses (Xia et al. 2024: conversation,
+  translation, summarization, question answering, mathematical reasoning, retrieval-augmented generation), built
+  offline: five categories from the paragraphs of ``pydoc_data.topics`` (the Python documentation, PSF License
+  Version 2) and the math problems from a fixed generator (seeded, numbers only); the categories take turns, so the
+  first n prompts cover all six. Each prompt's ``meta["category"]`` names its category. The documentation is the
+  running interpreter's, so the texts can differ between Python versions (the bench records the version). Meant to be fed through the
+  model's chat template (``format_prompt(..., chat=True)``, the bench's ``--chat-template``).
 * a path to a ``.jsonl`` file of ``{"prompt": ...}`` objects (other keys are kept as metadata).
 * the papers' hub datasets by name (``xsum``, ``cnn_dailymail``, ``wmt14-de-en``, ``mt-bench``, ``alpaca``), through
   ``datasets.load_dataset``; on a machine without hub access this raises :class:`WorkloadUnavailable` saying what
@@ -21,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Prompt", "WORKLOADS", "HUB_WORKLOADS", "WorkloadUnavailable", "load_workload", "format_prompt",
+__all__ = ["Prompt", "WORKLOADS", "CHAT_CATEGORIES", "HUB_WORKLOADS", "WorkloadUnavailable", "load_workload", "format_prompt",
            "corpus_token_ids"]
 
 
@@ -50,7 +57,9 @@ HUB_WORKLOADS = {
                lambda r: r["instruction"] + (f"\n\n{r['input']}" if r.get("input") else "")),
 }
 
-WORKLOADS = ("humaneval", "pydoc", *HUB_WORKLOADS)
+WORKLOADS = ("humaneval", "pydoc", "chat", *HUB_WORKLOADS)
+#: the chat workload's categories, in the order they take turns
+CHAT_CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag")
 
 
 def _humaneval() -> list[Prompt]:
@@ -80,6 +89,66 @@ def _pydoc(max_chars: int = 1200) -> list[Prompt]:
     return [Prompt(r["id"], "Here is part of the Python documentation:\n\n" + r["text"]
                    + "\n\nExplain this in plain words for a new Python programmer.", {"topic": r["id"]})
             for r in ds]
+
+
+def _paragraphs(min_chars: int = 200, max_chars: int = 700) -> list[tuple[str, str]]:
+    """(topic, paragraph) pairs of the Python documentation's topics: each topic's first prose paragraph of
+    ``min_chars``-``max_chars`` characters (code listings and grammar rules skipped), topics in sorted order."""
+    from pydoc_data.topics import topics
+
+    out = []
+    for name in sorted(topics):
+        for para in (p.strip() for p in topics[name].split("\n\n")):
+            flat = " ".join(para.split())
+            if (min_chars <= len(flat) <= max_chars and flat[0].isupper() and flat.endswith(".")
+                    and "::=" not in flat and ">>>" not in flat):
+                out.append((name, flat))
+                break
+    return out
+
+
+def _math_problem(i: int) -> str:
+    """The i-th math word problem of a fixed generator (numpy's PCG64 seeded with i: the same text everywhere)."""
+    import numpy as np
+
+    rng = np.random.default_rng(i)
+    a, b, c = (int(x) for x in rng.integers(12, 99, size=3))
+    kind = i % 3
+    if kind == 0:
+        return (f"A library has {a} shelves with {b} books on each shelf, and {c} books are on loan. How many books "
+                f"are in the library building? Reason step by step, then give the number.")
+    if kind == 1:
+        return (f"A train travels {a * 10} km in {b // 10 + 1} hours and then {c * 5} km in {c // 10 + 1} hours. What "
+                f"is its average speed over the whole trip? Show your working.")
+    return (f"Solve for x: {a}x + {b} = {a * c + b}. Explain each step, then check the answer by substituting it.")
+
+
+def _chat() -> list[Prompt]:
+    """The chat workload: the six categories of :data:`CHAT_CATEGORIES` taking turns (see the module docstring)."""
+    paras = _paragraphs()
+    languages = ("French", "German", "Spanish")
+    rows = []
+    for i, (topic, para) in enumerate(paras):
+        cat = CHAT_CATEGORIES[i % len(CHAT_CATEGORIES)]
+        label = topic.replace("-", " ")
+        if cat == "conversation":
+            text = (f"I am learning Python and keep hearing about \"{label}\". What is it, when would I use it, "
+                    f"and what mistakes do beginners make with it?")
+        elif cat == "translation":
+            text = f"Translate the following text into {languages[i % 3]}:\n\n{para}"
+        elif cat == "summarization":
+            text = f"Summarize the following passage in two sentences:\n\n{para}"
+        elif cat == "qa":
+            text = f"In Python, what does \"{label}\" refer to? Answer in a short paragraph."
+        elif cat == "math":
+            text = _math_problem(i)
+        else:
+            text = (f"Answer the question using only the passage below.\n\nPassage: {para}\n\n"
+                    f"Question: according to the passage, what is \"{label}\" about, and what rule does it state?")
+        pid = f"chat/{cat}/{i}" if cat == "math" else f"chat/{cat}/{topic}"
+        rows.append(Prompt(pid, text, {"category": cat, "source": "generated" if cat == "math"
+                                       else f"pydoc_data.topics[{topic!r}]"}))
+    return rows
 
 
 def _jsonl(path: Path) -> list[Prompt]:
@@ -126,6 +195,8 @@ def load_workload(name: str, n: int | None = None) -> list[Prompt]:
         prompts = _humaneval()
     elif name == "pydoc":
         prompts = _pydoc()
+    elif name == "chat":
+        prompts = _chat()
     elif name in HUB_WORKLOADS:
         prompts = _hub(name)
     else:

@@ -72,7 +72,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                         "on 2 cores)")
     p.add_argument("--list-methods", action="store_true", help="list the registered methods and exit")
     p.add_argument("--gamma", type=int, default=3, help="draft length γ")
-    p.add_argument("--workload", default="humaneval", help="humaneval, pydoc, or a .jsonl file of {\"prompt\": ...}")
+    p.add_argument("--workload", default="humaneval", help="humaneval, pydoc, chat (six Spec-Bench-like categories, offline; with --chat-template), or a .jsonl file of {\"prompt\": ...}")
     p.add_argument("--n-prompts", type=int, default=10, help="use the first N prompts of the workload")
     p.add_argument("--max-new-tokens", type=int, default=128, help="cap on new tokens per prompt")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy")

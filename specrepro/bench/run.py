@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -375,7 +376,7 @@ def run_bench(
         "repeats": repeats, "resumed_blocks": 0, "chat_template": chat,
         "torch_threads": torch.get_num_threads(),
         "cpu_linear": getattr(tm, "specrepro_cpu_linear", None),
-        "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+        "python": platform.python_version(), "torch": torch.__version__, "transformers": __import__("transformers").__version__,
         "eos_token_id": ctx.eos_token_id, "options": ctx.options,
         "timing": "CUDA events + synchronize" if dev.startswith("cuda") else "time.perf_counter",
         "cost_model": None if costs is None else _cost_model_json(costs),
