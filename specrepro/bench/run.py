@@ -735,3 +735,44 @@ def _refresh_with_prefill(data: dict) -> dict:
 def _factory_name(label: str, spec: MethodSpec) -> str:
     """What a factory receives as ``name``: the full label for methods with a ``prepare`` hook, else the name."""
     return label if spec.prepare is not None else label.partition("@")[0]
+
+
+def group_speedups(runs, baseline: str = "ar", group=lambda prompt_id: prompt_id.split("/")[1],
+                   seed: int = 0):
+    """The bench's paired speedups per group of prompts, e.g. per category of the ``chat`` workload (prompt ids
+    ``chat/<category>/...``, the default ``group``).
+
+    Args:
+        runs: per-run rows of a bench JSON (``data["runs"]`` as a DataFrame: method, prompt, repeat, tokens_per_s, ...).
+        baseline: the method every other is paired with; group: prompt id -> group name.
+
+    Returns:
+        pandas.DataFrame, one row per (group, method other than the baseline): group, method, n_prompts, repeats,
+        tokens_per_s (median over runs), speedup / speedup_lo / speedup_hi (:func:`specrepro.measure.harness.
+        paired_speedup` within the group: median over its prompts of the paired ratio, 95% bootstrap interval), and
+        tokens_per_step (pooled new tokens / target steps; NaN without steps).
+
+    Raises:
+        KeyError: the baseline has no runs.
+    """
+    import pandas as pd
+
+    from specrepro.measure.harness import paired_speedup
+
+    runs = pd.DataFrame(runs)
+    if not (runs["method"] == baseline).any():
+        raise KeyError(f"no runs of the baseline {baseline!r}; methods: {sorted(set(runs['method']))}")
+    runs = runs.assign(group=runs["prompt"].map(group))
+    rows = []
+    for g, d in runs.groupby("group", sort=False):
+        for m in dict.fromkeys(d["method"]):
+            if m == baseline:
+                continue
+            sp = paired_speedup(d, m, baseline, seed=seed)
+            dm = d[d["method"] == m]
+            steps = float(dm["steps"].sum()) if "steps" in dm else 0.0
+            rows.append({"group": g, "method": m, "n_prompts": sp["n_prompts"], "repeats": sp["repeats"],
+                         "tokens_per_s": float(dm["tokens_per_s"].median()), "speedup": sp["speedup"],
+                         "speedup_lo": sp["speedup_lo"], "speedup_hi": sp["speedup_hi"],
+                         "tokens_per_step": float(dm["new_tokens"].sum()) / steps if steps else math.nan})
+    return pd.DataFrame(rows)
