@@ -38,6 +38,7 @@ __all__ = [
     "cache_dir",
     "fetch_gguf",
     "load_model",
+    "release_pages",
     "use_onednn_linear",
     "load_tokenizer",
     "load_pair",
@@ -384,6 +385,39 @@ def load_tokenizer(name_or_path: str):
 
 
 _ONEDNN_PACKED: "weakref.WeakKeyDictionary" = None  # module -> (weight version, packed weight); filled lazily
+_MADV_PAGEOUT = 21  # Linux >= 5.4: reclaim these pages now (file-backed clean pages are dropped, re-read on access)
+_LIBC = None
+
+
+def release_pages(t: torch.Tensor) -> bool:
+    """Ask the kernel to reclaim the memory pages that lie wholly inside ``t``'s storage (``madvise(MADV_PAGEOUT)``).
+
+    For weights memory-mapped from a safetensors file (clean file-backed pages, how transformers loads a
+    checkpoint whose dtype matches) the pages leave the resident set and are read back from the file if the tensor
+    is used again; for anonymous memory without swap nothing happens. The values never change: this is advice about
+    residency, not a free. Used by :class:`OneDNNLinear` once a layer's packed copy exists, so that the dense copy,
+    which the fast path no longer reads, stops counting twice. Returns False where the call is unavailable
+    (not Linux, an old kernel, a CUDA tensor) or refused.
+    """
+    global _LIBC
+    if t.device.type != "cpu" or not sys.platform.startswith("linux") or t.numel() == 0:
+        return False
+    try:
+        import ctypes
+        import mmap
+
+        if _LIBC is None:
+            _LIBC = ctypes.CDLL(None, use_errno=True)
+            _LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        page = mmap.PAGESIZE
+        start = t.untyped_storage().data_ptr()
+        end = start + t.untyped_storage().nbytes()
+        lo, hi = -(-start // page) * page, (end // page) * page
+        if hi <= lo:
+            return False
+        return _LIBC.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_PAGEOUT) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 class OneDNNLinear(torch.nn.Linear):
@@ -411,6 +445,8 @@ class OneDNNLinear(torch.nn.Linear):
             with torch.no_grad():
                 entry = (w._version, torch.ops.mkldnn._reorder_linear_weight(w.detach()))
             _ONEDNN_PACKED[self] = entry
+            if os.environ.get("SPECREPRO_KEEP_DENSE") != "1":
+                release_pages(w)  # the fast path reads only the packed copy from now on
         b = self.bias.detach() if self.bias is not None else None
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), entry[1], b, "none", [], "")
 
@@ -429,7 +465,10 @@ def use_onednn_linear(model) -> int:
     a model) and applied with ``torch.ops.mkldnn._linear_pointwise``.
 
     The dense ``weight`` parameters stay in place (state dicts, tied embeddings, Medusa heads' initialisation and
-    training see them unchanged); each used layer keeps an extra packed copy (linear weights twice in memory).
+    training see them unchanged); each used layer keeps an extra packed copy. So that the linear weights do not
+    count twice in memory, a weight's pages are released once it is packed
+    (:func:`release_pages`: memory-mapped checkpoint pages leave the resident set and are read back from the file on
+    a later use; ``SPECREPRO_KEEP_DENSE=1`` turns this off).
     Outputs agree with ``F.linear`` to float32 rounding (~1e-6 relative). Training is unaffected: with autograd
     recording the layers take ``F.linear``, and a weight updated in place is re-packed before the next fast call.
 
