@@ -546,3 +546,43 @@ def test_chain_traversal_goodness_of_fit_through_generate(pair, one_thread):
     samples = [tuple(generate(target, PROMPT, drafter=drafter, gamma=3, max_new_tokens=3, sampling=T1, generator=g,
                               verification=vf.verify_chain_traversal).tokens) for _ in range(LOOP_N)]
     assert gof_test(samples, _exact(target, T1, 3))[1] > LEVEL
+
+
+def test_iid_tree_copies_of_one_token_path_share_one_proposal_row(one_thread, monkeypatch):
+    """i.i.d. siblings that draw the same token are two copies of one token path: their children must be drawn from
+    one row, bit for bit (K-SEQ refuses candidates whose rows differ), even when the batched tree forward computes
+    the two copies' rows differently in the last bits (as the int8 draft's batched kernels do; here the tree forward's
+    logits get a tiny position-dependent offset to make that happen on a tiny model)."""
+    import torch
+
+    from conftest import tiny_lm
+    from specrepro.core import trees as trees_module
+    from specrepro.core.sampling import SamplingConfig
+    from specrepro.core.trees import DraftTreeProposer, children_lists
+
+    real = trees_module.tree_forward
+
+    def noisy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out.logits = out.logits + 1e-3 * torch.arange(out.logits.shape[1], dtype=out.logits.dtype)[None, :, None]
+        return out
+
+    monkeypatch.setattr(trees_module, "tree_forward", noisy)
+
+    draft = tiny_lm("llama", vocab=8, seed=2, sharpness=30.0)  # peaked: the two root children often coincide
+    prop = DraftTreeProposer(draft, [2, 1, 1], "iid", 8)
+    ids = torch.tensor([1, 5, 2, 7])
+    dup = 0
+    for seed in range(40):
+        prop.reset()
+        tree = prop.propose_tree(ids, SamplingConfig(1.0), torch.Generator().manual_seed(seed))
+        kids = children_lists(tree.parents)
+        paths = {}
+        for i in range(tree.n):
+            paths.setdefault(tuple(tree.tokens[j].item() for j in tree.path_to(i)), []).append(i)
+        for nodes in paths.values():
+            if len(nodes) > 1:
+                dup += 1
+                rows = [tree.proposal_probs[kids[n][0]] for n in nodes if n in kids]
+                assert all(torch.equal(r, rows[0]) for r in rows[1:])
+    assert dup > 0, "no duplicated path drawn: the test checked nothing"

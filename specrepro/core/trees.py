@@ -477,11 +477,16 @@ class DraftTreeProposer:
         self.cached_ids = ids.cpu().clone()
         L = ids.shape[0]
         # expand level by level; `nodes` grows in breadth-first order (parents before children)
-        parents, tokens, rows, tmpl_of = [], [], [], []
+        parents, tokens, rows, tmpl_of, path_of = [], [], [], [], []
         frontier = [(-1, -1, out.logits[0, -1])]  # (tree node, template node, logits after it)
         while frontier:
             new = []
+            # nodes with the same token path (i.i.d. siblings that drew the same token) draw their children from one
+            # row: the draft's law after a path is one distribution, and K-SEQ needs the draws i.i.d. from it
+            # bit for bit (the batched tree forward can give two copies of a path rows that differ in the last bits)
+            first_logits: dict = {}
             for node, tnode, logits in frontier:
+                logits = first_logits.setdefault(path_of[node] if node >= 0 else (), logits)
                 logits = fit_width(logits, self.vocab_size)
                 q = logits_to_probs(logits, sampling)
                 toks, rws = self._children(q, logits, self._kids[tnode], generator)
@@ -490,6 +495,7 @@ class DraftTreeProposer:
                     tokens.append(int(x))
                     rows.append(r)
                     tmpl_of.append(tchild)
+                    path_of.append((path_of[node] if node >= 0 else ()) + (int(x),))
                     new.append(len(parents) - 1)
             expandable = [i for i in new if self._kids[tmpl_of[i]]]
             if not expandable:
