@@ -333,11 +333,18 @@ def test_gbv_sampler_matches_outcomes():
     assert total_variation({key: c / n_draws for key, c in counts.items()}, exact) < 0.06
 
 
-def test_gbv_contracts():
+def _two_random_paths():
+    """A generator and two random draft paths of 3 tokens over V = 5: target rows [2, 4, 5], draft rows [2, 3, 5],
+    tokens [2, 3] drawn from the draft rows."""
     g = torch.Generator().manual_seed(0)
     ps = torch.softmax(torch.randn(2, 4, 5, dtype=torch.float64, generator=g), -1)
     qs = torch.softmax(torch.randn(2, 3, 5, dtype=torch.float64, generator=g), -1)
     toks = torch.multinomial(qs.reshape(-1, 5), 1, generator=g).reshape(2, 3)
+    return g, ps, qs, toks
+
+
+def test_gbv_contracts():
+    g, ps, qs, toks = _two_random_paths()
     k, n, y = vf.verify_multipath_gbv(ps, qs, toks, g)
     assert all(isinstance(v, int) for v in (k, n, y)) and k in (0, 1) and 0 <= n <= 3 and 0 <= y < 5
     with pytest.raises(ValueError):  # point masses: no law of the paths
@@ -427,10 +434,7 @@ def test_sampler_matches_outcomes(verify, outcomes):
 
 
 def test_chain_and_multipath_samplers_run():
-    g = torch.Generator().manual_seed(0)
-    ps = torch.softmax(torch.randn(2, 4, 5, dtype=torch.float64, generator=g), -1)
-    qs = torch.softmax(torch.randn(2, 3, 5, dtype=torch.float64, generator=g), -1)
-    toks = torch.multinomial(qs.reshape(-1, 5), 1, generator=g).reshape(2, 3)
+    g, ps, qs, toks = _two_random_paths()
     n, y = vf.verify_chain_traversal(ps[0], qs[0], toks[0], g)
     assert 0 <= n <= 3 and 0 <= y < 5
     k, n, y = vf.verify_multipath_block(ps, qs, toks, g)
