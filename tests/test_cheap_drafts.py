@@ -149,7 +149,10 @@ def test_int4_linear_multiplies_by_its_dequantized_weight():
         w_hat = q.dequantized_weight()
         assert w_hat.shape == (n, k)
         x = torch.randn(2, 5, k)
-        torch.testing.assert_close(q(x), x @ w_hat.T + layer.bias, atol=1e-5, rtol=1e-5)
+        y = q(x)
+        assert y.dtype == torch.float32
+        # the kernel takes x in bfloat16 (its fast path): the product of the rounded x with Ŵ, to bfloat16 precision
+        torch.testing.assert_close(y, x.bfloat16().float() @ w_hat.T + layer.bias, atol=2e-2, rtol=2e-2)
         # each weight lies within half a quantization step of its group's 16 levels
         groups = layer.weight.detach().reshape(n, k // g, g)
         step = (groups.amax(-1) - groups.amin(-1)) / 15
