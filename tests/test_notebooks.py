@@ -250,6 +250,7 @@ def test_runtimes_block_gives_the_stamped_minutes_or_says_not_recorded(tmp_path)
     stamp_run(_tiny_notebook(tmp_path / "standard" / "00_a.ipynb"), 600.0, "standard")
     _tiny_notebook(tmp_path / "standard" / "01_b.ipynb")
     _tiny_notebook(tmp_path / "quick" / "00_a.ipynb")  # CI's references are not a record of run time
+    stamp_run(_tiny_notebook(tmp_path / "standard" / "08_scorecard.ipynb"), 60.0, "standard")  # renders the block
     block = render_runtimes(tmp_path)
     rows = [line for line in block.splitlines() if line.startswith("| `")]
     assert len(rows) == 2, block
