@@ -125,6 +125,97 @@ def test_quantize_draft_copies_converts_and_refuses(pair):
     assert head(torch.zeros(2, 32)).shape == (2, 4)
 
 
+# ------------------------------------------------------------------------------------------------------ int4 draft
+
+@pytest.fixture(scope="module")
+def coarse_int4(pair):
+    """A draft whose 4-bit copy differs visibly from it: a large weight in a hidden dimension that the final norm
+    zeroes leaves the fp32 logits alone but stretches every head row's group range, so each row's other weights share
+    a few coarse levels (the int4 analogue of ``coarse_int8``)."""
+    import copy
+
+    d = copy.deepcopy(pair[1])
+    with torch.no_grad():
+        d.model.norm.weight[5] = 0.0
+        d.lm_head.weight[:, 5] = 30.0
+    return d, compress.quantize_draft_int4(d, 32)
+
+
+def test_int4_linear_multiplies_by_its_dequantized_weight():
+    torch.manual_seed(0)
+    for n, k, g in [(40, 64, 32), (16, 256, 128), (3, 32, 32)]:  # 40 and 3 rows: padded to 48 and 16, then cut
+        layer = torch.nn.Linear(k, n)
+        q = compress.quantize_linear_int4(layer, g)
+        w_hat = q.dequantized_weight()
+        assert w_hat.shape == (n, k)
+        x = torch.randn(2, 5, k)
+        y = q(x)
+        assert y.dtype == torch.float32
+        # the kernel takes x in bfloat16 (its fast path): the product of the rounded x with Ŵ, to bfloat16 precision
+        torch.testing.assert_close(y, x.bfloat16().float() @ w_hat.T + layer.bias, atol=2e-2, rtol=2e-2)
+        # each weight lies within half a quantization step of its group's 16 levels
+        groups = layer.weight.detach().reshape(n, k // g, g)
+        step = (groups.amax(-1) - groups.amin(-1)) / 15
+        err = (w_hat - layer.weight).abs().reshape(n, k // g, g).amax(-1)
+        assert (err <= step / 2 + 1e-5).all()
+    with pytest.raises(ValueError, match="group size"):
+        compress.Int4WeightOnlyLinear(torch.nn.Linear(48, 16), 32)  # 32 does not divide 48
+    with pytest.raises(ValueError, match="divides"):
+        compress.quantize_linear_int4(torch.nn.Linear(48, 16), 128)  # nor does any allowed size
+    assert compress.quantize_linear_int4(torch.nn.Linear(64, 16), 128).group_size == 64
+    with pytest.raises(ValueError, match="group size"):
+        compress.check_int4(16)
+    with pytest.raises(TypeError):
+        compress.quantize_linear_int4(torch.nn.Conv1d(4, 4, 1))
+
+
+def test_quantize_draft_int4_copies_converts_and_refuses(pair):
+    import copy
+
+    _, draft = pair
+    q = compress.quantize_draft_int4(draft, 32)
+    assert isinstance(q.model.layers[0].mlp.up_proj, compress.Int4WeightOnlyLinear)
+    assert isinstance(q.lm_head, compress.Int4WeightOnlyLinear) and q.specrepro_int4_float_layers == []
+    assert type(draft.model.layers[0].mlp.up_proj) is not compress.Int4WeightOnlyLinear  # the original is untouched
+    assert type(compress.quantize_draft_int4(draft, 32, skip_lm_head=True).lm_head) is torch.nn.Linear
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    with torch.inference_mode():
+        err = (q(input_ids=ids).logits - draft(input_ids=ids).logits).abs().max()
+    assert 0 < err < 0.5  # quantized, not broken
+    with pytest.raises(ValueError, match="float32"):
+        compress.quantize_draft_int4(copy.deepcopy(draft).double())
+    with pytest.raises(ValueError, match="group size"):
+        compress.quantize_draft_int4(draft, 100)
+
+
+def test_int4_draft_goodness_of_fit_and_a_wrong_q_fails(pair, coarse_int4):
+    """The 4-bit draft through the real loop: its samples fit the target's exact distribution (n = 2000: TV <= 0.1
+    detected with 90% power), and the same samples verified with the fp32 draft's q fail."""
+    target, _ = pair
+    fp32, int4 = coarse_int4
+    with torch.inference_mode():
+        ids = PROMPT[None]
+        tv = 0.5 * (torch.softmax(fp32(input_ids=ids).logits[0, -1], -1)
+                    - torch.softmax(int4(input_ids=ids).logits[0, -1], -1)).abs().sum()
+    assert tv > 0.1, "the fixture must make the 4-bit q differ from the fp32 q"
+    exact = _exact(target, T1)
+    assert gof_test(_samples(target, DraftModelDrafter(int4, 8), T1, N, seed=12), exact)[1] > LEVEL
+
+    class Fp32QForInt4Samples(DraftModelDrafter):
+        """Negative control: samples from the 4-bit draft, reports the fp32 draft's q."""
+
+        def propose(self, ids, gamma, sampling, generator):
+            prop = super().propose(ids, gamma, sampling, generator)
+            ctx = torch.cat([ids, prop.tokens])
+            with torch.inference_mode():
+                logits = fp32(input_ids=ctx[None]).logits[0, ids.numel() - 1: ids.numel() - 1 + prop.tokens.numel()]
+            from specrepro.core.sampling import logits_to_probs
+
+            return Proposal(prop.tokens, logits_to_probs(logits, sampling))
+
+    assert gof_test(_samples(target, Fp32QForInt4Samples(int4, 8), T1, N_CONTROL, seed=12), exact)[1] < LEVEL
+
+
 def test_tied_embeddings_stay_float_when_the_head_is_quantized():
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -530,13 +621,16 @@ def test_gamma_for_step_agrees_with_the_hardware_aware_optimum():
 # ----------------------------------------------------------------------------------------------------- bench methods
 
 NEW_METHODS = ("sd-draft-int8,sd-draft-pruned,sd-draft-int8-pruned,sd-hybrid,sd-draft-auto@2,sd-draft-dynamic@3,"
-               "sd-draft-adaptive@3,sd-draft-adaptive-int8@3,hf-assisted-int8-gamma,hf-assisted-int8-pruned")
+               "sd-draft-adaptive@3,sd-draft-adaptive-int8@3,hf-assisted-int8-gamma,hf-assisted-int8-pruned,"
+               "sd-draft-int4,sd-draft-int4-pruned,sd-draft-adaptive-int4@3,hf-assisted-int4")
 
 
 @pytest.mark.parametrize("options, message", [
     ({"draft_vocab": "0"}, "draft_vocab"),
     ({"draft_vocab": "lots"}, "draft_vocab"),
     ({"int8_backend": "int4"}, "int8_backend"),
+    ({"int4_group_size": "48"}, "int4_group_size"),
+    ({"int4_group_size": "many"}, "int4_group_size"),
     ({"draft_kind": "fp16"}, "draft_kind"),
     ({"hybrid_min_ngram": "4"}, "hybrid_min_ngram"),
     ({"hybrid_min_ngram": "0"}, "hybrid_min_ngram"),

@@ -215,3 +215,44 @@ def test_first_look_writes_under_build_only():
     for forbidden in ("notebooks/executed/", "data/results/", "figures/", "README.md", "--json", "verdict-history",
                       "audit --out", "greedy-equality"):
         assert forbidden not in out.stdout, f"the quick reproduce would run {forbidden!r}"
+
+
+def _tiny_notebook(path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# t"), nbformat.v4.new_code_cell("x = 1")]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+    return path
+
+
+def test_a_run_stamps_its_own_run_time_without_a_timestamp(tmp_path):
+    """The run time of an executed notebook is measured by the run and kept in the notebook (never typed into prose);
+    the stamp holds a day, not a time of day, so executed notebooks still carry no timestamps."""
+    from specrepro.record.nbrun import run_facts, stamp_run
+
+    nb = _tiny_notebook(tmp_path / "00_t.ipynb")
+    assert run_facts(nb) is None
+    facts = stamp_run(nb, 125.0, "standard")
+    assert run_facts(nb) == facts
+    assert facts["minutes"] == 2.1 and facts["profile"] == "standard" and re.fullmatch(r"\d{4}-\d\d-\d\d", facts["date"])
+    assert facts["commit"] and facts["cpu"]
+    text = nb.read_text()
+    assert '"start_time"' not in text and '"end_time"' not in text and not re.search(r"T\d\d:\d\d", text)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            stamp_run(nb, bad, "standard")
+
+
+def test_runtimes_block_gives_the_stamped_minutes_or_says_not_recorded(tmp_path):
+    from specrepro.record.nbrun import stamp_run
+    from specrepro.record.report import render_runtimes
+
+    stamp_run(_tiny_notebook(tmp_path / "standard" / "00_a.ipynb"), 600.0, "standard")
+    _tiny_notebook(tmp_path / "standard" / "01_b.ipynb")
+    _tiny_notebook(tmp_path / "quick" / "00_a.ipynb")  # CI's references are not a record of run time
+    stamp_run(_tiny_notebook(tmp_path / "standard" / "08_scorecard.ipynb"), 60.0, "standard")  # renders the block
+    block = render_runtimes(tmp_path)
+    rows = [line for line in block.splitlines() if line.startswith("| `")]
+    assert len(rows) == 2, block
+    assert rows[0].startswith("| `00_a` | standard | 10.0 |") and "not recorded" in rows[1]
+    assert "1 notebook(s) were executed before run times were stamped" in block

@@ -109,6 +109,7 @@ def test_int8_target_counts_the_cost_model_gamma_only_when_it_drafts_with_int8(t
     assert draft_kind_of("sd-draft-auto@8", {"draft_kind": "int8"}) == "int8"
     assert draft_kind_of("sd-draft-auto@8") == "fp32" and draft_kind_of("hf-assisted-int8") is None
     assert draft_kind_of("sd-draft-adaptive-int8@8", {"draft_kind": "int8-pruned"}) == "int8"  # the name wins
+    assert draft_kind_of("sd-draft-int4-pruned@4") == "int4-pruned" and draft_kind_of("sd-draft-adaptive-int4@20") == "int4"
     summary = [_row("sd-draft-int8@4", speedup_vs_hf_assisted_int8=0.9, speedup_vs_hf_assisted_int8_lo=0.8,
                     speedup_vs_hf_assisted_int8_hi=1.0),
                _row("sd-draft-auto@8", speedup_vs_hf_assisted_int8=1.3, speedup_vs_hf_assisted_int8_lo=1.2,

@@ -24,6 +24,7 @@ from specrepro.bench.options import (
     draft_stop_option,
     draft_vocab_option,
     hybrid_min_ngram_option,
+    int4_group_size_option,
     int8_backend_option,
     lookup_max_ngram_option,
     parse_tree_spec,
@@ -151,6 +152,32 @@ def _int8_draft(ctx: BenchContext):
     return ctx.shared(f"draft_int8:{backend}", build)
 
 
+def _int4_draft(ctx: BenchContext):
+    """The 4-bit weight-only copy of ``ctx.draft`` (:func:`~specrepro.drafters.compress.quantize_draft_int4`, group
+    size ``--opt int4_group_size``), built once per benchmark. Raises BenchOptionError: a draft the CPU int4 kernels
+    cannot take."""
+    from specrepro.drafters.compress import quantize_draft_int4
+
+    group = int4_group_size_option(ctx.options)
+
+    def build():
+        try:
+            return quantize_draft_int4(ctx.draft, group)
+        except ValueError as exc:
+            raise BenchOptionError(f"int4 draft: {exc} (the int4 methods need --device cpu --dtype float32)") from None
+
+    return ctx.shared(f"draft_int4:{group}", build)
+
+
+def _int4_pruned_head(ctx: BenchContext, kept):
+    """The 4-bit FR-Spec pruned head over ``kept``, built once per benchmark."""
+    from specrepro.drafters.compress import pruned_head, quantize_linear_int4
+
+    group = int4_group_size_option(ctx.options)
+    return ctx.shared(f"fr_spec_head_int4:{kept.numel()}:{group}",
+                      lambda: quantize_linear_int4(pruned_head(ctx.draft, kept), group))
+
+
 def _kept_ids(ctx: BenchContext):
     """FR-Spec's kept vocabulary: the target's stop ids plus the ``draft_vocab`` most frequent tokens of the Python
     standard library's sources under the pair's tokenizer (counts cached per tokenizer), ids below both the target's
@@ -181,7 +208,7 @@ def _int8_pruned_head(ctx: BenchContext, kept):
 def cheap_drafter(ctx: BenchContext, kind: str, stop_below: float = 0.0):
     """The drafter of a draft kind (:data:`~specrepro.bench.options.DRAFT_KINDS`): ``fp32`` the draft model as given,
     ``int8`` its int8 copy, ``pruned`` its FR-Spec pruned head, ``int8-pruned`` the int8 backbone with an int8
-    pruned head. Models and kept vocabularies are built once per benchmark (``ctx.shared``); each call returns a
+    pruned head, ``int4`` / ``int4-pruned`` the same with 4-bit weights. Models and kept vocabularies are built once per benchmark (``ctx.shared``); each call returns a
     fresh drafter (its own KV cache). ``stop_below`` > 0: dynamic draft length (the drafter stops after a token its
     temperature-1 confidence puts below it; :class:`~specrepro.drafters.model.DraftModelDrafter`)."""
     from specrepro.drafters.compress import pruned_head
@@ -191,6 +218,8 @@ def cheap_drafter(ctx: BenchContext, kind: str, stop_below: float = 0.0):
         return DraftModelDrafter(ctx.draft, ctx.vocab_size, stop_below=stop_below)
     if kind == "int8":
         return DraftModelDrafter(_int8_draft(ctx), ctx.vocab_size, name="int8 draft model", stop_below=stop_below)
+    if kind == "int4":
+        return DraftModelDrafter(_int4_draft(ctx), ctx.vocab_size, name="int4 draft model", stop_below=stop_below)
     kept = _kept_ids(ctx)
     n = kept.numel()
     if kind == "pruned":
@@ -201,6 +230,9 @@ def cheap_drafter(ctx: BenchContext, kind: str, stop_below: float = 0.0):
         return PrunedHeadDrafter(_int8_draft(ctx), kept, ctx.vocab_size, head=_int8_pruned_head(ctx, kept),
                                  name=f"int8 draft, head of {n} tokens",
                                  stop_below=stop_below)
+    if kind == "int4-pruned":
+        return PrunedHeadDrafter(_int4_draft(ctx), kept, ctx.vocab_size, head=_int4_pruned_head(ctx, kept),
+                                 name=f"int4 draft, head of {n} tokens", stop_below=stop_below)
     raise BenchOptionError(f"unknown draft kind {kind!r}")
 
 
@@ -224,10 +256,23 @@ def _sd_draft_int8_pruned(ctx, name, gamma):
     return _our_runner(ctx, cheap_drafter(ctx, "int8-pruned"), gamma)
 
 
+@register_method("sd-draft-int4", needs_draft=True)
+def _sd_draft_int4(ctx, name, gamma):
+    """our chain speculative decoding with a 4-bit weight-only copy of the draft (torch's CPU int4 kernel, --opt
+    int4_group_size), q from the 4-bit logits"""
+    return _our_runner(ctx, cheap_drafter(ctx, "int4"), gamma)
+
+
+@register_method("sd-draft-int4-pruned", needs_draft=True)
+def _sd_draft_int4_pruned(ctx, name, gamma):
+    """our chain speculative decoding with the 4-bit draft and a 4-bit FR-Spec pruned head (draft_vocab tokens)"""
+    return _our_runner(ctx, cheap_drafter(ctx, "int4-pruned"), gamma)
+
+
 @register_method("sd-hybrid", needs_draft=True)
 def _sd_hybrid(ctx, name, gamma):
     """our chain speculative decoding: prompt lookup where an n-gram (n >= hybrid_min_ngram, default 2) matches,
-    else the draft model (--opt draft_kind: fp32, int8, pruned, int8-pruned)"""
+    else the draft model (--opt draft_kind: fp32, int8, pruned, int8-pruned, int4, int4-pruned)"""
     from specrepro.drafters.lookup import HybridDrafter, PromptLookupDrafter
 
     lookup = PromptLookupDrafter(max_ngram=lookup_max_ngram_option(ctx.options),
@@ -279,7 +324,7 @@ def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int
 @register_method("sd-draft-auto", needs_draft=True, prepare=_prepare_max_gamma("sd-draft-auto"))
 def _sd_draft_auto(ctx, name, gamma):
     """our chain speculative decoding, γ <= @γ (default 8) chosen per step from measured cost curves and the running α
-    (hardware-aware cost model; --opt draft_kind: fp32, int8, pruned, int8-pruned)"""
+    (hardware-aware cost model; --opt draft_kind: fp32, int8, pruned, int8-pruned, int4, int4-pruned)"""
     from specrepro.drafters.adaptive import AutoGammaDrafter
 
     kind = draft_kind_option(ctx.options)
@@ -315,7 +360,8 @@ def _sd_draft_adaptive(ctx, name, gamma):
 
 
 #: sd-draft-adaptive with the draft kind in its name instead of --opt draft_kind (e.g. sd-draft-adaptive-int8@20)
-ADAPTIVE_KIND_METHODS = tuple(f"sd-draft-adaptive-{k}" for k in ("int8", "pruned", "int8-pruned"))
+ADAPTIVE_KIND_METHODS = tuple(f"sd-draft-adaptive-{k}" for k in ("int8", "pruned", "int8-pruned", "int4",
+                                                                  "int4-pruned"))
 for _name in ADAPTIVE_KIND_METHODS:
     register_method(_name, needs_draft=True, prepare=_prepare_max_gamma(_name, ADAPTIVE_MAX_GAMMA),
                     description=f"sd-draft-adaptive with the {_name.removeprefix('sd-draft-adaptive-')} draft, "
@@ -391,6 +437,13 @@ def _hf_assisted_gamma(ctx, name, gamma):
 def _hf_assisted_int8(ctx, name, gamma):
     """transformers assisted generation with our int8 draft copy as assistant_model, HF's defaults (--opt int8_backend)"""
     return _hf_runner(ctx, hf_generation_config(ctx), assistant=_int8_draft(ctx))
+
+
+@register_method("hf-assisted-int4", needs_draft=True, uses_gamma=False, family="transformers")
+def _hf_assisted_int4(ctx, name, gamma):
+    """transformers assisted generation with our 4-bit draft copy as assistant_model, HF's defaults (--opt
+    int4_group_size)"""
+    return _hf_runner(ctx, hf_generation_config(ctx), assistant=_int4_draft(ctx))
 
 
 @register_method("hf-assisted-int8-gamma", needs_draft=True, family="transformers")

@@ -103,9 +103,9 @@ def check_typical_option(key: str):
 
 # --- cheap drafts : sd-draft-int8, sd-draft-pruned, sd-draft-int8-pruned, sd-hybrid, sd-draft-auto -------
 
-#: which draft sd-hybrid and sd-draft-auto run (``--opt draft_kind=``): the float draft, its int8 copy, its FR-Spec
-#: pruned head, or both.
-DRAFT_KINDS = ("fp32", "int8", "pruned", "int8-pruned")
+#: which draft sd-hybrid and sd-draft-auto run (``--opt draft_kind=``): the float draft, its int8 or 4-bit copy, its
+#: FR-Spec pruned head, or a quantized copy with a quantized pruned head.
+DRAFT_KINDS = ("fp32", "int8", "pruned", "int8-pruned", "int4", "int4-pruned")
 #: FR-Spec's kept vocabulary size when ``--opt draft_vocab`` is not given (Zhao et al. 2025 keep 16k-64k tokens of
 #: Llama-3's 128k; qwen2.5's vocabulary is 152k).
 DEFAULT_DRAFT_VOCAB = 32768
@@ -119,6 +119,18 @@ def int8_backend_option(options: dict) -> str:
         return check_int8_backend(backend)
     except ValueError as exc:
         raise BenchOptionError(f"--opt int8_backend={backend}: {exc}") from None
+
+
+def int4_group_size_option(options: dict) -> int:
+    """``--opt int4_group_size`` (4-bit draft copies: the input features sharing one scale and zero point; one of
+    :data:`specrepro.drafters.compress.INT4_GROUP_SIZES`, default 128)."""
+    from specrepro.drafters.compress import check_int4
+
+    v = str(options.get("int4_group_size", 128)).strip()
+    try:
+        return check_int4(int(v))
+    except ValueError as exc:
+        raise BenchOptionError(f"--opt int4_group_size={v}: {exc}") from None
 
 
 def draft_vocab_option(options: dict) -> int:

@@ -25,6 +25,7 @@ from specrepro.bench.options import (
     draft_stop_option,
     draft_vocab_option,
     hybrid_min_ngram_option,
+    int4_group_size_option,
     int8_backend_option,
     lookup_max_ngram_option,
     tree_mode_option,
@@ -183,7 +184,8 @@ class BenchContext:
             confidence threshold, default 0.4); the cheap drafts': ``int8_backend`` (int8 draft copies, one of
             :data:`specrepro.drafters.compress.INT8_BACKENDS`, default ``torch``), ``draft_vocab`` (tokens the FR-Spec
             pruned draft head keeps, default 32768), ``draft_kind`` (the draft of sd-hybrid, sd-draft-auto,
-            sd-draft-dynamic and sd-draft-adaptive: fp32, int8, pruned or int8-pruned; default fp32),
+            sd-draft-dynamic and sd-draft-adaptive: fp32, int8, pruned, int8-pruned, int4 or int4-pruned; default
+            fp32), ``int4_group_size`` (4-bit draft copies' group size, default 128),
             ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup match, default 2).
         cost_text: the prompts' token ids end to end (long tensor [L]; None = random ids), the text the cost model
             times the drafters along (:func:`specrepro.measure.cost.measure_draft_step_ms`).
@@ -232,9 +234,13 @@ OPTION_KEYS: dict[str, tuple[tuple[str, ...], Callable | None]] = {
                       "hf-assisted-int8", "hf-assisted-int8-gamma",
                       "hf-assisted-int8-pruned"),
                      int8_backend_option),
-    "draft_vocab": (("sd-draft-pruned", "sd-draft-int8-pruned", "sd-hybrid", "sd-draft-auto", "sd-draft-dynamic",
-                     "sd-draft-adaptive", "sd-draft-adaptive-pruned", "sd-draft-adaptive-int8-pruned",
-                     "hf-assisted-int8-pruned"), draft_vocab_option),
+    "int4_group_size": (("sd-draft-int4", "sd-draft-int4-pruned", "sd-hybrid", "sd-draft-auto", "sd-draft-dynamic",
+                         "sd-draft-adaptive", "sd-draft-adaptive-int4", "sd-draft-adaptive-int4-pruned",
+                         "hf-assisted-int4"), int4_group_size_option),
+    "draft_vocab": (("sd-draft-pruned", "sd-draft-int8-pruned", "sd-draft-int4-pruned", "sd-hybrid", "sd-draft-auto",
+                     "sd-draft-dynamic", "sd-draft-adaptive", "sd-draft-adaptive-pruned",
+                     "sd-draft-adaptive-int8-pruned", "sd-draft-adaptive-int4-pruned", "hf-assisted-int8-pruned"),
+                    draft_vocab_option),
     "draft_kind": (("sd-hybrid", "sd-draft-auto", "sd-draft-dynamic", "sd-draft-adaptive"), draft_kind_option),
     "hybrid_min_ngram": (("sd-hybrid",), hybrid_min_ngram_option),
 }

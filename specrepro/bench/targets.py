@@ -98,7 +98,8 @@ def _picks(summary: list[dict], prefixes) -> list[dict]:
 
 
 def draft_kind_of(method: str, options: dict | None = None) -> str | None:
-    """The draft a bench method drafts with: ``int8`` / ``int8-pruned`` / ``pruned`` / ``fp32`` from its name
+    """The draft a bench method drafts with: ``int8`` / ``int8-pruned`` / ``int4`` / ``int4-pruned`` / ``pruned`` /
+    ``fp32`` from its name
     (``sd-draft-int8@4``, ``sd-tree-int8@2x1``), the run's ``draft_kind`` option for ``sd-draft-auto``,
     ``sd-draft-dynamic``, ``sd-draft-adaptive`` and ``sd-hybrid`` (default fp32); None for our methods without a
     draft model (AR, lookup) and for transformers' own methods (``hf-*``: not ours to pick for a target)."""
@@ -107,7 +108,7 @@ def draft_kind_of(method: str, options: dict | None = None) -> str | None:
         return None
     if base in ("sd-draft-auto", "sd-hybrid", "sd-draft-dynamic", "sd-draft-adaptive"):
         return str((options or {}).get("draft_kind", "fp32"))
-    for kind in ("int8-pruned", "int8", "pruned"):
+    for kind in ("int8-pruned", "int4-pruned", "int8", "int4", "pruned"):
         if base.endswith("-" + kind):
             return kind
     return "fp32" if base in ("sd-draft", "sd-tree", "sd-draft-block") else None

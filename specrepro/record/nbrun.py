@@ -10,6 +10,10 @@ the notebook's declared parameters first (:func:`notebook_parameters`), the note
 relative paths behave as in JupyterLab), and the result is written atomically (a ``.partial`` file, cleaned by
 :func:`specrepro.record.nbclean.clean_notebook`, then renamed), so an interrupted run leaves no half-written notebook.
 
+Each executed notebook carries its own run time: :func:`stamp_run` writes the wall-clock minutes, the profile, the
+commit, the CPU and the date into the notebook's metadata (``metadata.specrepro.run``), which the ``runtimes`` block
+of docs/profiles.md (:func:`specrepro.record.report.render_runtimes`) tabulates. Run times are measured, never typed.
+
 What it is not: the choice of where outputs go (the Makefile's ``EXECUTED_DIR``) or of what the record is
 (:mod:`specrepro.record.results`).
 """
@@ -20,9 +24,12 @@ import argparse
 import ast
 import os
 import sys
+import time
 from pathlib import Path
 
-__all__ = ["declared_parameters", "notebook_parameters", "run_notebook", "main"]
+__all__ = ["RUN_KEY", "declared_parameters", "notebook_parameters", "stamp_run", "run_facts", "run_notebook", "main"]
+
+RUN_KEY = "specrepro"  # the executed notebook's metadata key that holds {"run": {...}} (:func:`stamp_run`)
 
 
 def declared_parameters(notebook: str | Path) -> list[str]:
@@ -50,12 +57,50 @@ def notebook_parameters(profile: dict, notebook: str | Path) -> dict:
     return {k: v for k, v in profile.items() if k in declared}
 
 
+def stamp_run(notebook: str | Path, seconds: float, profile: str) -> dict:
+    """Write the facts of the run that produced ``notebook`` (an executed notebook) into its metadata, atomically:
+    ``metadata.specrepro.run = {"profile", "minutes", "commit", "cpu", "date"}`` with ``minutes`` the wall-clock run
+    time (``seconds`` / 60, one decimal), ``commit`` :func:`specrepro.files.git_commit` (``-dirty`` when the code
+    differed from it), ``cpu`` :func:`specrepro.files.cpu_description` and ``date`` the UTC day (YYYY-MM-DD; no time of
+    day, so that executed notebooks carry no timestamps). Returns the facts written.
+
+    Raises:
+        ValueError: ``seconds`` is negative or not finite.
+    """
+    import datetime
+    import math
+
+    import nbformat
+
+    from specrepro.files import atomic_write_text, cpu_description, git_commit
+
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"seconds must be finite and >= 0, got {seconds}")
+    path = Path(notebook)
+    nb = nbformat.read(str(path), as_version=4)
+    facts = {"profile": profile, "minutes": round(seconds / 60, 1), "commit": git_commit(), "cpu": cpu_description(),
+             "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
+    nb.metadata.setdefault(RUN_KEY, {})["run"] = facts
+    atomic_write_text(path, nbformat.writes(nb) + "\n")
+    return facts
+
+
+def run_facts(notebook: str | Path) -> dict | None:
+    """The run facts :func:`stamp_run` wrote into ``notebook``'s metadata, or None (executed before they were
+    recorded)."""
+    import nbformat
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    run = nb.metadata.get(RUN_KEY, {}).get("run")
+    return dict(run) if run else None
+
+
 def run_notebook(source: str | Path, output: str | Path, profile: str | Path, kernel: str = "python3") -> Path:
     """Execute ``source`` with the parameters of ``profile`` (a YAML file) that it declares; write ``output``.
 
     The notebook runs with ``notebooks/``'s working directory (its own folder), and the environment of this process
     (``SPECREPRO_RECORD`` included). ``output`` appears only when the run succeeded (written as
-    ``<output>.partial.ipynb``, cleaned, then renamed).
+    ``<output>.partial.ipynb``, cleaned, stamped with its run time by :func:`stamp_run`, then renamed).
 
     Returns:
         the output path.
@@ -74,10 +119,12 @@ def run_notebook(source: str | Path, output: str | Path, profile: str | Path, ke
             raise FileNotFoundError(f"{path}: no such file")
     params = notebook_parameters(yaml.safe_load(profile.read_text()) or {}, source)
     output.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
     partial = output.with_name(output.name.removesuffix(".ipynb") + ".partial.ipynb")
     papermill.execute_notebook(str(source), str(partial), parameters=params, kernel_name=kernel,
                                cwd=str(source.resolve().parent), progress_bar=False)
     clean_notebook(partial)
+    stamp_run(partial, time.perf_counter() - t0, profile.stem)
     os.replace(partial, output)
     return output
 

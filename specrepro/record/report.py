@@ -6,7 +6,8 @@ a profile into text or images for people: :func:`render_markdown` (the full scor
 groups, for ``scorecard.md``), :func:`render_summary` (the README's short scorecard: two tables, each headed by its
 group and its verdict counts), :func:`render_figures` (the README's key figures with their provenance),
 :func:`render_bench` (the benchmark-of-record tables), :func:`render_targets` (the performance
-targets checked on them), :func:`render_battery` (the exactness battery's power and false alarms),
+targets checked on them), :func:`render_battery` (the exactness battery's power and false alarms), :func:`render_runtimes` (each committed
+executed notebook's measured run time),
 :func:`write_scorecard` (the ``scorecard`` table and ``scorecard.md``), :func:`replace_block` /
 :func:`render_pages` / :func:`update_readme` (each generated block rendered into whichever page - README.md or a
 docs/*.md file - holds its markers, atomically, only under ``make reproduce`` unless forced) and :func:`plot_verdicts`.
@@ -46,12 +47,13 @@ from specrepro.record.scorecard import (
 )
 
 __all__ = ["KEY_FIGURES", "VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_counts", "render_markdown",
-           "render_summary", "render_figures", "render_bench", "render_targets", "render_battery", "targets_table",
+           "render_summary", "render_figures", "render_bench", "render_targets", "render_battery", "render_runtimes",
+           "targets_table",
            "prediction_gaps", "write_scorecard", "replace_block", "block_names", "record_pages", "render_block",
            "render_pages", "update_readme", "plot_verdicts"]
 
 #: the generated blocks, each rendered into whichever page (README.md or docs/*.md) holds its markers
-BLOCKS = ("scorecard", "figures", "bench", "targets", "battery")
+BLOCKS = ("scorecard", "figures", "bench", "targets", "battery", "runtimes")
 #: the blocks that must be in README.md itself (its first screen)
 README_BLOCKS = ("scorecard", "figures")
 
@@ -441,6 +443,8 @@ def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None =
         return render_targets(profile)
     if name == "battery":
         return render_battery(profile)
+    if name == "runtimes":
+        return render_runtimes()
     raise ValueError(f"unknown generated block {name!r}; known: {list(BLOCKS)}")
 
 
@@ -539,6 +543,45 @@ def render_battery(profile: str = STANDARD) -> str:
                      f"a cited thread), {int((~pos['detected'].astype(bool)).sum())}/{len(pos)} look-alike positive "
                      f"controls passed as exact.\n")
     return "\n".join(parts)
+
+
+#: the committed executed notebooks whose run times the ``runtimes`` block lists (nbval's quick references are not a
+#: record of run time: they run two kernels at once in CI)
+RUNTIME_PROFILES = ("standard", "humaneval164")
+#: the notebook that renders the generated blocks (its run time cannot be in them)
+SCORECARD_NOTEBOOK = "08_scorecard"
+
+
+def render_runtimes(executed: Path | None = None) -> str:
+    """Markdown for the ``runtimes`` block of docs/profiles.md: for each committed executed notebook of
+    :data:`RUNTIME_PROFILES` (under ``executed``, default ``notebooks/executed/``), the wall-clock run time in minutes
+    that its run stamped into it (:func:`specrepro.record.nbrun.stamp_run`), with the commit, CPU and date of that run.
+    A notebook executed before run times were stamped says so instead of giving a number."""
+    from specrepro.record.nbrun import run_facts
+
+    root = Path(executed) if executed is not None else repo_root() / "notebooks" / "executed"
+    lines = ["| notebook | profile | run time (min) | commit | CPU | date |", "|---|---|---|---|---|---|"]
+    missing = 0
+    for prof in RUNTIME_PROFILES:
+        for nb in sorted((root / prof).glob("[0-9][0-9]_*.ipynb")):
+            if nb.name.endswith(".partial.ipynb") or nb.stem == SCORECARD_NOTEBOOK:
+                continue
+            run = run_facts(nb)
+            if run is None:
+                missing += 1
+                lines.append(f"| `{nb.stem}` | {prof} | not recorded | | | |")
+            else:
+                lines.append(f"| `{nb.stem}` | {run.get('profile', prof)} | {float(run['minutes']):.1f} | "
+                             f"`{run.get('commit', '?')}` | {_cell(run.get('cpu', '?'))} | {run.get('date', '?')} |")
+    note = ("Wall-clock minutes of each committed executed notebook's own run, stamped into the notebook by the run "
+            "(`specrepro.record.nbrun`); a notebook whose tables were reused from an earlier run (resumed) took less "
+            "than a run from scratch. On a shared machine a run beside another CPU-heavy job takes several times "
+            f"longer. `{SCORECARD_NOTEBOOK}` is not listed: it renders this table, so its own run ends after the table "
+            "is written (it only reads the other notebooks' tables).")
+    if missing:
+        note += (f" {missing} notebook(s) were executed before run times were stamped: \"not recorded\" until "
+                 "their next standard run.")
+    return note + "\n\n" + "\n".join(lines) + "\n"
 
 
 def _provenance_note(path: Path) -> str:
