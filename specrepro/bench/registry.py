@@ -185,7 +185,7 @@ class BenchContext:
             :data:`specrepro.drafters.compress.INT8_BACKENDS`, default ``torch``), ``draft_vocab`` (tokens the FR-Spec
             pruned draft head keeps, default 32768), ``draft_kind`` (the draft of sd-hybrid, sd-draft-auto,
             sd-draft-dynamic and sd-draft-adaptive: fp32, int8, pruned, int8-pruned, int4 or int4-pruned; default
-            fp32), ``int4_group_size`` (4-bit draft copies' group size, default 128),
+            fp32), ``int4_group_size`` (4-bit draft copies' group size, default 32),
             ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup match, default 2).
         cost_text: the prompts' token ids end to end (long tensor [L]; None = random ids), the text the cost model
             times the drafters along (:func:`specrepro.measure.cost.measure_draft_step_ms`).
