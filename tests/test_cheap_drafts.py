@@ -75,6 +75,21 @@ def _exact(target, cfg, prompt=PROMPT, length=LENGTH):
     return target_distribution(ToyLM.from_transformer(target, prompt), cfg, length)
 
 
+def _fp32_q_drafter(fp32, quantized):
+    """Negative control of a quantized draft: samples from ``quantized``, reports the fp32 draft's q for them."""
+    from specrepro.core.sampling import logits_to_probs
+
+    class Fp32QForQuantizedSamples(DraftModelDrafter):
+        def propose(self, ids, gamma, sampling, generator):
+            prop = super().propose(ids, gamma, sampling, generator)
+            ctx = torch.cat([ids, prop.tokens])
+            with torch.inference_mode():
+                logits = fp32(input_ids=ctx[None]).logits[0, ids.numel() - 1: ids.numel() - 1 + prop.tokens.numel()]
+            return Proposal(prop.tokens, logits_to_probs(logits, sampling))
+
+    return Fp32QForQuantizedSamples(quantized, 8)
+
+
 # ------------------------------------------------------------------------------------------------------ int8 draft
 
 def test_int8_draft_goodness_of_fit_and_a_wrong_q_fails(pair, coarse_int8):
@@ -83,19 +98,7 @@ def test_int8_draft_goodness_of_fit_and_a_wrong_q_fails(pair, coarse_int8):
     exact = _exact(target, T1)
     assert gof_test(_samples(target, DraftModelDrafter(int8, 8), T1, N, seed=11), exact)[1] > LEVEL
 
-    class Fp32QForInt8Samples(DraftModelDrafter):
-        """Negative control: samples from the int8 draft, reports the fp32 draft's q."""
-
-        def propose(self, ids, gamma, sampling, generator):
-            prop = super().propose(ids, gamma, sampling, generator)
-            ctx = torch.cat([ids, prop.tokens])
-            with torch.inference_mode():
-                logits = fp32(input_ids=ctx[None]).logits[0, ids.numel() - 1: ids.numel() - 1 + prop.tokens.numel()]
-            from specrepro.core.sampling import logits_to_probs
-
-            return Proposal(prop.tokens, logits_to_probs(logits, sampling))
-
-    assert gof_test(_samples(target, Fp32QForInt8Samples(int8, 8), T1, N_CONTROL, seed=11), exact)[1] < LEVEL
+    assert gof_test(_samples(target, _fp32_q_drafter(fp32, int8), T1, N_CONTROL, seed=11), exact)[1] < LEVEL
 
 
 def test_quantize_draft_copies_converts_and_refuses(pair):
@@ -201,19 +204,7 @@ def test_int4_draft_goodness_of_fit_and_a_wrong_q_fails(pair, coarse_int4):
     exact = _exact(target, T1)
     assert gof_test(_samples(target, DraftModelDrafter(int4, 8), T1, N, seed=12), exact)[1] > LEVEL
 
-    class Fp32QForInt4Samples(DraftModelDrafter):
-        """Negative control: samples from the 4-bit draft, reports the fp32 draft's q."""
-
-        def propose(self, ids, gamma, sampling, generator):
-            prop = super().propose(ids, gamma, sampling, generator)
-            ctx = torch.cat([ids, prop.tokens])
-            with torch.inference_mode():
-                logits = fp32(input_ids=ctx[None]).logits[0, ids.numel() - 1: ids.numel() - 1 + prop.tokens.numel()]
-            from specrepro.core.sampling import logits_to_probs
-
-            return Proposal(prop.tokens, logits_to_probs(logits, sampling))
-
-    assert gof_test(_samples(target, Fp32QForInt4Samples(int4, 8), T1, N_CONTROL, seed=12), exact)[1] < LEVEL
+    assert gof_test(_samples(target, _fp32_q_drafter(fp32, int4), T1, N_CONTROL, seed=12), exact)[1] < LEVEL
 
 
 def test_tied_embeddings_stay_float_when_the_head_is_quantized():
