@@ -35,7 +35,7 @@ QUICK_EXECUTED := $(patsubst notebooks/%.ipynb,notebooks/executed/quick/%.ipynb,
 # the bench of record (standard profile only; see bench-results below)
 BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_greedy.json data/results/bench_qwen_nucleus.json \
     data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json \
-    data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json)
+    data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; not yet timed here, estimated 1.5-2.5 h
 # on 2 cores: one AR and one speculative run of 128 tokens per problem plus a teacher-forced check per divergence)
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
@@ -197,6 +197,15 @@ data/results/bench_qwen_verifiers_t1.json: | $(STAMP)
 data/results/bench_qwen_verifiers_nucleus.json: | $(STAMP)
 	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --max-new-tokens 64 --repeats $(VERIFIER_REPEATS) \
 	    --methods $(VERIFIER_METHODS) --opt tree_mode=without_replacement --temperature 0.8 --top-p 0.95 --json $@
+
+# Cheaper drafts, greedy: the 4-bit weight-only copy of the draft (groups of 32, torch's CPU int4 kernel), alone and
+# with the FR-Spec pruned head, beside the int8 copy (each a gamma = 4 chain; the draft time per drafted token and
+# alpha of each, paired per prompt), our adaptive chain on the 4-bit copy, and transformers' assisted generation given
+# the same 4-bit copy; 20 prompts x 64 tokens, BENCH_REPEATS interleaved passes (about 30 min per pass on 2 cores).
+data/results/bench_qwen_drafts.json: | $(STAMP)
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-int8@4,sd-draft-int4@4,sd-draft-int4-pruned@4,sd-draft-adaptive-int4@20,hf-assisted-int4 \
+	    --temperature 0 --json $@
 
 # The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs
 # (the table, with n and the power at n); reproduction scripts of failing settings go to build/audit/.

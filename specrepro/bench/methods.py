@@ -650,11 +650,11 @@ def _medusa_choices(at: str | None, n_heads: int, accuracies=None):
     """The static tree for K = ``n_heads`` heads. With the heads' own measured top-i accuracies (``accuracies``,
     [K][I], from the accuracy.csv that :func:`~specrepro.train.stdlib.get_or_train_stdlib_heads` saves beside them):
     Medusa's accuracy-driven sparse tree of N (default 16) nodes on them. Without: :data:`~specrepro.core.medusa.
-    DEFAULT_CHOICES` when it fits (depth <= K) and no ``@N`` is given, else the sparse tree of N nodes on the paper's
-    Vicuna-7B head accuracies, restricted to the first K heads."""
+    DEFAULT_CHOICES` when it fits (depth <= K) and no ``@N`` is given, else the sparse tree of N nodes on the prior
+    :data:`~specrepro.core.medusa.PRIOR_HEAD_ACCURACY`, restricted to the first K heads."""
     from specrepro.core.medusa import (
         DEFAULT_CHOICES,
-        PAPER_HEAD_ACCURACY,
+        PRIOR_HEAD_ACCURACY,
         sparse_tree_from_accuracies,
 )
 
@@ -663,7 +663,7 @@ def _medusa_choices(at: str | None, n_heads: int, accuracies=None):
         return sparse_tree_from_accuracies(accuracies, n_nodes)
     if not at and max(len(c) for c in DEFAULT_CHOICES) <= n_heads:
         return DEFAULT_CHOICES
-    return sparse_tree_from_accuracies(PAPER_HEAD_ACCURACY[:min(n_heads, len(PAPER_HEAD_ACCURACY))], n_nodes)
+    return sparse_tree_from_accuracies(PRIOR_HEAD_ACCURACY[:min(n_heads, len(PRIOR_HEAD_ACCURACY))], n_nodes)
 
 
 def _heads_accuracies(directory) -> list | None:
