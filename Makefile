@@ -35,7 +35,8 @@ QUICK_EXECUTED := $(patsubst notebooks/%.ipynb,notebooks/executed/quick/%.ipynb,
 # the bench of record (standard profile only; see bench-results below)
 BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_greedy.json data/results/bench_qwen_nucleus.json \
     data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json \
-    data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json)
+    data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json \
+    data/results/bench_qwen_chat.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; not yet timed here, estimated 1.5-2.5 h
 # on 2 cores: one AR and one speculative run of 128 tokens per problem plus a teacher-forced check per divergence)
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
@@ -206,6 +207,16 @@ data/results/bench_qwen_drafts.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
 	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-int8@4,sd-draft-int4@4,sd-draft-int4-pruned@4,sd-draft-adaptive-int4@20,hf-assisted-int4 \
 	    --temperature 0 --json $@
+
+# Natural-language work, greedy: the chat workload (six Spec-Bench-like categories taking turns, offline; the
+# tokenizer's chat template), 24 prompts (4 per category) x 64 tokens, BENCH_REPEATS interleaved passes: our AR, the
+# adaptive int8 chain, prompt lookup with the adaptive int8 chain where nothing matches, and transformers' assisted
+# generation given the same int8 draft and its prompt lookup (about 35 min per pass on 2 cores). The bench block
+# gives each category's speedups beside the whole file's.
+data/results/bench_qwen_chat.json: | $(STAMP)
+	$(PY) -m specrepro bench --pair qwen-coder --workload chat --chat --n-prompts 24 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-adaptive-int8@20,sd-hybrid-adaptive@20,hf-assisted-int8,hf-lookup \
+	    --opt draft_kind=int8 --temperature 0 --json $@
 
 # The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs
 # (the table, with n and the power at n); reproduction scripts of failing settings go to build/audit/.

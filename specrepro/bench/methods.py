@@ -359,6 +359,30 @@ def _sd_draft_adaptive(ctx, name, gamma):
     return run
 
 
+@register_method("sd-hybrid-adaptive", needs_draft=True,
+                 prepare=_prepare_max_gamma("sd-hybrid-adaptive", ADAPTIVE_MAX_GAMMA))
+def _sd_hybrid_adaptive(ctx, name, gamma):
+    """our chain speculative decoding: prompt lookup where an n-gram (n >= hybrid_min_ngram, default 2) matches (at
+    most lookup_gamma tokens, default 10), else the draft model with its block length <= @γ (default 20) chosen token
+    by token as in sd-draft-adaptive (--opt draft_kind: fp32, int8, pruned, int8-pruned, int4, int4-pruned)"""
+    from specrepro.bench.options import lookup_gamma_option
+    from specrepro.drafters.adaptive import AdaptiveLengthDrafter
+    from specrepro.drafters.lookup import HybridDrafter, PromptLookupDrafter
+
+    kind = draft_kind_option(ctx.options)
+    inner = cheap_drafter(ctx, kind)
+    curve, t_draft = ctx.shared(f"auto_costs:{kind}:{gamma}", lambda: auto_gamma_costs(ctx, inner, gamma))
+    adaptive = AdaptiveLengthDrafter(inner, curve, t_draft, keep_calibration=True,
+                                     name=f"{inner.name}, adaptive length <= {gamma}")
+    lookup = PromptLookupDrafter(max_ngram=lookup_max_ngram_option(ctx.options),
+                                 min_ngram=hybrid_min_ngram_option(ctx.options))
+    run = _our_runner(ctx, HybridDrafter(lookup, adaptive, lookup_max_gamma=lookup_gamma_option(ctx.options)), gamma,
+                      predict=False)
+    run.gamma = gamma
+    run.cost_curve, run.t_draft_ms = curve, t_draft
+    return run
+
+
 #: sd-draft-adaptive with the draft kind in its name instead of --opt draft_kind (e.g. sd-draft-adaptive-int8@20)
 ADAPTIVE_KIND_METHODS = tuple(f"sd-draft-adaptive-{k}" for k in ("int8", "pruned", "int8-pruned", "int4",
                                                                   "int4-pruned"))

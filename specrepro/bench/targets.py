@@ -93,6 +93,10 @@ TARGETS: tuple[Target, ...] = (
            methods=("sd-draft-int4", "sd-draft-int8-pruned"), baseline="sd-draft-int8@4"),
     Target("greedy-vs-hf-assisted-int4", "greedy: ≥ 1.25× transformers' assisted generation given the same draft (our "
            "4-bit copy)", "bench_qwen_drafts", "at_least", 1.25, "speedup_vs_hf_assisted_int4", ("sd-",), "int4"),
+    Target("chat-vs-ar", "chat workload (six categories, chat template), greedy: ≥ 2.0× our AR", "bench_qwen_chat",
+           "at_least", 2.0),
+    Target("chat-vs-hf-assisted-int8", "chat workload, greedy: ≥ 1.25× transformers' assisted generation given the "
+           "same int8 draft", "bench_qwen_chat", "at_least", 1.25, "speedup_vs_hf_assisted_int8", ("sd-",), "int8"),
 )
 
 
@@ -112,12 +116,12 @@ def draft_kind_of(method: str, options: dict | None = None) -> str | None:
     """The draft a bench method drafts with: ``int8`` / ``int8-pruned`` / ``int4`` / ``int4-pruned`` / ``pruned`` /
     ``fp32`` from its name
     (``sd-draft-int8@4``, ``sd-tree-int8@2x1``), the run's ``draft_kind`` option for ``sd-draft-auto``,
-    ``sd-draft-dynamic``, ``sd-draft-adaptive`` and ``sd-hybrid`` (default fp32); None for our methods without a
+    ``sd-draft-dynamic``, ``sd-draft-adaptive``, ``sd-hybrid`` and ``sd-hybrid-adaptive`` (default fp32); None for our methods without a
     draft model (AR, lookup) and for transformers' own methods (``hf-*``: not ours to pick for a target)."""
     base = str(method).split("@", 1)[0]
     if not base.startswith("sd-"):
         return None
-    if base in ("sd-draft-auto", "sd-hybrid", "sd-draft-dynamic", "sd-draft-adaptive"):
+    if base in ("sd-draft-auto", "sd-hybrid", "sd-hybrid-adaptive", "sd-draft-dynamic", "sd-draft-adaptive"):
         return str((options or {}).get("draft_kind", "fp32"))
     for kind in ("int8-pruned", "int4-pruned", "int8", "int4", "pruned"):
         if base.endswith("-" + kind):

@@ -335,7 +335,42 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                 row.append(r.get("equal_to_ar_runs") or _bench_cell(r.get("greedy_equal_to_ar")))
             lines.append("| " + " | ".join(row) + " |")
         parts.append("\n".join(lines) + "\n")
+        if cfg.get("workload") == "chat" and data.get("runs"):
+            parts.append(_render_groups(data["runs"]))
     return "\n".join(parts)
+
+
+def _render_groups(runs) -> str:
+    """Per category of the chat workload: each method's speedup over our AR paired within the category's prompts,
+    with its 95% interval, and its tokens per step (:func:`specrepro.bench.run.group_speedups`)."""
+    from specrepro.bench.run import group_speedups
+
+    try:
+        g = group_speedups(runs)
+    except KeyError:
+        return "Per category: the run has no AR to pair with.\n"
+    if g.empty:
+        return ""
+    groups = list(dict.fromkeys(g["group"]))
+    n = g.groupby("group", sort=False)["n_prompts"].max()
+    lines = ["Per category (× our AR [95% CI], paired within the category's prompts; then tokens per step):", "",
+             "| method | " + " | ".join(f"{c} (n = {int(n[c])})" for c in groups) + " |",
+             "|---|" + "---:|" * len(groups)]
+    for m in dict.fromkeys(g["method"]):
+        cells = []
+        for c in groups:
+            r = g[(g["group"] == c) & (g["method"] == m)]
+            if r.empty:
+                cells.append("—")
+                continue
+            r = r.iloc[0].to_dict()
+            cell = _ratio_cell({"x": r["speedup"], "x_lo": r["speedup_lo"], "x_hi": r["speedup_hi"]}, "x")
+            cell += "×" if cell != "—" else ""
+            if math.isfinite(r["tokens_per_step"]):
+                cell += f"; {r['tokens_per_step']:.2f}"
+            cells.append(cell)
+        lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _bench_dir(profile: str) -> Path:
