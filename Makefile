@@ -126,8 +126,8 @@ $(EXECUTED_DIR)/02_leviathan_theory.ipynb: $(EXECUTED_DIR)/04_leviathan_speedup.
 # it runs after them, and again when one reruns.
 $(EXECUTED_DIR)/08_scorecard.ipynb: data/claims.csv $(filter-out %/08_scorecard.ipynb,$(EXECUTED)) $(BENCH_RESULTS)
 
-# Notebook 09 tabulates the bench of record's verifier files and the audit table: it runs after them.
-$(EXECUTED_DIR)/09_verifiers.ipynb: $(BENCH_RESULTS) $(AUDIT)
+# Notebook 09 tabulates the bench of record's verifier files and the audit table: it runs after them (and only them).
+$(EXECUTED_DIR)/09_verifiers.ipynb: $(filter %_verifiers_t1.json %_verifiers_nucleus.json,$(BENCH_RESULTS)) $(AUDIT)
 
 # Chen et al.'s pass@1 on all 164 HumanEval problems (nucleus and greedy), notebook 07 alone on the CPU, written under
 # build/humaneval164/ and notebooks/executed/humaneval164/ (README, Profiles, gives its estimated run time).
