@@ -35,7 +35,8 @@ QUICK_EXECUTED := $(patsubst notebooks/%.ipynb,notebooks/executed/quick/%.ipynb,
 # the bench of record (standard profile only; see bench-results below)
 BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_greedy.json data/results/bench_qwen_nucleus.json \
     data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json \
-    data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json)
+    data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json \
+    data/results/bench_qwen_chat.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; not yet timed here, estimated 1.5-2.5 h
 # on 2 cores: one AR and one speculative run of 128 tokens per problem plus a teacher-forced check per divergence)
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
@@ -125,8 +126,8 @@ $(EXECUTED_DIR)/02_leviathan_theory.ipynb: $(EXECUTED_DIR)/04_leviathan_speedup.
 # it runs after them, and again when one reruns.
 $(EXECUTED_DIR)/08_scorecard.ipynb: data/claims.csv $(filter-out %/08_scorecard.ipynb,$(EXECUTED)) $(BENCH_RESULTS)
 
-# Notebook 09 tabulates the bench of record's verifier files and the audit table: it runs after them.
-$(EXECUTED_DIR)/09_verifiers.ipynb: $(BENCH_RESULTS) $(AUDIT)
+# Notebook 09 tabulates the bench of record's verifier files and the audit table: it runs after them (and only them).
+$(EXECUTED_DIR)/09_verifiers.ipynb: $(filter %_verifiers_t1.json %_verifiers_nucleus.json,$(BENCH_RESULTS)) $(AUDIT)
 
 # Chen et al.'s pass@1 on all 164 HumanEval problems (nucleus and greedy), notebook 07 alone on the CPU, written under
 # build/humaneval164/ and notebooks/executed/humaneval164/ (README, Profiles, gives its estimated run time).
@@ -197,6 +198,25 @@ data/results/bench_qwen_verifiers_t1.json: | $(STAMP)
 data/results/bench_qwen_verifiers_nucleus.json: | $(STAMP)
 	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --max-new-tokens 64 --repeats $(VERIFIER_REPEATS) \
 	    --methods $(VERIFIER_METHODS) --opt tree_mode=without_replacement --temperature 0.8 --top-p 0.95 --json $@
+
+# Cheaper drafts, greedy: the 4-bit weight-only copy of the draft (groups of 32, torch's CPU int4 kernel), alone and
+# with the FR-Spec pruned head, beside the int8 copy (each a gamma = 4 chain; the draft time per drafted token and
+# alpha of each, paired per prompt), our adaptive chain on the 4-bit copy, and transformers' assisted generation given
+# the same 4-bit copy; 20 prompts x 64 tokens, BENCH_REPEATS interleaved passes (about 30 min per pass on 2 cores).
+data/results/bench_qwen_drafts.json: | $(STAMP)
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-int8@4,sd-draft-int4@4,sd-draft-int4-pruned@4,sd-draft-adaptive-int4@20,hf-assisted-int4 \
+	    --temperature 0 --json $@
+
+# Natural-language work, greedy: the chat workload (six Spec-Bench-like categories taking turns, offline; the
+# tokenizer's chat template), 24 prompts (4 per category) x 64 tokens, BENCH_REPEATS interleaved passes: our AR, the
+# adaptive int8 chain, prompt lookup with the adaptive int8 chain where nothing matches, and transformers' assisted
+# generation given the same int8 draft and its prompt lookup (about 35 min per pass on 2 cores). The bench block
+# gives each category's speedups beside the whole file's.
+data/results/bench_qwen_chat.json: | $(STAMP)
+	$(PY) -m specrepro bench --pair qwen-coder --workload chat --chat --n-prompts 24 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-adaptive-int8@20,sd-hybrid-adaptive@20,hf-assisted-int8,hf-lookup \
+	    --opt draft_kind=int8 --temperature 0 --json $@
 
 # The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs
 # (the table, with n and the power at n); reproduction scripts of failing settings go to build/audit/.

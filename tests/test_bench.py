@@ -695,15 +695,39 @@ def test_render_bench_shows_predictions_and_extra_baselines(tmp_path, monkeypatc
         {"method": "sd-draft-int8@4", "exact": True, "tokens_per_s": 9.0, "ms_per_token": 111.0, "speedup_vs_ar": 3.0,
          "speedup_vs_ar_lo": 2.7, "speedup_vs_ar_hi": 3.1, "speedup_vs_hf_ar": 3.1, "alpha": 0.9,
          "tokens_per_step": 4.0, "predicted_speedup": 3.2, "free_draft_bound": 4.1, "measured_over_predicted": 0.94,
-         "per_position_acceptance": [0.9, 0.9, 0.9, 0.9]},
+         "draft_ms_per_token": 18.14, "per_position_acceptance": [0.9, 0.9, 0.9, 0.9]},
     ]
     (tmp_path / "bench_x.json").write_text(json.dumps({"config": {"temperature": 0.8, "top_p": 0.95},
                                                        "summary": summary}))
     monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
     text = report.render_bench("quick")
     assert "× HF AR [95% CI]" in text and "1.02 [0.99, 1.05]" in text
-    assert "free-draft bound" in text and "| 3.20 | 4.10 | 0.94 |" in text
+    assert "free-draft bound" in text and "| 18.1 | 3.20 | 4.10 | 0.94 |" in text
+    assert "draft ms per drafted token" in text and "Per category" not in text
     assert "int8 draft" not in text.split("\n")[2]  # no hf-assisted-int8 column: the run had no such method
+
+
+def test_render_bench_gives_the_chat_workload_per_category(tmp_path, monkeypatch):
+    import json
+
+    import specrepro.record.report as report
+
+    runs = []
+    for cat, fast in (("qa", 2.0), ("translation", 1.2)):
+        for i in range(4):
+            for m, tps, steps in (("ar", 2.0, 64), ("sd-hybrid-adaptive@20", 2.0 * fast * (1 + 0.01 * i), 16)):
+                runs.append({"method": m, "prompt": f"chat/{cat}/{i}", "repeat": 0, "tokens_per_s": tps,
+                             "new_tokens": 64, "steps": steps})
+    summary = [{"method": "ar", "tokens_per_s": 2.0, "speedup_vs_ar": 1.0, "per_position_acceptance": []},
+               {"method": "sd-hybrid-adaptive@20", "tokens_per_s": 3.2, "speedup_vs_ar": 1.6,
+                "per_position_acceptance": []}]
+    (tmp_path / "bench_chat.json").write_text(json.dumps({"config": {"workload": "chat", "temperature": 0},
+                                                          "summary": summary, "runs": runs}))
+    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    text = report.render_bench("quick")
+    assert "| method | qa (n = 4) | translation (n = 4) |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `sd-hybrid-adaptive@20` | 2."))
+    assert "×; 4.00" in row and "| 1.2" in row
 
 
 def test_refresh_predictions_adds_the_prefill_to_files_written_without_it():

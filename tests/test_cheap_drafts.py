@@ -423,6 +423,45 @@ def test_hybrid_goodness_of_fit_uses_both_sources_and_a_model_q_for_copies_fails
     assert gof_test(_samples(target, wrong, T1, N_CONTROL, seed=13, prompt=prompt), exact)[1] < LEVEL
 
 
+def test_hybrid_with_an_adaptive_fallback_is_exact_and_hears_only_its_own_blocks(pair):
+    """Prompt lookup where it matches, an adaptive-length draft model elsewhere: the target's distribution is kept,
+    copies are capped at lookup_max_gamma, and verification's feedback reaches the adaptive draft after its own
+    blocks only (its calibration would otherwise count copied tokens as its own)."""
+    target, draft = pair
+    prompt = torch.tensor([1, 5, 2, 7, 1, 5])
+
+    heard = []
+
+    class Listening(AdaptiveLengthDrafter):
+        def feedback(self, n_drafted, n_accepted):
+            heard.append(n_drafted)
+            super().feedback(n_drafted, n_accepted)
+
+    def hybrid():
+        return HybridDrafter(PromptLookupDrafter(max_ngram=3, min_ngram=2),
+                             Listening(DraftModelDrafter(draft, 8),
+                                       theory.CostCurve([1, 2, 3, 4, 5], [10, 10.2, 10.4, 10.6, 10.8]), 0.3),
+                             lookup_max_gamma=2)
+
+    h = hybrid()
+    g = torch.Generator().manual_seed(0)
+    used = {"lookup": 0, "model": 0}
+    for _ in range(20):
+        heard.clear()
+        out = generate(target, prompt, drafter=h, gamma=4, max_new_tokens=LENGTH, sampling=T1, generator=g)
+        assert len(heard) == h.steps["model"]  # one feedback per model block, none for copied blocks
+        assert all(n <= 4 for n in heard) and out.tokens
+        for k in used:
+            used[k] += h.steps[k]
+    assert used["lookup"] > 0 and used["model"] > 0
+    copied = h.lookup.propose(torch.tensor([1, 5, 2, 7, 1, 5, 2, 7, 1, 5]), 4, T1, g).tokens.numel()
+    assert copied > 2 and h.propose(torch.tensor([1, 5, 2, 7, 1, 5, 2, 7, 1, 5]), 4, T1, g).tokens.numel() == 2
+    exact = _exact(target, T1, prompt)
+    assert gof_test(_samples(target, hybrid(), T1, N_HYBRID, seed=17, gamma=4, prompt=prompt), exact)[1] > LEVEL
+    with pytest.raises(ValueError, match="lookup_max_gamma"):
+        HybridDrafter(PromptLookupDrafter(), DraftModelDrafter(draft, 8), lookup_max_gamma=0)
+
+
 # ------------------------------------------------------------------------------------------------ per-step γ choice
 
 def _auto(draft):
@@ -570,6 +609,7 @@ def test_greedy_equals_ar_for_every_cheap_drafter(pair):
                 PrunedHeadDrafter(quantize_draft(draft, skip_lm_head=True), KEPT, 8,
                                   head=quantize_linear(pruned_head(draft, KEPT))),
                 HybridDrafter(PromptLookupDrafter(3, 1), DraftModelDrafter(draft, 8)),
+                HybridDrafter(PromptLookupDrafter(3, 1), _adaptive(DraftModelDrafter(draft, 8)), lookup_max_gamma=2),
                 _auto(draft), _auto(target)]
     for drafter in drafters:
         for gamma in (1, 4):
@@ -613,7 +653,7 @@ def test_gamma_for_step_agrees_with_the_hardware_aware_optimum():
 
 NEW_METHODS = ("sd-draft-int8,sd-draft-pruned,sd-draft-int8-pruned,sd-hybrid,sd-draft-auto@2,sd-draft-dynamic@3,"
                "sd-draft-adaptive@3,sd-draft-adaptive-int8@3,hf-assisted-int8-gamma,hf-assisted-int8-pruned,"
-               "sd-draft-int4,sd-draft-int4-pruned,sd-draft-adaptive-int4@3,hf-assisted-int4")
+               "sd-draft-int4,sd-draft-int4-pruned,sd-draft-adaptive-int4@3,hf-assisted-int4,sd-hybrid-adaptive@3")
 
 
 @pytest.mark.parametrize("options, message", [

@@ -28,7 +28,7 @@ from conftest import LEVEL, PROMPT, tiny_lm
 from specrepro.core.decoding import generate
 from specrepro.core.medusa import (
     DEFAULT_CHOICES,
-    PAPER_HEAD_ACCURACY,
+    PRIOR_HEAD_ACCURACY,
     MedusaProposer,
     expected_acceptance_length,
     medusa_generate,
@@ -121,18 +121,18 @@ def test_training_reduces_loss_and_is_cached(tmp_path, monkeypatch, target):
 
 
 def test_sparse_tree_from_accuracies():
-    choices = sparse_tree_from_accuracies(PAPER_HEAD_ACCURACY, 30)
+    choices = sparse_tree_from_accuracies(PRIOR_HEAD_ACCURACY, 30)
     assert len(choices) == 30 and choices[0] == [0]
     known = {tuple(c) for c in choices}
     assert all(len(c) == 1 or tuple(c[:-1]) in known for c in choices)
     TreeTemplate.from_choices(choices)  # a valid static tree
     # adding nodes never lowers the expected acceptance length, and the greedy tree beats a chain of equal size
-    e10 = expected_acceptance_length(choices[:10], PAPER_HEAD_ACCURACY)
-    assert expected_acceptance_length(choices, PAPER_HEAD_ACCURACY) >= e10
-    assert e10 > expected_acceptance_length([[0] * d for d in range(1, 6)], PAPER_HEAD_ACCURACY)
+    e10 = expected_acceptance_length(choices[:10], PRIOR_HEAD_ACCURACY)
+    assert expected_acceptance_length(choices, PRIOR_HEAD_ACCURACY) >= e10
+    assert e10 > expected_acceptance_length([[0] * d for d in range(1, 6)], PRIOR_HEAD_ACCURACY)
     assert len(DEFAULT_CHOICES) == 16
     with pytest.raises(ValueError):
-        sparse_tree_from_accuracies(PAPER_HEAD_ACCURACY, 0)
+        sparse_tree_from_accuracies(PRIOR_HEAD_ACCURACY, 0)
 
 
 def test_greedy_medusa_equals_ar_tiny(target):

@@ -256,3 +256,32 @@ def test_runtimes_block_gives_the_stamped_minutes_or_says_not_recorded(tmp_path)
     assert len(rows) == 2, block
     assert rows[0].startswith("| `00_a` | standard | 10.0 |") and "not recorded" in rows[1]
     assert "1 notebook(s) were executed before run times were stamped" in block
+
+
+def test_code_drift_finds_the_changed_cells_and_skips_the_injected_parameters(tmp_path):
+    from specrepro.record.nbrun import code_drift
+    from specrepro.record.report import render_runtimes
+
+    src = _tiny_notebook(tmp_path / "src" / "00_a.ipynb")
+    nb = nbformat.read(str(src), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("y = 2"))
+    nbformat.write(nb, str(src))
+    ran = nbformat.read(str(src), as_version=4)
+    injected = nbformat.v4.new_code_cell("profile = 'standard'")
+    injected.metadata["tags"] = ["injected-parameters"]
+    ran.cells.insert(1, injected)
+    ran.cells[1 + 1].outputs = [nbformat.v4.new_output("stream", text="out")]  # outputs are not code
+    out = tmp_path / "executed" / "standard" / "00_a.ipynb"
+    out.parent.mkdir(parents=True)
+    nbformat.write(ran, str(out))
+    assert code_drift(src, out) == []
+    ran.cells[-1].source = "y = 3"
+    nbformat.write(ran, str(out))
+    assert code_drift(src, out) == [2]
+    ran.cells.append(nbformat.v4.new_code_cell("z = 4"))
+    nbformat.write(ran, str(out))
+    assert code_drift(src, out) == [2, 3]
+    block = render_runtimes(tmp_path / "executed", sources=tmp_path / "src")
+    assert "**no**: code cells 2, 3 changed since" in block and "1 executed notebook(s) show code" in block
+    with pytest.raises(FileNotFoundError):
+        code_drift(tmp_path / "nope.ipynb", out)

@@ -253,3 +253,42 @@ def test_a_missed_tree_target_states_the_trade_of_tokens_per_step_against_step_t
     # 4.32 / 3.6 = 1.20x the tokens per step at 260 / 200 = 1.30x the step time: 0.92x; break-even 3.6 * 1.3 = 4.68
     assert "keeps 1.20x the chain's tokens per step at 1.30x its step time (0.92x its tokens/s" in t["why"]
     assert "would need 4.68 tokens per step" in t["why"]
+
+
+def _draft_runs(cost4, alpha4, prompts=12):
+    """Runs of the int8 chain and a 4-bit chain: draft time per drafted token and α terms per prompt."""
+    runs = []
+    for i in range(prompts):
+        for m, ms, a in (("sd-draft-int8@4", 60.0 + i, 0.90), ("sd-draft-int4@4", (60.0 + i) * cost4 * (1 + 0.02 * (i % 3)),
+                                                              alpha4 + 0.01 * (i % 2))):
+            runs.append({"method": m, "prompt": f"p{i}", "repeat": 0, "tokens_per_s": 1.0, "draft_ms": ms,
+                         "alpha_terms": [a] * 10})
+    return runs
+
+
+@pytest.mark.parametrize("cost4, alpha4, status", [
+    (0.40, 0.89, MET),          # cheaper and every prompt's α within 0.03
+    (0.49, 0.88, MET_MEDIAN),   # median cost 0.49x but the interval reaches past 0.5
+    (0.70, 0.90, MISSED),       # not cheap enough
+    (0.40, 0.80, MISSED),       # cheap, but α dropped by 0.095
+])
+def test_draft_cost_target_needs_both_the_cost_and_the_alpha(tmp_path, cost4, alpha4, status):
+    target = (Target("half", "half", "bench_qwen_drafts", "draft_cost", 0.5, methods=("sd-draft-int4",),
+                     baseline="sd-draft-int8@4"),)
+    _write(tmp_path, "bench_qwen_drafts", [_row("sd-draft-int8@4"), _row("sd-draft-int4@4")],
+           _draft_runs(cost4, alpha4), n_prompts=12)
+    row = check_targets(tmp_path, target).iloc[0]
+    assert row["status"] == status, row["measured"]
+    assert row["method"].startswith("sd-draft-int4@4 / sd-draft-int8@4") and "α" in row["measured"]
+    assert (row["why"] == "") == (status == MET)
+
+
+def test_draft_cost_rows_pair_the_draft_time_and_alpha_per_prompt(tmp_path):
+    from specrepro.bench.targets import draft_cost_rows
+
+    rows = draft_cost_rows({"runs": _draft_runs(0.5, 0.85)}, ("sd-draft-int4",), "sd-draft-int8@4")
+    r = rows.iloc[0]
+    assert r["method"] == "sd-draft-int4@4" and r["n_prompts"] == 12
+    assert r["cost_ratio_lo"] <= r["cost_ratio"] <= r["cost_ratio_hi"] and 0.5 <= r["cost_ratio"] <= 0.52
+    assert r["alpha_diff"] == pytest.approx(-0.045, abs=1e-9)
+    assert draft_cost_rows({"runs": _draft_runs(0.5, 0.85)}, ("sd-draft-int4",), "sd-draft-int8-pruned@4").empty

@@ -359,6 +359,30 @@ def _sd_draft_adaptive(ctx, name, gamma):
     return run
 
 
+@register_method("sd-hybrid-adaptive", needs_draft=True,
+                 prepare=_prepare_max_gamma("sd-hybrid-adaptive", ADAPTIVE_MAX_GAMMA))
+def _sd_hybrid_adaptive(ctx, name, gamma):
+    """our chain speculative decoding: prompt lookup where an n-gram (n >= hybrid_min_ngram, default 2) matches (at
+    most lookup_gamma tokens, default 10), else the draft model with its block length <= @γ (default 20) chosen token
+    by token as in sd-draft-adaptive (--opt draft_kind: fp32, int8, pruned, int8-pruned, int4, int4-pruned)"""
+    from specrepro.bench.options import lookup_gamma_option
+    from specrepro.drafters.adaptive import AdaptiveLengthDrafter
+    from specrepro.drafters.lookup import HybridDrafter, PromptLookupDrafter
+
+    kind = draft_kind_option(ctx.options)
+    inner = cheap_drafter(ctx, kind)
+    curve, t_draft = ctx.shared(f"auto_costs:{kind}:{gamma}", lambda: auto_gamma_costs(ctx, inner, gamma))
+    adaptive = AdaptiveLengthDrafter(inner, curve, t_draft, keep_calibration=True,
+                                     name=f"{inner.name}, adaptive length <= {gamma}")
+    lookup = PromptLookupDrafter(max_ngram=lookup_max_ngram_option(ctx.options),
+                                 min_ngram=hybrid_min_ngram_option(ctx.options))
+    run = _our_runner(ctx, HybridDrafter(lookup, adaptive, lookup_max_gamma=lookup_gamma_option(ctx.options)), gamma,
+                      predict=False)
+    run.gamma = gamma
+    run.cost_curve, run.t_draft_ms = curve, t_draft
+    return run
+
+
 #: sd-draft-adaptive with the draft kind in its name instead of --opt draft_kind (e.g. sd-draft-adaptive-int8@20)
 ADAPTIVE_KIND_METHODS = tuple(f"sd-draft-adaptive-{k}" for k in ("int8", "pruned", "int8-pruned", "int4",
                                                                   "int4-pruned"))
@@ -650,11 +674,11 @@ def _medusa_choices(at: str | None, n_heads: int, accuracies=None):
     """The static tree for K = ``n_heads`` heads. With the heads' own measured top-i accuracies (``accuracies``,
     [K][I], from the accuracy.csv that :func:`~specrepro.train.stdlib.get_or_train_stdlib_heads` saves beside them):
     Medusa's accuracy-driven sparse tree of N (default 16) nodes on them. Without: :data:`~specrepro.core.medusa.
-    DEFAULT_CHOICES` when it fits (depth <= K) and no ``@N`` is given, else the sparse tree of N nodes on the paper's
-    Vicuna-7B head accuracies, restricted to the first K heads."""
+    DEFAULT_CHOICES` when it fits (depth <= K) and no ``@N`` is given, else the sparse tree of N nodes on the prior
+    :data:`~specrepro.core.medusa.PRIOR_HEAD_ACCURACY`, restricted to the first K heads."""
     from specrepro.core.medusa import (
         DEFAULT_CHOICES,
-        PAPER_HEAD_ACCURACY,
+        PRIOR_HEAD_ACCURACY,
         sparse_tree_from_accuracies,
 )
 
@@ -663,7 +687,7 @@ def _medusa_choices(at: str | None, n_heads: int, accuracies=None):
         return sparse_tree_from_accuracies(accuracies, n_nodes)
     if not at and max(len(c) for c in DEFAULT_CHOICES) <= n_heads:
         return DEFAULT_CHOICES
-    return sparse_tree_from_accuracies(PAPER_HEAD_ACCURACY[:min(n_heads, len(PAPER_HEAD_ACCURACY))], n_nodes)
+    return sparse_tree_from_accuracies(PRIOR_HEAD_ACCURACY[:min(n_heads, len(PRIOR_HEAD_ACCURACY))], n_nodes)
 
 
 def _heads_accuracies(directory) -> list | None:

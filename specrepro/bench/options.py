@@ -23,6 +23,19 @@ def lookup_max_ngram_option(options: dict) -> int:
     return int(v)
 
 
+#: the longest block sd-hybrid-adaptive copies when no ``--opt lookup_gamma`` is given (transformers' prompt lookup
+#: copies at most 10 tokens, its ``prompt_lookup_num_tokens`` default)
+DEFAULT_LOOKUP_GAMMA = 10
+
+
+def lookup_gamma_option(options: dict) -> int:
+    v = str(options.get("lookup_gamma", DEFAULT_LOOKUP_GAMMA)).strip()
+    if not v.isdigit() or int(v) < 1:
+        raise BenchOptionError(f"--opt lookup_gamma={options.get('lookup_gamma')}: must be an integer >= 1 (the "
+                               f"longest block sd-hybrid-adaptive copies from the context)")
+    return int(v)
+
+
 def draft_stop_option(options: dict) -> float:
     v = options.get("draft_stop", 0.4)
     try:

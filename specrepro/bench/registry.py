@@ -27,6 +27,7 @@ from specrepro.bench.options import (
     hybrid_min_ngram_option,
     int4_group_size_option,
     int8_backend_option,
+    lookup_gamma_option,
     lookup_max_ngram_option,
     tree_mode_option,
 )
@@ -186,7 +187,8 @@ class BenchContext:
             pruned draft head keeps, default 32768), ``draft_kind`` (the draft of sd-hybrid, sd-draft-auto,
             sd-draft-dynamic and sd-draft-adaptive: fp32, int8, pruned, int8-pruned, int4 or int4-pruned; default
             fp32), ``int4_group_size`` (4-bit draft copies' group size, default 32),
-            ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup match, default 2).
+            ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup match, default 2), ``lookup_gamma``
+            (sd-hybrid-adaptive's longest copied block, default 10).
         cost_text: the prompts' token ids end to end (long tensor [L]; None = random ids), the text the cost model
             times the drafters along (:func:`specrepro.measure.cost.measure_draft_step_ms`).
     """
@@ -221,28 +223,32 @@ class BenchContext:
 #: that raises :class:`BenchOptionError`, or None where the methods' ``prepare`` hooks check it). A method
 #: registered elsewhere declares its own keys with ``register_method(..., options=...)``.
 OPTION_KEYS: dict[str, tuple[tuple[str, ...], Callable | None]] = {
-    "lookup_max_ngram": (("sd-lookup", "hf-lookup", "sd-tree-merge", "sd-hybrid"), lookup_max_ngram_option),
+    "lookup_max_ngram": (("sd-lookup", "hf-lookup", "sd-tree-merge", "sd-hybrid", "sd-hybrid-adaptive"),
+                         lookup_max_ngram_option),
     "draft_stop": (("sd-draft-dynamic",), draft_stop_option),
     "tree": (("sd-tree", "sd-tree-int8", "sd-tree-int8-traversal", "sd-tree-int8-spectr", "sd-tree-int8-gbv"), None),
     "tree_mode": (("sd-tree", "sd-tree-int8", "sd-tree-int8-traversal", "medusa"), tree_mode_option),
     "medusa_heads": (("medusa", "medusa-typical"), None),
     "typical_epsilon": (("medusa-typical",), check_typical_option("typical_epsilon")),
     "typical_delta": (("medusa-typical",), check_typical_option("typical_delta")),
-    "int8_backend": (("sd-draft-int8", "sd-draft-int8-pruned", "sd-hybrid", "sd-draft-auto", "sd-draft-dynamic",
+    "int8_backend": (("sd-draft-int8", "sd-draft-int8-pruned", "sd-hybrid", "sd-hybrid-adaptive", "sd-draft-auto", "sd-draft-dynamic",
                       "sd-draft-adaptive", "sd-draft-adaptive-int8", "sd-draft-adaptive-int8-pruned", "sd-tree-int8",
                       "sd-tree-int8-traversal", "sd-tree-int8-spectr", "sd-tree-int8-gbv", "sd-draft-int8-block",
                       "hf-assisted-int8", "hf-assisted-int8-gamma",
                       "hf-assisted-int8-pruned"),
                      int8_backend_option),
-    "int4_group_size": (("sd-draft-int4", "sd-draft-int4-pruned", "sd-hybrid", "sd-draft-auto", "sd-draft-dynamic",
+    "int4_group_size": (("sd-draft-int4", "sd-draft-int4-pruned", "sd-hybrid", "sd-hybrid-adaptive", "sd-draft-auto", "sd-draft-dynamic",
                          "sd-draft-adaptive", "sd-draft-adaptive-int4", "sd-draft-adaptive-int4-pruned",
                          "hf-assisted-int4"), int4_group_size_option),
-    "draft_vocab": (("sd-draft-pruned", "sd-draft-int8-pruned", "sd-draft-int4-pruned", "sd-hybrid", "sd-draft-auto",
+    "draft_vocab": (("sd-draft-pruned", "sd-draft-int8-pruned", "sd-draft-int4-pruned", "sd-hybrid", "sd-hybrid-adaptive",
+                     "sd-draft-auto",
                      "sd-draft-dynamic", "sd-draft-adaptive", "sd-draft-adaptive-pruned",
                      "sd-draft-adaptive-int8-pruned", "sd-draft-adaptive-int4-pruned", "hf-assisted-int8-pruned"),
                     draft_vocab_option),
-    "draft_kind": (("sd-hybrid", "sd-draft-auto", "sd-draft-dynamic", "sd-draft-adaptive"), draft_kind_option),
-    "hybrid_min_ngram": (("sd-hybrid",), hybrid_min_ngram_option),
+    "draft_kind": (("sd-hybrid", "sd-hybrid-adaptive", "sd-draft-auto", "sd-draft-dynamic", "sd-draft-adaptive"),
+                   draft_kind_option),
+    "hybrid_min_ngram": (("sd-hybrid", "sd-hybrid-adaptive"), hybrid_min_ngram_option),
+    "lookup_gamma": (("sd-hybrid-adaptive",), lookup_gamma_option),
 }
 #: options that have their own command-line flag (named in error messages instead of ``--opt KEY``)
 _OPTION_FLAGS = {"tree": "--tree", "medusa_heads": "--medusa-heads"}

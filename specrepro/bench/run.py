@@ -76,14 +76,15 @@ class BenchResult:
         df["per_position_acceptance"] = df["per_position_acceptance"].map(
             lambda xs: " ".join("-" if (x is None or not math.isfinite(x)) else f"{x:.2f}" for x in xs) if xs else "")
         for col in ("speedup_vs_ar", "speedup_vs_hf_assisted", "speedup_vs_hf_ar", "speedup_vs_hf_assisted_int8",
-                    "speedup_vs_hf_assisted_int8_pruned"):
+                    "speedup_vs_hf_assisted_int8_pruned", "speedup_vs_hf_assisted_int4"):
             if f"{col}_lo" in df:  # the 95% interval beside the median, as printed text
                 df[f"{col}_95ci"] = [f"[{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
                                      for lo, hi in zip(df[f"{col}_lo"], df[f"{col}_hi"])]
         cols = ["method", "gamma", "exact", "n_prompts", "tokens_per_s", "ms_per_token", "speedup_vs_ar",
                 "speedup_vs_ar_95ci", "speedup_vs_hf_assisted", "speedup_vs_hf_assisted_95ci", "speedup_vs_hf_ar",
                 "speedup_vs_hf_ar_95ci", "speedup_vs_hf_assisted_int8", "speedup_vs_hf_assisted_int8_95ci",
-                "speedup_vs_hf_assisted_int8_pruned", "speedup_vs_hf_assisted_int8_pruned_95ci", "alpha",
+                "speedup_vs_hf_assisted_int8_pruned", "speedup_vs_hf_assisted_int8_pruned_95ci",
+                "speedup_vs_hf_assisted_int4", "speedup_vs_hf_assisted_int4_95ci", "alpha",
                 "tokens_per_step", "drafted_per_step", "per_position_acceptance", "greedy_equal_to_ar",
                 "predicted_speedup", "predicted_speedup_with_prefill", "free_draft_bound", "measured_over_predicted"]
         return df[[c for c in cols if c in df.columns]].set_index("method").round(3)
@@ -99,8 +100,8 @@ def _gamma_label(spec: MethodSpec, gamma: int):
 #: transformers' methods that, when run, get a paired-ratio column of their own beside ``speedup_vs_ar`` and
 #: ``speedup_vs_hf_assisted`` (``speedup_vs_hf_ar``: is our AR as fast as transformers' own greedy ``generate``?;
 #: ``speedup_vs_hf_assisted_int8`` / ``_int8_pruned``: our loop against transformers' with the same int8 draft, or
-#: the same int8 draft with the FR-Spec pruned head)
-OTHER_BASELINES = ("hf-ar", "hf-assisted-int8", "hf-assisted-int8-pruned")
+#: the same int8 draft with the FR-Spec pruned head; ``speedup_vs_hf_assisted_int4``: the same 4-bit draft)
+OTHER_BASELINES = ("hf-ar", "hf-assisted-int8", "hf-assisted-int8-pruned", "hf-assisted-int4")
 
 #: prompts :func:`run_bench` takes from a workload when ``n_prompts`` is not given (explicit ``prompts`` are all run)
 DEFAULT_N_PROMPTS = 10

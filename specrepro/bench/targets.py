@@ -26,7 +26,7 @@ from specrepro.bench.run import run_median as _median
 from specrepro.measure.harness import paired_speedup
 
 __all__ = ["Target", "TARGETS", "MET", "MET_MEDIAN", "MISSED", "NOT_RUN", "check_targets", "prediction_gap",
-           "draft_kind_of"]
+           "draft_kind_of", "draft_cost_rows"]
 
 MET, MET_MEDIAN, MISSED, NOT_RUN = "met", "met on the median", "missed", "not run"
 
@@ -43,13 +43,17 @@ class Target:
             prediction: measured / predicted within ``threshold`` of 1, the prediction from the run's own recorded
             costs where the file has them, :func:`specrepro.bench.run.with_in_run_predictions`), ``tree_over_chain``
             (the fastest ``sd-tree*`` method over the fastest other ``sd-*`` chain, paired per prompt,
-            >= ``threshold``).
+            >= ``threshold``), ``draft_cost`` (a cheaper draft: the in-loop draft time per drafted token of the best
+            of ``methods`` over ``baseline``'s, paired per prompt, <= ``threshold``, while its α is at most
+            ``alpha_drop`` below ``baseline``'s, the difference paired per prompt).
         column: the summary column (``speedup_vs_ar``, ``speedup_vs_hf_assisted``, ...) for at_least / within.
         methods: method-name prefixes the target may pick from ("best of" them, by the median).
         threshold: the number the target names.
         draft: when set (``"int8"``), only methods drafting with that draft count: ``sd-*-int8*`` by name, and
             ``sd-draft-auto`` / ``sd-draft-dynamic`` / ``sd-draft-adaptive`` / ``sd-hybrid`` when the run's
             ``--opt draft_kind`` names it.
+        baseline: the method a ``draft_cost`` target compares with (e.g. ``sd-draft-int8@4``).
+        alpha_drop: how far below ``baseline``'s α a ``draft_cost`` candidate's α may lie (absolute).
     """
 
     id: str
@@ -60,6 +64,8 @@ class Target:
     column: str = "speedup_vs_ar"
     methods: tuple[str, ...] = ("sd-",)
     draft: str | None = None
+    baseline: str | None = None
+    alpha_drop: float = 0.03
 
 
 #: The targets of the bench of record: qwen2.5-coder-1.5b + 0.5b, >= 20 HumanEval prompts x 128 tokens, one
@@ -82,6 +88,15 @@ TARGETS: tuple[Target, ...] = (
            "(from the forward and draft times the run itself recorded)", "bench_qwen_nucleus", "predicted", 0.10),
     Target("t1-tree-over-chain", "T = 1: best tree ≥ best chain (tokens/s, paired per prompt, same run)",
            "bench_qwen_t1_trees", "tree_over_chain", 1.0),
+    Target("draft-cost-half", "greedy: a draft half as costly: draft time per drafted token ≤ 0.5× the int8 draft's, "
+           "with α at most 0.03 below it (γ = 4 chains, same run)", "bench_qwen_drafts", "draft_cost", 0.5,
+           methods=("sd-draft-int4", "sd-draft-int8-pruned"), baseline="sd-draft-int8@4"),
+    Target("greedy-vs-hf-assisted-int4", "greedy: ≥ 1.25× transformers' assisted generation given the same draft (our "
+           "4-bit copy)", "bench_qwen_drafts", "at_least", 1.25, "speedup_vs_hf_assisted_int4", ("sd-",), "int4"),
+    Target("chat-vs-ar", "chat workload (six categories, chat template), greedy: ≥ 2.0× our AR", "bench_qwen_chat",
+           "at_least", 2.0),
+    Target("chat-vs-hf-assisted-int8", "chat workload, greedy: ≥ 1.25× transformers' assisted generation given the "
+           "same int8 draft", "bench_qwen_chat", "at_least", 1.25, "speedup_vs_hf_assisted_int8", ("sd-",), "int8"),
 )
 
 
@@ -101,12 +116,12 @@ def draft_kind_of(method: str, options: dict | None = None) -> str | None:
     """The draft a bench method drafts with: ``int8`` / ``int8-pruned`` / ``int4`` / ``int4-pruned`` / ``pruned`` /
     ``fp32`` from its name
     (``sd-draft-int8@4``, ``sd-tree-int8@2x1``), the run's ``draft_kind`` option for ``sd-draft-auto``,
-    ``sd-draft-dynamic``, ``sd-draft-adaptive`` and ``sd-hybrid`` (default fp32); None for our methods without a
+    ``sd-draft-dynamic``, ``sd-draft-adaptive``, ``sd-hybrid`` and ``sd-hybrid-adaptive`` (default fp32); None for our methods without a
     draft model (AR, lookup) and for transformers' own methods (``hf-*``: not ours to pick for a target)."""
     base = str(method).split("@", 1)[0]
     if not base.startswith("sd-"):
         return None
-    if base in ("sd-draft-auto", "sd-hybrid", "sd-draft-dynamic", "sd-draft-adaptive"):
+    if base in ("sd-draft-auto", "sd-hybrid", "sd-hybrid-adaptive", "sd-draft-dynamic", "sd-draft-adaptive"):
         return str((options or {}).get("draft_kind", "fp32"))
     for kind in ("int8-pruned", "int4-pruned", "int8", "int4", "pruned"):
         if base.endswith("-" + kind):
@@ -309,7 +324,94 @@ def _check_one(t: Target, data: dict | None) -> dict:
         if out["status"] != MET:
             out["why"] = _tree_vs_chain_why(runs, summary, tree, chain)
         return out
+    if t.kind == "draft_cost":
+        return _check_draft_cost(t, data, out)
     raise ValueError(f"target {t.id}: unknown kind {t.kind!r}")
+
+
+def _alpha_by_prompt(runs: pd.DataFrame, method: str) -> pd.Series:
+    """Per prompt: the mean of every α term of ``method``'s runs on it (all repeats pooled)."""
+    d = runs[runs["method"] == method]
+    return d.groupby("prompt", sort=False)["alpha_terms"].agg(
+        lambda xs: float(sum(sum(x or []) for x in xs) / max(1, sum(len(x or []) for x in xs))))
+
+
+def draft_cost_rows(data: dict, candidates, baseline: str, seed: int = 0) -> pd.DataFrame:
+    """Each candidate draft against ``baseline``'s, from one bench JSON: the draft time per drafted token and α.
+
+    Both are paired per prompt: ``cost_ratio`` is the median over prompts of the candidate's in-loop draft time per
+    drafted token (``draft_ms`` of each run, averaged geometrically over the passes) over the baseline's on the same
+    prompt and pass, with its 95% bootstrap interval over prompts; ``alpha_diff`` is the mean over prompts of the
+    candidate's α minus the baseline's (each prompt's α pooled over its verified positions, Leviathan Def. 3.1),
+    with its 95% bootstrap interval. The draft times of the run's cost model (measured outside the timed runs,
+    ``config.cost_model.draft_ms_per_token``) are shown beside them where the file has them.
+
+    Args:
+        data: a bench JSON (dict); candidates: method-name prefixes; baseline: the reference method's label.
+        seed: the bootstrap's seed.
+
+    Returns:
+        one row per candidate method present with draft times: method, draft_ms (median in-loop ms per drafted
+        token), baseline_draft_ms, cost_ratio, cost_ratio_lo, cost_ratio_hi, alpha, baseline_alpha, alpha_diff,
+        alpha_diff_lo, alpha_diff_hi, n_prompts, model_cost_ratio (from the cost model, NaN without it).
+    """
+    import numpy as np
+
+    from specrepro.measure.harness import paired_ratios
+    from specrepro.stats import bootstrap_ci
+
+    runs = pd.DataFrame(data.get("runs") or [])
+    if runs.empty or "draft_ms" not in runs or not (runs["method"] == baseline).any():
+        return pd.DataFrame()
+    model = ((data.get("config") or {}).get("cost_model") or {}).get("draft_ms_per_token") or {}
+    base_alpha = _alpha_by_prompt(runs, baseline)
+    rows = []
+    for m in dict.fromkeys(runs["method"]):
+        if m == baseline or not any(str(m).startswith(p) for p in candidates):
+            continue
+        d = runs[runs["method"] == m]
+        if not d["draft_ms"].notna().any():
+            continue
+        ratio = paired_ratios(runs, m, baseline, value="draft_ms")
+        est, lo, hi = bootstrap_ci(ratio.to_numpy(), seed=seed)
+        diff = (_alpha_by_prompt(runs, m) - base_alpha).dropna()
+        a_est, a_lo, a_hi = bootstrap_ci(diff.to_numpy(), statistic=np.mean, seed=seed)
+        rows.append({"method": m, "draft_ms": float(d["draft_ms"].median()),
+                     "baseline_draft_ms": float(runs.loc[runs["method"] == baseline, "draft_ms"].median()),
+                     "cost_ratio": est, "cost_ratio_lo": lo, "cost_ratio_hi": hi,
+                     "alpha": float(_alpha_by_prompt(runs, m).mean()), "baseline_alpha": float(base_alpha.mean()),
+                     "alpha_diff": a_est, "alpha_diff_lo": a_lo, "alpha_diff_hi": a_hi, "n_prompts": int(ratio.size),
+                     "model_cost_ratio": (float(model[m]) / float(model[baseline])
+                                          if m in model and baseline in model else float("nan"))})
+    return pd.DataFrame(rows)
+
+
+def _check_draft_cost(t: Target, data: dict, out: dict) -> dict:
+    rows = draft_cost_rows(data, t.methods, t.baseline)
+    if rows.empty:
+        out["measured"] = f"no {'/'.join(t.methods)}* chain with draft times beside {t.baseline} in the run"
+        return out
+    rank = {MET: 0, MET_MEDIAN: 1, MISSED: 2}
+    judged = []
+    for r in rows.to_dict(orient="records"):
+        ok = r["cost_ratio"] <= t.threshold and r["alpha_diff"] >= -t.alpha_drop
+        sure = (_fin(r["cost_ratio_hi"]) and r["cost_ratio_hi"] <= t.threshold and _fin(r["alpha_diff_lo"])
+                and r["alpha_diff_lo"] >= -t.alpha_drop)
+        judged.append(((MET if sure else MET_MEDIAN) if ok else MISSED, r))
+    status, r = min(judged, key=lambda sr: (rank[sr[0]], sr[1]["cost_ratio"]))
+    out["status"], out["n_prompts"] = status, r["n_prompts"]
+    out["method"] = f"{r['method']} / {t.baseline}" + (f" (the best of {len(rows)})" if len(rows) > 1 else "")
+    out["measured"] = (f"draft time per token {_ci(r['cost_ratio'], r['cost_ratio_lo'], r['cost_ratio_hi'])}× "
+                       f"({r['draft_ms']:.1f} vs {r['baseline_draft_ms']:.1f} ms); α "
+                       f"{r['alpha']:.3f} vs {r['baseline_alpha']:.3f}, difference "
+                       f"{r['alpha_diff']:+.3f}" + (f" [{r['alpha_diff_lo']:+.3f}, {r['alpha_diff_hi']:+.3f}]"
+                                                    if _fin(r["alpha_diff_lo"]) else ""))
+    if status != MET:
+        out["why"] = "; ".join(
+            f"{x['method']}: {x['cost_ratio']:.2f}× the draft time per token"
+            + (f" (the cost model, measured outside the timed runs: {x['model_cost_ratio']:.2f}×)"
+               if _fin(x["model_cost_ratio"]) else "") + f", α {x['alpha_diff']:+.3f}" for x in rows.to_dict("records"))
+    return out
 
 
 def check_targets(results_dir: str | Path, targets=TARGETS) -> pd.DataFrame:

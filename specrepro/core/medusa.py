@@ -21,13 +21,15 @@ from specrepro.core.medusa_heads import MedusaHeads
 from specrepro.core.sampling import GREEDY, SamplingConfig, logits_to_probs, sample
 from specrepro.core.trees import TokenTree, TreeTemplate, sample_children, tree_generate
 
-__all__ = ["PAPER_HEAD_ACCURACY", "expected_acceptance_length", "sparse_tree_from_accuracies", "DEFAULT_CHOICES", "MedusaProposer", "ACCEPTANCE_METHODS", "typical_acceptance_verify", "medusa_generate"]
+__all__ = ["PRIOR_HEAD_ACCURACY", "expected_acceptance_length", "sparse_tree_from_accuracies", "DEFAULT_CHOICES", "MedusaProposer", "ACCEPTANCE_METHODS", "typical_acceptance_verify", "medusa_generate"]
 
 
-#: Top-1..5 accuracy of heads 1..5 for Vicuna-7B, used only as a prior to build the default sparse tree
-#: (:func:`sparse_tree_from_accuracies`). Not a number the Medusa paper prints (arXiv 2401.10774v3 gives no per-head
-#: accuracy; Sec. 2.3.3 builds its tree from accuracies measured on a calibration set), so no claim compares with it.
-PAPER_HEAD_ACCURACY = [
+#: Top-1..5 accuracy of heads 1..5, a prior used only to build the default sparse tree
+#: (:func:`sparse_tree_from_accuracies`). The figures are a Vicuna-7B set from our notes on the Medusa project; the
+#: Medusa paper (arXiv 2401.10774v3) prints no per-head accuracy (Sec. 2.3.3 builds its tree from accuracies measured
+#: on a calibration set), and we found no public source to check them against. No claim and no table compares with
+#: them; notebook 06 measures our heads' own accuracies and builds its accuracy-driven tree from those.
+PRIOR_HEAD_ACCURACY = [
     [0.560, 0.672, 0.727, 0.760, 0.780],
     [0.316, 0.424, 0.485, 0.528, 0.563],
     [0.201, 0.288, 0.348, 0.383, 0.417],
@@ -60,7 +62,7 @@ def sparse_tree_from_accuracies(accuracies, n_nodes: int, max_depth: int | None 
     closed).
 
     Args:
-        accuracies: cumulative top-i accuracies, [K][I] (rows = heads, e.g. :data:`PAPER_HEAD_ACCURACY` or the
+        accuracies: cumulative top-i accuracies, [K][I] (rows = heads, e.g. :data:`PRIOR_HEAD_ACCURACY` or the
             ``top1..`` columns of :func:`head_topk_accuracy`).
         n_nodes: number of tree nodes (the root, the committed token, not counted).
         max_depth: optional cap on depth (default K).
@@ -89,11 +91,11 @@ def sparse_tree_from_accuracies(accuracies, n_nodes: int, max_depth: int | None 
     return chosen
 
 
-#: The default static sparse tree: Medusa's recipe (greedy on the paper's Vicuna-7B top-i accuracies, as behind
-#: ``mc_sim_7b_63``'s 63 nodes for a GPU) sized for a small model on a CPU, where a target forward over n nodes costs
-#: several single-token steps once n exceeds a few tokens: 16 nodes, depth 3 (with the paper's accuracies the 4th
-#: head's candidates are not worth a node at this size).
-DEFAULT_CHOICES = sparse_tree_from_accuracies(PAPER_HEAD_ACCURACY[:4], n_nodes=16)
+#: The default static sparse tree: Medusa's recipe (greedy on top-i accuracies, as behind ``mc_sim_7b_63``'s 63 nodes
+#: for a GPU) applied to the prior :data:`PRIOR_HEAD_ACCURACY`, sized for a small model on a CPU, where a target
+#: forward over n nodes costs several single-token steps once n exceeds a few tokens: 16 nodes, depth 3 (with the
+#: prior's accuracies the 4th head's candidates are not worth a node at this size).
+DEFAULT_CHOICES = sparse_tree_from_accuracies(PRIOR_HEAD_ACCURACY[:4], n_nodes=16)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -123,18 +123,33 @@ class HybridDrafter:
     drafter keeps its KV cache in step by itself (it crops to the longest prefix it shares with the context) after
     blocks it did not draft. A copied block costs no draft forward pass, which pays off on repetitive code.
 
+    The fallback may choose its own block length: with an :class:`~specrepro.drafters.adaptive.AdaptiveLengthDrafter`
+    as ``model``, the draft model's blocks end where its calibrated confidence stops paying, and verification's
+    ``feedback`` reaches it after its own blocks only (a copied block tells it nothing about its confidence). Its stop
+    rule depends only on the committed tokens and the draft's own values, so the hybrid stays exact.
+
     Args:
         lookup: the prompt-lookup drafter (its ``min_ngram`` decides how strong a match must be: 2 ignores matches
             of the last token alone).
         model: the fallback drafter.
         name: a label for tables.
+        lookup_max_gamma: the longest copied block (None: the step's γ). With a large γ for an adaptive fallback
+            (20), copying 20 tokens makes every failed copy pay a 21-token verification; transformers' prompt
+            lookup copies at most 10.
 
     Attributes:
         steps: per source ('lookup', 'model'), the blocks it drafted since the last :meth:`reset` (one sequence).
+
+    Raises:
+        ValueError: ``lookup_max_gamma`` < 1.
     """
 
-    def __init__(self, lookup: "PromptLookupDrafter", model, name: str | None = None):
+    def __init__(self, lookup: "PromptLookupDrafter", model, name: str | None = None,
+                 lookup_max_gamma: int | None = None):
+        if lookup_max_gamma is not None and (int(lookup_max_gamma) != lookup_max_gamma or lookup_max_gamma < 1):
+            raise ValueError(f"lookup_max_gamma must be an integer >= 1 or None, got {lookup_max_gamma!r}")
         self.lookup, self.model = lookup, model
+        self.lookup_max_gamma = None if lookup_max_gamma is None else int(lookup_max_gamma)
         self.name = name or f"lookup + {getattr(model, 'name', 'draft model')}"
         self.reset()
 
@@ -142,11 +157,23 @@ class HybridDrafter:
         self.lookup.reset()
         self.model.reset()
         self.steps = {"lookup": 0, "model": 0}
+        self._last_source: str | None = None
 
     def propose(self, ids, gamma, sampling, generator):
-        prop = self.lookup.propose(ids, gamma, sampling, generator)
+        cap = gamma if self.lookup_max_gamma is None else min(gamma, self.lookup_max_gamma)
+        prop = self.lookup.propose(ids, cap, sampling, generator)
         if prop.tokens.numel():
             self.steps["lookup"] += 1
+            self._last_source = "lookup"
             return prop
         self.steps["model"] += 1
+        self._last_source = "model"
         return self.model.propose(ids, gamma, sampling, generator)
+
+    def feedback(self, n_drafted: int, n_accepted: int) -> None:
+        """Verification kept ``n_accepted`` of the ``n_drafted`` tokens of the last block: passed on to the source
+        that drafted it, where that source listens (an adaptive fallback calibrates on its own blocks only)."""
+        source, self._last_source = self._last_source, None
+        hook = getattr(self.model if source == "model" else self.lookup, "feedback", None) if source else None
+        if hook is not None:
+            hook(n_drafted, n_accepted)

@@ -35,7 +35,7 @@ from specrepro.theory import (
     walltime_improvement,
 )
 
-__all__ = ["leviathan_table1", "alpha_table", "alpha_summary", "speed_table", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
+__all__ = ["leviathan_table1", "leviathan_table3_paper", "alpha_table", "alpha_summary", "speed_table", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
 
 #: Leviathan et al. 2023, Table 1: (alpha, gamma) -> (operations factor, speed), c = c_hat = 0.
 LEVIATHAN_TABLE1 = {(float(r.alpha), int(r.gamma)): (float(r.operations), float(r.speed))
@@ -49,6 +49,28 @@ def leviathan_table1() -> pd.DataFrame:
         rows.append({"alpha": a, "gamma": g, "operations": operations_factor(a, g, 0.0),
                      "speed": walltime_improvement(a, g, 0.0), "paper_operations": ops, "paper_speed": speed})
     return pd.DataFrame(rows)
+
+
+def leviathan_table3_paper(small_model: str | None = None) -> pd.DataFrame:
+    """Leviathan et al. 2023, Table 3 (α at T = 0 and T = 1, ``data/papers/leviathan_table3.csv``) in the shape
+    notebook 03 prints beside its own α: rows unigram, bigram and the small model; columns
+    (``"paper GPT-like 97M"`` | ``"paper T5-XXL EnDe"`` | ``"paper T5-XXL CNNDM"``, temperature 0.0 | 1.0).
+
+    Args:
+        small_model: the name the small-model row takes (our draft's name, to join with our table); None drops the
+            row (a run without a draft model).
+
+    Returns:
+        a DataFrame of floats (α; the paper prints two decimals).
+    """
+    t = paper_table("leviathan_table3")
+    t = t[t["draft_kind"].isin(["unigram", "bigram", "small model"]) & t["task"].isin(["lm1b", "EnDe", "CNNDM"])]
+    t = t.assign(column=[f"paper {target}" + ("" if task == "lm1b" else f" {task}")
+                         for target, task in zip(t["target"], t["task"])], temperature=t["temperature"].astype(float))
+    wide = t.pivot_table(index="draft_kind", columns=["column", "temperature"], values="alpha", sort=False)
+    wide = wide.reindex(["unigram", "bigram", "small model"])
+    wide.index.name, wide.columns.names = None, [None, None]
+    return wide.rename(index={"small model": small_model}) if small_model else wide.drop(index="small model")
 
 
 def encode(tokenizer, text: str) -> torch.Tensor:

@@ -14,7 +14,7 @@ from specrepro.files import repo_root
 
 __all__ = ["paper_table", "PAPER_TABLES"]
 
-PAPER_TABLES = ("leviathan_table1", "leviathan_table2", "chen_table1", "specinfer_table2", "specinfer_table3",
+PAPER_TABLES = ("leviathan_table1", "leviathan_table2", "leviathan_table3", "chen_table1", "specinfer_table2", "specinfer_table3",
                 "medusa_table1", "verifier_gains")
 
 

@@ -27,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["RUN_KEY", "declared_parameters", "notebook_parameters", "stamp_run", "run_facts", "run_notebook", "main"]
+__all__ = ["RUN_KEY", "declared_parameters", "notebook_parameters", "stamp_run", "run_facts", "code_drift", "run_notebook",
+           "main"]
 
 RUN_KEY = "specrepro"  # the executed notebook's metadata key that holds {"run": {...}} (:func:`stamp_run`)
 
@@ -93,6 +94,29 @@ def run_facts(notebook: str | Path) -> dict | None:
     nb = nbformat.read(str(notebook), as_version=4)
     run = nb.metadata.get(RUN_KEY, {}).get("run")
     return dict(run) if run else None
+
+
+def code_drift(source: str | Path, executed: str | Path) -> list[int]:
+    """Where an executed notebook's code is not its source's: the 1-based numbers of the source's code cells whose
+    text differs from the executed notebook's code cell at the same place (papermill's injected-parameters cell is
+    skipped; a cell present on one side only counts as differing, numbered past the shorter side's end). Empty
+    when every code cell is the same, i.e. the executed notebook shows what its source runs today.
+
+    Raises:
+        FileNotFoundError: either notebook is missing.
+    """
+    import nbformat
+
+    def code(path):
+        nb = nbformat.read(str(path), as_version=4)
+        return [c.source.rstrip() for c in nb.cells
+                if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])]
+
+    for path in (source, executed):
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: no such notebook")
+    a, b = code(source), code(executed)
+    return [i + 1 for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i]]
 
 
 def run_notebook(source: str | Path, output: str | Path, profile: str | Path, kernel: str = "python3") -> Path:

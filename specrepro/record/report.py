@@ -299,12 +299,13 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
         extra = [(key, title) for key, title in (("speedup_vs_hf_ar", "× HF AR [95% CI]"),
                                                  ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"),
                                                  ("speedup_vs_hf_assisted_int8_pruned",
-                                                  "× HF assisted, int8 pruned-head draft [95% CI]"))
+                                                  "× HF assisted, int8 pruned-head draft [95% CI]"),
+                                                 ("speedup_vs_hf_assisted_int4", "× HF assisted, 4-bit draft [95% CI]"))
                  if any(key in r for r in summary)]
         predicted = any(r.get("predicted_speedup") is not None for r in summary)
         prefill = any(r.get("predicted_speedup_with_prefill") is not None for r in summary)
         in_run = any(r.get("predicted_speedup_in_run") is not None for r in summary)
-        pred_head = ((" predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "")
+        pred_head = ((" draft ms per drafted token (cost model) | predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "")
                       + ") | free-draft bound | measured / predicted |"
                       + (" predicted from the run's own costs | measured / that |" if in_run else ""))
                      if predicted else "")
@@ -312,7 +313,7 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                  + "".join(f" {title} |" for _, title in extra) + " α [95% CI] | tokens/step [95% CI] | per-position acceptance |"
                  + pred_head + (" equal to greedy AR |" if greedy else ""),
                  "|---|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---|"
-                 + ("---:|" * (5 if in_run else 3) if predicted else "")
+                 + ("---:|" * (6 if in_run else 4) if predicted else "")
                  + ("---|" if greedy else "")]
         for r in summary:
             row = [f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),
@@ -325,7 +326,7 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                 pred = _bench_cell(r.get("predicted_speedup"))
                 if prefill and r.get("predicted_speedup_with_prefill") is not None:
                     pred += " / " + _bench_cell(r.get("predicted_speedup_with_prefill"))
-                row += [pred, _bench_cell(r.get("free_draft_bound")),
+                row += [_bench_cell(r.get("draft_ms_per_token"), 1), pred, _bench_cell(r.get("free_draft_bound")),
                         _bench_cell(r.get("measured_over_predicted"))]
                 if in_run:
                     row += [_bench_cell(r.get("predicted_speedup_in_run")),
@@ -334,7 +335,42 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                 row.append(r.get("equal_to_ar_runs") or _bench_cell(r.get("greedy_equal_to_ar")))
             lines.append("| " + " | ".join(row) + " |")
         parts.append("\n".join(lines) + "\n")
+        if cfg.get("workload") == "chat" and data.get("runs"):
+            parts.append(_render_groups(data["runs"]))
     return "\n".join(parts)
+
+
+def _render_groups(runs) -> str:
+    """Per category of the chat workload: each method's speedup over our AR paired within the category's prompts,
+    with its 95% interval, and its tokens per step (:func:`specrepro.bench.run.group_speedups`)."""
+    from specrepro.bench.run import group_speedups
+
+    try:
+        g = group_speedups(runs)
+    except KeyError:
+        return "Per category: the run has no AR to pair with.\n"
+    if g.empty:
+        return ""
+    groups = list(dict.fromkeys(g["group"]))
+    n = g.groupby("group", sort=False)["n_prompts"].max()
+    lines = ["Per category (× our AR [95% CI], paired within the category's prompts; then tokens per step):", "",
+             "| method | " + " | ".join(f"{c} (n = {int(n[c])})" for c in groups) + " |",
+             "|---|" + "---:|" * len(groups)]
+    for m in dict.fromkeys(g["method"]):
+        cells = []
+        for c in groups:
+            r = g[(g["group"] == c) & (g["method"] == m)]
+            if r.empty:
+                cells.append("—")
+                continue
+            r = r.iloc[0].to_dict()
+            cell = _ratio_cell({"x": r["speedup"], "x_lo": r["speedup_lo"], "x_hi": r["speedup_hi"]}, "x")
+            cell += "×" if cell != "—" else ""
+            if math.isfinite(r["tokens_per_step"]):
+                cell += f"; {r['tokens_per_step']:.2f}"
+            cells.append(cell)
+        lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _bench_dir(profile: str) -> Path:
@@ -552,27 +588,37 @@ RUNTIME_PROFILES = ("standard", "humaneval164")
 SCORECARD_NOTEBOOK = "08_scorecard"
 
 
-def render_runtimes(executed: Path | None = None) -> str:
+def render_runtimes(executed: Path | None = None, sources: Path | None = None) -> str:
     """Markdown for the ``runtimes`` block of docs/profiles.md: for each committed executed notebook of
     :data:`RUNTIME_PROFILES` (under ``executed``, default ``notebooks/executed/``), the wall-clock run time in minutes
     that its run stamped into it (:func:`specrepro.record.nbrun.stamp_run`), with the commit, CPU and date of that run.
-    A notebook executed before run times were stamped says so instead of giving a number."""
-    from specrepro.record.nbrun import run_facts
+    A notebook executed before run times were stamped says so instead of giving a number. The last column says
+    whether the executed notebook's code is its source's today (``sources``, default ``notebooks/``;
+    :func:`specrepro.record.nbrun.code_drift`), and which code cells changed since it ran."""
+    from specrepro.record.nbrun import code_drift, run_facts
 
     root = Path(executed) if executed is not None else repo_root() / "notebooks" / "executed"
-    lines = ["| notebook | profile | run time (min) | commit | CPU | date |", "|---|---|---|---|---|---|"]
-    missing = 0
+    sources = Path(sources) if sources is not None else repo_root() / "notebooks"
+    lines = ["| notebook | profile | run time (min) | commit | CPU | date | code as in `notebooks/` today |",
+             "|---|---|---|---|---|---|---|"]
+    missing = stale = 0
     for prof in RUNTIME_PROFILES:
         for nb in sorted((root / prof).glob("[0-9][0-9]_*.ipynb")):
             if nb.name.endswith(".partial.ipynb") or nb.stem == SCORECARD_NOTEBOOK:
                 continue
+            src = sources / nb.name
+            drift = code_drift(src, nb) if src.is_file() else None
+            stale += bool(drift)
+            same = ("no source" if drift is None else "yes" if not drift else
+                    f"**no**: code cell{'s' if len(drift) > 1 else ''} {', '.join(map(str, drift))} changed since")
             run = run_facts(nb)
             if run is None:
                 missing += 1
-                lines.append(f"| `{nb.stem}` | {prof} | not recorded | | | |")
+                lines.append(f"| `{nb.stem}` | {prof} | not recorded | | | | {same} |")
             else:
                 lines.append(f"| `{nb.stem}` | {run.get('profile', prof)} | {float(run['minutes']):.1f} | "
-                             f"`{run.get('commit', '?')}` | {_cell(run.get('cpu', '?'))} | {run.get('date', '?')} |")
+                             f"`{run.get('commit', '?')}` | {_cell(run.get('cpu', '?'))} | {run.get('date', '?')} | "
+                             f"{same} |")
     note = ("Wall-clock minutes of each committed executed notebook's own run, stamped into the notebook by the run "
             "(`specrepro.record.nbrun`); a notebook whose tables were reused from an earlier run (resumed) took less "
             "than a run from scratch. On a shared machine a run beside another CPU-heavy job takes several times "
@@ -581,6 +627,9 @@ def render_runtimes(executed: Path | None = None) -> str:
     if missing:
         note += (f" {missing} notebook(s) were executed before run times were stamped: \"not recorded\" until "
                  "their next standard run.")
+    note += (" The last column compares each executed notebook's code cells with its source in `notebooks/`: "
+             + (f"{stale} executed notebook(s) show code that their source has since changed; their outputs are "
+                "those of the older code until their next run." if stale else "every one shows its source's code."))
     return note + "\n\n" + "\n".join(lines) + "\n"
 
 
