@@ -238,7 +238,8 @@ def _bench_cell(v, digits: int = 2) -> str:
     if isinstance(v, bool):
         return "yes" if v else "**no**"
     if isinstance(v, (list, tuple)):
-        return " ".join(f"{x:.2f}" for x in v) or "—"
+        # positions no step reached (an adaptive length's long tail) are null in the JSON: shown as "-"
+        return " ".join("-" if x is None or not math.isfinite(x) else f"{x:.2f}" for x in v) or "—"
     return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
