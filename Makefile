@@ -36,7 +36,7 @@ QUICK_EXECUTED := $(patsubst notebooks/%.ipynb,notebooks/executed/quick/%.ipynb,
 BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_greedy.json data/results/bench_qwen_nucleus.json \
     data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json \
     data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json \
-    data/results/bench_qwen_chat.json)
+    data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; not yet timed here, estimated 1.5-2.5 h
 # on 2 cores: one AR and one speculative run of 128 tokens per problem plus a teacher-forced check per divergence)
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
@@ -217,6 +217,16 @@ data/results/bench_qwen_chat.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload chat --chat --n-prompts 24 --max-new-tokens 64 --seed 0 \
 	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-adaptive-int8@20,sd-hybrid-adaptive@20,hf-assisted-int8,hf-lookup \
 	    --opt draft_kind=int8 --temperature 0 --json $@
+
+# bfloat16, greedy: target and draft loaded in bfloat16, and every method in that precision in one run: our AR and
+# transformers' plain generate, our adaptive chain with the bfloat16 draft and with its int8 copy (float32
+# activations: the int8 CPU kernels take no other), and transformers' assisted generation given each of the same two
+# drafts; 20 HumanEval prompts x 64 tokens, BENCH_REPEATS interleaved passes. Greedy equality is against bfloat16 AR.
+data/results/bench_qwen_bf16.json: | $(STAMP)
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
+	    --dtype bfloat16 --repeats $(BENCH_REPEATS) \
+	    --methods ar,hf-ar,sd-draft-adaptive@20,sd-draft-adaptive-int8@20,hf-assisted,hf-assisted-int8 \
+	    --temperature 0 --json $@
 
 # The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs
 # (the table, with n and the power at n); reproduction scripts of failing settings go to build/audit/.

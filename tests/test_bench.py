@@ -707,6 +707,30 @@ def test_render_bench_shows_predictions_and_extra_baselines(tmp_path, monkeypatc
     assert "int8 draft" not in text.split("\n")[2]  # no hf-assisted-int8 column: the run had no such method
 
 
+def test_render_bench_gives_peak_memory_and_whether_the_draft_was_released(tmp_path, monkeypatch):
+    import json
+
+    import specrepro.record.report as report
+
+    gb = 1e9 / 2**20  # MiB per GB
+    summary = [{"method": "ar", "tokens_per_s": 2.0, "speedup_vs_ar": 1.0, "per_position_acceptance": [],
+                "peak_rss_mb": 9.04 * gb},
+               {"method": "sd-draft-int8@4", "tokens_per_s": 4.0, "speedup_vs_ar": 2.0, "per_position_acceptance": [],
+                "peak_rss_mb": None}]
+    for kept, said in ((False, "draft as loaded released before timing"),
+                       (True, "draft as loaded kept (a method drafts with it) before timing")):
+        (tmp_path / "bench_m.json").write_text(json.dumps({"config": {"temperature": 0, "dtype": "bfloat16",
+                                                                      "float_draft_kept": kept},
+                                                           "summary": summary}))
+        monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+        text = report.render_bench("quick")
+        assert said in text and ", bfloat16" in text
+    lines = text.splitlines()
+    assert "peak resident GB |" in lines[2]
+    assert next(line for line in lines if line.startswith("| `ar`")).endswith("| 9.0 | — |")
+    assert next(line for line in lines if line.startswith("| `sd-draft-int8@4`")).endswith("| — | — |")
+
+
 def test_render_bench_gives_the_chat_workload_per_category(tmp_path, monkeypatch):
     import json
 

@@ -292,3 +292,27 @@ def test_draft_cost_rows_pair_the_draft_time_and_alpha_per_prompt(tmp_path):
     assert r["cost_ratio_lo"] <= r["cost_ratio"] <= r["cost_ratio_hi"] and 0.5 <= r["cost_ratio"] <= 0.52
     assert r["alpha_diff"] == pytest.approx(-0.045, abs=1e-9)
     assert draft_cost_rows({"runs": _draft_runs(0.5, 0.85)}, ("sd-draft-int4",), "sd-draft-int8-pruned@4").empty
+
+
+def test_peak_memory_target_reads_the_largest_call_and_says_where_it_went(tmp_path):
+    gib = 1e9 / 2**20  # MiB in one GB
+
+    def runs(top_gb):
+        return [{"method": "ar", "peak_rss_mb": 5 * gib, "rss_anon_mb": 4 * gib, "rss_file_mb": 1 * gib},
+                {"method": "hf-assisted", "peak_rss_mb": top_gb * gib, "rss_anon_mb": 6 * gib,
+                 "rss_file_mb": 1.5 * gib},
+                {"method": "sd-draft@4", "peak_rss_mb": None}]
+
+    t = Target("mem", "peak ≤ 8 GB", "b", "peak_memory", 8.0)
+    for top, status in ((7.9, MET), (8.2, MISSED)):
+        (tmp_path / "b.json").write_text(json.dumps({"config": {"n_prompts": 20, "dtype": "bfloat16",
+                                                                "float_draft_kept": True},
+                                                     "summary": [], "runs": runs(top)}))
+        row = check_targets(tmp_path, [t]).iloc[0]
+        assert row["status"] == status
+        assert row["measured"].startswith(f"{top:.1f} GB peak (bfloat16); resident after that call: 6.0 GB "
+                                          f"anonymous, 1.5 GB file-backed")
+        assert row["method"] == "hf-assisted (the largest of 2 calls)"
+    assert "hf-assisted 8.2 GB" in row["why"] and "kept (a method drafts with it)" in row["why"]
+    (tmp_path / "b.json").write_text(json.dumps({"config": {}, "summary": [], "runs": [{"method": "ar"}]}))
+    assert check_targets(tmp_path, [t]).iloc[0]["status"] == NOT_RUN

@@ -147,7 +147,7 @@ def _int8_draft(ctx: BenchContext):
         try:
             return quantize_draft(ctx.draft, backend)
         except ValueError as exc:
-            raise BenchOptionError(f"int8 draft: {exc} (the int8 methods need --device cpu --dtype float32)") from None
+            raise BenchOptionError(f"int8 draft: {exc} (the int8 methods need --device cpu)") from None
 
     return ctx.shared(f"draft_int8:{backend}", build)
 
@@ -164,7 +164,7 @@ def _int4_draft(ctx: BenchContext):
         try:
             return quantize_draft_int4(ctx.draft, group)
         except ValueError as exc:
-            raise BenchOptionError(f"int4 draft: {exc} (the int4 methods need --device cpu --dtype float32)") from None
+            raise BenchOptionError(f"int4 draft: {exc} (the int4 methods need --device cpu)") from None
 
     return ctx.shared(f"draft_int4:{group}", build)
 

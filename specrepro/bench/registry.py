@@ -173,7 +173,8 @@ class BenchContext:
     """Everything a method factory may use; one per :func:`run_bench` call.
 
     Attributes:
-        target, draft: transformers causal LMs (draft None when not given); tokenizer: the target's.
+        target, draft: transformers causal LMs (draft None when not given, and set to None once every method is
+            built: a factory reads it while it builds, a runner keeps its own reference); tokenizer: the target's.
         prompts: list of :class:`~specrepro.data.Prompt`; sampling: the shared :class:`SamplingConfig`.
         gamma: the default draft length γ; max_new_tokens; eos_token_id: list of stop ids (target's generation
             config and tokenizer); vocab_size: the target's logits width V; seed; device.
@@ -186,8 +187,8 @@ class BenchContext:
             :data:`specrepro.drafters.compress.INT8_BACKENDS`, default ``torch``), ``draft_vocab`` (tokens the FR-Spec
             pruned draft head keeps, default 32768), ``draft_kind`` (the draft of sd-hybrid, sd-draft-auto,
             sd-draft-dynamic and sd-draft-adaptive: fp32, int8, pruned, int8-pruned, int4 or int4-pruned; default
-            fp32), ``int4_group_size`` (4-bit draft copies' group size, default 32),
-            ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup match, default 2), ``lookup_gamma``
+            fp32, which means the draft as loaded, in ``--dtype``), ``int4_group_size`` (4-bit draft copies' group
+            size, default 32), ``hybrid_min_ngram`` (sd-hybrid's shortest prompt-lookup match, default 2), ``lookup_gamma``
             (sd-hybrid-adaptive's longest copied block, default 10).
         cost_text: the prompts' token ids end to end (long tensor [L]; None = random ids), the text the cost model
             times the drafters along (:func:`specrepro.measure.cost.measure_draft_step_ms`).

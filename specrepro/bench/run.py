@@ -9,9 +9,11 @@ What it is not: the timing loop (:mod:`specrepro.measure.harness`) or the comman
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import platform
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -359,6 +361,17 @@ def run_bench(
     if warmup:  # untimed: first-call costs (allocations, kernel selection, lazy imports) stay out of the timings
         wctx = dataclasses.replace(ctx, max_new_tokens=min(8, max_new_tokens))  # shares ctx's built resources
         warm = {label: spec.factory(wctx, _factory_name(label, spec), g) for label, spec, g in resolved}
+    # The draft as loaded is dropped once every method is built: factories read ctx.draft only while they build, and
+    # a runner that drafts with it (sd-draft, hf-assisted, ...) holds its own reference. When every method uses only
+    # copies built from it (int8, 4-bit, pruned heads; ctx.shared), the float model and its oneDNN-packed weights are
+    # freed before the timed passes (about 2 GB for qwen 0.5B in float32), so the peak resident memory reported is
+    # what those methods need. float_draft_kept (config) says which happened (None: no draft).
+    draft_ref = None if dm is None else weakref.ref(dm)
+    for c in (ctx, wctx) if warmup else (ctx,):
+        c.draft = None
+    del dm
+    gc.collect()
+    float_draft_kept = None if draft_ref is None else draft_ref() is not None
     from specrepro.files import (
         code_fingerprint,
         cpu_description,
@@ -378,7 +391,7 @@ def run_bench(
         "torch_threads": torch.get_num_threads(),
         "cpu_linear": getattr(tm, "specrepro_cpu_linear", None),
         "python": platform.python_version(), "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-        "eos_token_id": ctx.eos_token_id, "options": ctx.options,
+        "eos_token_id": ctx.eos_token_id, "options": ctx.options, "float_draft_kept": float_draft_kept,
         "timing": "CUDA events + synchronize" if dev.startswith("cuda") else "time.perf_counter",
         "cost_model": None if costs is None else _cost_model_json(costs),
     }

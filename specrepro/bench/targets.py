@@ -45,7 +45,9 @@ class Target:
             (the fastest ``sd-tree*`` method over the fastest other ``sd-*`` chain, paired per prompt,
             >= ``threshold``), ``draft_cost`` (a cheaper draft: the in-loop draft time per drafted token of the best
             of ``methods`` over ``baseline``'s, paired per prompt, <= ``threshold``, while its α is at most
-            ``alpha_drop`` below ``baseline``'s, the difference paired per prompt).
+            ``alpha_drop`` below ``baseline``'s, the difference paired per prompt), ``peak_memory`` (the largest
+            resident high-water mark of any timed call in the file, ``peak_rss_mb``, <= ``threshold`` GB of 10^9
+            bytes: a maximum over every call, not an estimate, so it reads met or missed).
         column: the summary column (``speedup_vs_ar``, ``speedup_vs_hf_assisted``, ...) for at_least / within.
         methods: method-name prefixes the target may pick from ("best of" them, by the median).
         threshold: the number the target names.
@@ -72,6 +74,7 @@ class Target:
 #: interleaved run per file.
 TARGETS: tuple[Target, ...] = (
     Target("greedy-vs-ar", "greedy: ≥ 1.8× our AR", "bench_qwen_greedy", "at_least", 1.8),
+    Target("greedy-vs-ar-3x", "greedy on code: ≥ 3.0× our AR", "bench_qwen_greedy", "at_least", 3.0),
     Target("greedy-vs-hf-assisted", "greedy: ≥ 1.3× transformers' assisted generation (its default fp32 draft)",
            "bench_qwen_greedy", "at_least", 1.3, "speedup_vs_hf_assisted"),
     Target("greedy-vs-hf-assisted-int8", "greedy: ≥ 1.1× transformers' assisted generation given our int8 draft",
@@ -97,6 +100,17 @@ TARGETS: tuple[Target, ...] = (
            "at_least", 2.0),
     Target("chat-vs-hf-assisted-int8", "chat workload, greedy: ≥ 1.25× transformers' assisted generation given the "
            "same int8 draft", "bench_qwen_chat", "at_least", 1.25, "speedup_vs_hf_assisted_int8", ("sd-",), "int8"),
+    Target("bf16-vs-ar", "bfloat16, greedy: ≥ 1.8× our bfloat16 AR (the float32 target's threshold)",
+           "bench_qwen_bf16", "at_least", 1.8),
+    Target("bf16-vs-hf-ar", "bfloat16, greedy: ≥ 1.8× transformers' bfloat16 greedy generate", "bench_qwen_bf16",
+           "at_least", 1.8, "speedup_vs_hf_ar"),
+    Target("bf16-vs-hf-assisted", "bfloat16, greedy: ≥ 1.25× transformers' assisted generation given the same "
+           "bfloat16 draft", "bench_qwen_bf16", "at_least", 1.25, "speedup_vs_hf_assisted", ("sd-",), "fp32"),
+    Target("memory-fp32-drafts", "float32: peak resident memory ≤ 12 GB (the cheaper-draft file)",
+           "bench_qwen_drafts", "peak_memory", 12.0),
+    Target("memory-fp32-chat", "float32: peak resident memory ≤ 12 GB (the chat file)", "bench_qwen_chat",
+           "peak_memory", 12.0),
+    Target("memory-bf16", "bfloat16: peak resident memory ≤ 8 GB", "bench_qwen_bf16", "peak_memory", 8.0),
 )
 
 
@@ -326,6 +340,8 @@ def _check_one(t: Target, data: dict | None) -> dict:
         return out
     if t.kind == "draft_cost":
         return _check_draft_cost(t, data, out)
+    if t.kind == "peak_memory":
+        return _check_peak_memory(t, data, out)
     raise ValueError(f"target {t.id}: unknown kind {t.kind!r}")
 
 
@@ -411,6 +427,34 @@ def _check_draft_cost(t: Target, data: dict, out: dict) -> dict:
             f"{x['method']}: {x['cost_ratio']:.2f}× the draft time per token"
             + (f" (the cost model, measured outside the timed runs: {x['model_cost_ratio']:.2f}×)"
                if _fin(x["model_cost_ratio"]) else "") + f", α {x['alpha_diff']:+.3f}" for x in rows.to_dict("records"))
+    return out
+
+
+def _check_peak_memory(t: Target, data: dict, out: dict) -> dict:
+    runs = pd.DataFrame(data.get("runs") or [])
+    if runs.empty or "peak_rss_mb" not in runs or not runs["peak_rss_mb"].notna().any():
+        out["measured"] = "the run recorded no peak resident memory"
+        return out
+    runs = runs[runs["peak_rss_mb"].notna()]
+    gb = runs["peak_rss_mb"] * 2**20 / 1e9
+    top = runs.loc[gb.idxmax()]
+    out["method"] = f"{top['method']} (the largest of {len(runs)} calls)"
+    split = ""
+    if "rss_anon_mb" in runs and _fin(top.get("rss_anon_mb")) and _fin(top.get("rss_file_mb")):
+        split = (f"; resident after that call: {top['rss_anon_mb'] * 2**20 / 1e9:.1f} GB anonymous, "
+                 f"{top['rss_file_mb'] * 2**20 / 1e9:.1f} GB file-backed")
+    kept = (data.get("config") or {}).get("float_draft_kept")
+    dtype = (data.get("config") or {}).get("dtype")
+    out["measured"] = f"{gb.max():.1f} GB peak ({dtype}){split}"
+    out["status"] = MET if gb.max() <= t.threshold else MISSED
+    if out["status"] != MET:
+        per = (runs.assign(gb=gb).groupby("method", sort=False)["gb"].max())
+        out["why"] = ("largest peak per method: " + ", ".join(f"{m} {v:.1f} GB" for m, v in per.items())
+                      + ("" if kept is None else "; the draft as loaded was " + ("kept (a method drafts with it)"
+                                                                                 if kept else "released")
+                         + " before timing")
+                      + ("; the file predates the release of the draft as loaded (float_draft_kept not recorded)"
+                         if "float_draft_kept" not in (data.get("config") or {}) else ""))
     return out
 
 

@@ -37,8 +37,11 @@ from typing import Iterable, Sequence
 
 import torch
 
-__all__ = ["INT8_BACKENDS", "INT4_GROUP_SIZES", "check_int8_backend", "check_int4", "Int4WeightOnlyLinear",
+__all__ = ["FLOAT_DTYPES", "INT8_BACKENDS", "INT4_GROUP_SIZES", "check_int8_backend", "check_int4", "Int4WeightOnlyLinear",
            "int4_group_for", "quantize_draft_int4", "quantize_linear_int4", "quantize_draft", "quantize_linear", "stdlib_sources", "tokenizer_fingerprint", "token_frequencies", "frequent_token_ids", "pruned_head", "FullWidthHead", "with_output_head"]
+
+#: The float dtypes a draft may come in for :func:`quantize_draft` and :func:`quantize_draft_int4`.
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 #: int8 backends of :func:`quantize_draft`:
 #:
@@ -127,15 +130,18 @@ def quantize_draft(model, backend: str = "torch", skip_lm_head: bool = False):
     """A copy of a draft model with its linear layers quantized to int8 weights (the original is left unchanged).
 
     Every ``nn.Linear`` of the transformer blocks (attention projections, MLP) and, unless ``skip_lm_head``, the LM
-    head become int8 (see :data:`INT8_BACKENDS`); embeddings and norms stay in the model's float dtype. Use the copy
+    head become int8 (see :data:`INT8_BACKENDS`); embeddings and norms stay float. The int8 CPU kernels take float32
+    activations only, so the copy of a bfloat16 or float16 draft is float32 before it is quantized (its embeddings,
+    norms and KV cache are float32; a bfloat16 target verifies its tokens as with any draft). Use the copy
     as any draft (``DraftModelDrafter(quantize_draft(draft), V)``): q is the processed softmax of the *quantized*
     logits, the distribution the draft tokens are sampled from, so Leviathan's rule stays exact (Leviathan et al.
     2023, Thm. 3.5 holds for any q); quantization changes only α. The LM head of a model with tied embeddings is
     quantized as its own copy; the input embedding stays float.
 
     Args:
-        model: a transformers causal LM on the CPU in float32 (as :func:`specrepro.models.load_model` returns it; its
-            oneDNN-packed layers are converted back to ``nn.Linear`` in the copy first).
+        model: a transformers causal LM on the CPU in float32, bfloat16 or float16 (as
+            :func:`specrepro.models.load_model` returns it; its oneDNN-packed layers are converted back to
+            ``nn.Linear`` in the copy first).
         backend: one of :data:`INT8_BACKENDS` (default ``torch``: per-channel dynamic int8, fbgemm/x86).
         skip_lm_head: keep the LM head in float (e.g. when :func:`pruned_head` replaces it anyway).
 
@@ -144,17 +150,21 @@ def quantize_draft(model, backend: str = "torch", skip_lm_head: bool = False):
         ``specrepro_int8_backend`` names the backend.
 
     Raises:
-        ValueError: an unusable ``backend`` (:func:`check_int8_backend`), a model not on the CPU or not float32 (the
-            int8 kernels here are CPU kernels with float32 activations).
+        ValueError: an unusable ``backend`` (:func:`check_int8_backend`), a model not on the CPU (the int8 kernels
+            here are CPU kernels) or with parameters in another dtype.
     """
     check_int8_backend(backend)
     params = list(model.parameters())
     if any(p.device.type != "cpu" for p in params):
         raise ValueError("quantize_draft: the int8 kernels are CPU kernels; move the draft to the CPU first")
-    if any(p.dtype != torch.float32 for p in params if p.is_floating_point()):
-        raise ValueError(f"quantize_draft: expected a float32 model, got {model.dtype}; load it with dtype='float32'")
+    bad = {p.dtype for p in params if p.is_floating_point()} - set(FLOAT_DTYPES)
+    if bad:
+        raise ValueError(f"quantize_draft: expected a float32, bfloat16 or float16 model, got parameters in "
+                         f"{sorted(map(str, bad))}")
     q = copy.deepcopy(model)
     plain_linear_layers(q)
+    if q.dtype != torch.float32:
+        q = q.float()
     skip = ()
     if skip_lm_head or getattr(model.config, "tie_word_embeddings", False):
         head = q.get_output_embeddings()
@@ -173,7 +183,8 @@ def quantize_draft(model, backend: str = "torch", skip_lm_head: bool = False):
 
 @torch.no_grad()
 def quantize_linear(layer: torch.nn.Linear, backend: str = "torch") -> torch.nn.Module:
-    """An int8 copy of one float32 ``nn.Linear`` (e.g. a :func:`pruned_head`), same backends as :func:`quantize_draft`.
+    """An int8 copy of one float ``nn.Linear`` (e.g. a :func:`pruned_head`), same backends as :func:`quantize_draft`;
+    a bfloat16 or float16 layer is made float32 first (the int8 CPU kernels take float32 activations).
 
     Returns:
         a module mapping float32 [..., in_features] to float32 [..., out_features].
@@ -184,7 +195,7 @@ def quantize_linear(layer: torch.nn.Linear, backend: str = "torch") -> torch.nn.
     check_int8_backend(backend)
     if not isinstance(layer, torch.nn.Linear):
         raise TypeError(f"quantize_linear expects an nn.Linear, got {type(layer).__name__}")
-    layer = copy.deepcopy(layer)
+    layer = copy.deepcopy(layer).float()
     layer.__class__ = torch.nn.Linear
     return _quantize_in_place(layer, backend).eval().requires_grad_(False)
 
@@ -221,7 +232,8 @@ class Int4WeightOnlyLinear(torch.nn.Module):
     z = m + 8 s (asymmetric, 16 levels: the layout of torch's CPU int4 kernel, which takes (s, z) per group and
     reads 0.5 byte per weight). Rows are padded with zeros to a multiple of 16 (the kernel packs 16 rows at a
     time) and the padding is dropped from the output. The kernel runs its fast path only with bfloat16 activations and
-    scales, so x and (s, z) enter it in bfloat16 and y leaves it in float32; the rounding is part of the draft model,
+    scales, so x and (s, z) enter it in bfloat16; y leaves it in float32, gets the bias added in float32 and is returned
+    in x's dtype (float32 in a float32 model, bfloat16 in a bfloat16 one). The rounding is part of the draft model,
     and q, computed from these logits, stays the distribution the tokens are drawn from.
 
     Args:
@@ -229,7 +241,8 @@ class Int4WeightOnlyLinear(torch.nn.Module):
             and zero points, and the bias).
         group_size: one of :data:`INT4_GROUP_SIZES`; it must divide ``in_features``.
 
-    Shapes: input float [..., K] (any float dtype, rounded to bfloat16), output float32 [..., N].
+    Shapes: input float [..., K] (float32, bfloat16 or float16; rounded to bfloat16 for the kernel), output [..., N]
+    in the input's dtype.
 
     Raises:
         ValueError: a group size the kernel does not take or that does not divide K (:func:`check_int4`).
@@ -265,7 +278,7 @@ class Int4WeightOnlyLinear(torch.nn.Module):
         y = y[:, :self.out_features].to(torch.float32)
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*lead, self.out_features)
+        return y.to(x.dtype).reshape(*lead, self.out_features)
 
     @torch.no_grad()
     def dequantized_weight(self) -> torch.Tensor:
@@ -322,8 +335,9 @@ def quantize_draft_int4(model, group_size: int = 128, skip_lm_head: bool = False
     against about 1 for int8.
 
     Args:
-        model: a transformers causal LM on the CPU in float32 (its oneDNN-packed layers are converted back to
-            ``nn.Linear`` in the copy first).
+        model: a transformers causal LM on the CPU in float32, bfloat16 or float16 (its oneDNN-packed layers are
+            converted back to ``nn.Linear`` in the copy first); the copy keeps that dtype for its activations,
+            embeddings and norms.
         group_size: the largest group size to use (:data:`INT4_GROUP_SIZES`); smaller allowed sizes are tried for a
             layer whose ``in_features`` it does not divide.
         skip_lm_head: keep the LM head in float (e.g. when :func:`pruned_head` replaces it anyway).
@@ -332,16 +346,17 @@ def quantize_draft_int4(model, group_size: int = 128, skip_lm_head: bool = False
         the 4-bit copy, in eval mode without gradients; ``specrepro_name`` gets a ``+int4`` suffix.
 
     Raises:
-        ValueError: no CPU int4 kernels or a bad group size (:func:`check_int4`), a model not on the CPU or not
-            float32.
+        ValueError: no CPU int4 kernels or a bad group size (:func:`check_int4`), a model not on the CPU or with
+            parameters in another dtype.
     """
     check_int4(group_size)
     params = list(model.parameters())
     if any(p.device.type != "cpu" for p in params):
         raise ValueError("quantize_draft_int4: the int4 kernels are CPU kernels; move the draft to the CPU first")
-    if any(p.dtype != torch.float32 for p in params if p.is_floating_point()):
-        raise ValueError(f"quantize_draft_int4: expected a float32 model, got {model.dtype}; load it with "
-                         f"dtype='float32'")
+    bad = {p.dtype for p in params if p.is_floating_point()} - set(FLOAT_DTYPES)
+    if bad:
+        raise ValueError(f"quantize_draft_int4: expected a float32, bfloat16 or float16 model, got parameters in "
+                         f"{sorted(map(str, bad))}")
     q = copy.deepcopy(model)
     plain_linear_layers(q)
     head = q.get_output_embeddings()

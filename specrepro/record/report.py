@@ -243,6 +243,10 @@ def _bench_cell(v, digits: int = 2) -> str:
     return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
+def _fin_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _ratio_cell(row: dict, key: str) -> str:
     """A value with its 95% bootstrap interval over prompts when the JSON has one (``key_lo``/``key_hi``): a paired
     speedup (:func:`specrepro.measure.harness.paired_speedup`) or a pooled rate, α or tokens per step
@@ -264,7 +268,8 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
     them), α and tokens per target step (pooled, with 95% intervals over prompts), per-position acceptance, the hardware-aware prediction (the decoding loop's,
     and the whole request's with AR's measured prefill), the free-draft bound and measured / predicted (against the
     whole request's) where the run measured costs (fixed-γ chains), and (greedy) whether every output equals
-    greedy AR. A file that cannot be read is named with the error rather than skipped silently. Links are relative
+    greedy AR, and the largest resident memory of each method's calls where the run measured it (GB of 10^9 bytes;
+    the header says whether the draft as loaded was released before timing). A file that cannot be read is named with the error rather than skipped silently. Links are relative
     to ``base``, the directory of the page that holds the block (default: the repository root).
     """
     from specrepro.bench.run import refresh_predictions
@@ -295,7 +300,11 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                 f"{gamma}{cfg.get('device_description', cfg.get('device'))}"
                 + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", {cfg.get('dtype')}{linear} · torch "
                 f"{cfg.get('torch')}, transformers {cfg.get('transformers')}"
-                + (f" · commit `{cfg['commit']}`" if cfg.get("commit") else "") + f" · [`{rel}`]({rel})")
+                + (f" · commit `{cfg['commit']}`" if cfg.get("commit") else "")
+                + ("" if cfg.get("float_draft_kept") is None else
+                   f" · draft as loaded {'kept (a method drafts with it)' if cfg['float_draft_kept'] else 'released'}"
+                   " before timing")
+                + f" · [`{rel}`]({rel})")
         # transformers baselines beyond hf-assisted get a column only where the file has them
         extra = [(key, title) for key, title in (("speedup_vs_hf_ar", "× HF AR [95% CI]"),
                                                  ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"),
@@ -306,15 +315,16 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
         predicted = any(r.get("predicted_speedup") is not None for r in summary)
         prefill = any(r.get("predicted_speedup_with_prefill") is not None for r in summary)
         in_run = any(r.get("predicted_speedup_in_run") is not None for r in summary)
+        memory = any(_fin_number(r.get("peak_rss_mb")) for r in summary)
         pred_head = ((" draft ms per drafted token (cost model) | predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "")
                       + ") | free-draft bound | measured / predicted |"
                       + (" predicted from the run's own costs | measured / that |" if in_run else ""))
                      if predicted else "")
         lines = [head, "", "| method | tokens/s | ms/token | × our AR [95% CI] | × HF assisted [95% CI] |"
                  + "".join(f" {title} |" for _, title in extra) + " α [95% CI] | tokens/step [95% CI] | per-position acceptance |"
-                 + pred_head + (" equal to greedy AR |" if greedy else ""),
+                 + pred_head + (" peak resident GB |" if memory else "") + (" equal to greedy AR |" if greedy else ""),
                  "|---|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---|"
-                 + ("---:|" * (6 if in_run else 4) if predicted else "")
+                 + ("---:|" * (6 if in_run else 4) if predicted else "") + ("---:|" if memory else "")
                  + ("---|" if greedy else "")]
         for r in summary:
             row = [f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),
@@ -332,6 +342,9 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                 if in_run:
                     row += [_bench_cell(r.get("predicted_speedup_in_run")),
                             _bench_cell(r.get("measured_over_predicted_in_run"))]
+            if memory:  # the largest resident high-water mark of the method's calls (MiB in the JSON), 10^9 bytes
+                row.append(_bench_cell(r["peak_rss_mb"] * 2**20 / 1e9, 1) if _fin_number(r.get("peak_rss_mb"))
+                           else "—")
             if greedy:
                 row.append(r.get("equal_to_ar_runs") or _bench_cell(r.get("greedy_equal_to_ar")))
             lines.append("| " + " | ".join(row) + " |")
