@@ -125,6 +125,17 @@ def _quantize_in_place(module: torch.nn.Module, backend: str, skip: Sequence[str
     return module
 
 
+def _check_cpu_float_draft(model, caller: str, kernels: str) -> None:
+    """Raise ValueError unless every parameter of ``model`` is on the CPU and in one of :data:`FLOAT_DTYPES`."""
+    params = list(model.parameters())
+    if any(p.device.type != "cpu" for p in params):
+        raise ValueError(f"{caller}: the {kernels} kernels are CPU kernels; move the draft to the CPU first")
+    bad = {p.dtype for p in params if p.is_floating_point()} - set(FLOAT_DTYPES)
+    if bad:
+        raise ValueError(f"{caller}: expected a float32, bfloat16 or float16 model, got parameters in "
+                         f"{sorted(map(str, bad))}")
+
+
 @torch.no_grad()
 def quantize_draft(model, backend: str = "torch", skip_lm_head: bool = False):
     """A copy of a draft model with its linear layers quantized to int8 weights (the original is left unchanged).
@@ -154,13 +165,7 @@ def quantize_draft(model, backend: str = "torch", skip_lm_head: bool = False):
             here are CPU kernels) or with parameters in another dtype.
     """
     check_int8_backend(backend)
-    params = list(model.parameters())
-    if any(p.device.type != "cpu" for p in params):
-        raise ValueError("quantize_draft: the int8 kernels are CPU kernels; move the draft to the CPU first")
-    bad = {p.dtype for p in params if p.is_floating_point()} - set(FLOAT_DTYPES)
-    if bad:
-        raise ValueError(f"quantize_draft: expected a float32, bfloat16 or float16 model, got parameters in "
-                         f"{sorted(map(str, bad))}")
+    _check_cpu_float_draft(model, "quantize_draft", "int8")
     q = copy.deepcopy(model)
     plain_linear_layers(q)
     if q.dtype != torch.float32:
@@ -350,13 +355,7 @@ def quantize_draft_int4(model, group_size: int = 128, skip_lm_head: bool = False
             parameters in another dtype.
     """
     check_int4(group_size)
-    params = list(model.parameters())
-    if any(p.device.type != "cpu" for p in params):
-        raise ValueError("quantize_draft_int4: the int4 kernels are CPU kernels; move the draft to the CPU first")
-    bad = {p.dtype for p in params if p.is_floating_point()} - set(FLOAT_DTYPES)
-    if bad:
-        raise ValueError(f"quantize_draft_int4: expected a float32, bfloat16 or float16 model, got parameters in "
-                         f"{sorted(map(str, bad))}")
+    _check_cpu_float_draft(model, "quantize_draft_int4", "int4")
     q = copy.deepcopy(model)
     plain_linear_layers(q)
     head = q.get_output_embeddings()
