@@ -1192,7 +1192,8 @@ def score(profile: str = STANDARD, claims: pd.DataFrame | None = None, tables: T
     claims = load_claims() if claims is None else claims
     tables = Tables(profile) if tables is None else tables
     card = pd.DataFrame([score_claim(c, tables) for _, c in claims.iterrows()], columns=CARD_COLUMNS)
-    card["stability"] = card["id"].map(stability_notes(tables)).fillna("")
+    notes = stability_notes(tables)
+    card["stability"] = [notes.get(i, "") for i in card["id"]]
     return card
 
 
