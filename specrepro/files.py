@@ -12,7 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["repo_root", "git_commit", "code_fingerprint", "device_description", "cpu_description", "atomic_write_text", "atomic_save_safetensors"]
+__all__ = ["repo_root", "git_commit", "code_fingerprint", "device_description", "cpu_description", "atomic_write_text", "atomic_save_safetensors",
+           "load_keyed_checkpoint"]
 
 
 def repo_root() -> Path:
@@ -162,3 +163,32 @@ def atomic_save_safetensors(tensors: dict, path: Path, metadata: dict | None = N
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def load_keyed_checkpoint(path: str | os.PathLike, key: dict, *, what: str = "checkpoint") -> dict | None:
+    """The saved JSON object ``{"key": ..., ...}`` at ``path`` when it was written under ``key``, else None.
+
+    A missing file gives None. An unreadable one, or one saved under another key (other settings, machine or code),
+    is renamed ``<name>.stale-<time>`` with a warning and gives None, so that no result computed under other
+    conditions is resumed and none is deleted. ``key`` is compared after a JSON round trip (tuples read as lists).
+    """
+    import json
+    import time
+    import warnings
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    key = json.loads(json.dumps(dict(key), default=str))
+    try:
+        saved = json.loads(path.read_text())
+        ok = saved.get("key") == key
+        why = "its settings differ from this run's"
+    except (OSError, ValueError, AttributeError) as err:
+        ok, why = False, f"it cannot be read ({err})"
+    if not ok:
+        stale = path.with_name(f"{path.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(path, stale)
+        warnings.warn(f"{what} {path} not resumed: {why}; kept as {stale.name}, starting afresh", stacklevel=3)
+        return None
+    return saved
