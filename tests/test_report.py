@@ -88,6 +88,16 @@ def test_summary_rows_are_short_and_move_n_to_its_own_column():
     assert "[`data/results/scorecard.md`](data/results/scorecard.md)" in md
 
 
+def test_summary_marks_rows_whose_table_came_from_uncommitted_code():
+    card = empty_card().iloc[:2].copy()
+    card["commit"] = ["0123456789ab-dirty", "0123456789ab"]
+    rows = [ln for ln in report.render_summary(card, "standard").splitlines() if ln.startswith("| ") and "<sub>" in ln]
+    assert rows[0].endswith("· uncommitted code |") and "uncommitted" not in rows[1]
+    assert "*uncommitted code*:" in report.render_summary(card, "standard")
+    card["commit"] = "0123456789ab"
+    assert "uncommitted" not in report.render_summary(card, "standard")
+
+
 def test_markdown_head_names_each_machine_with_its_claim_count():
     card = empty_card().iloc[:3].copy()
     card["hardware"] = ["cpu (2 cores), AMD EPYC, avx512f", "cpu (2 cores), AMD EPYC, avx512f",
