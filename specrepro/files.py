@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["repo_root", "git_commit", "code_fingerprint", "device_description", "cpu_description", "atomic_write_text", "atomic_save_safetensors",
+__all__ = ["repo_root", "git_commit", "code_fingerprint", "device_description", "cpu_description", "cpu_bf16", "atomic_write_text", "atomic_save_safetensors",
            "load_keyed_checkpoint"]
 
 
@@ -91,6 +91,29 @@ def cpu_description(cpuinfo: str | None = None) -> str:
     family = (f" (family {fields['cpu family']}, model {fields['model']})"
               if "cpu family" in fields and "model" in fields else "")
     return name + family + (f", {simd}" if simd else "")
+
+
+def cpu_bf16(cpuinfo: str | None = None) -> bool | None:
+    """Whether the CPU has bfloat16 instructions (``avx512_bf16`` or ``amx_bf16`` among ``/proc/cpuinfo``'s flags).
+    Without them torch runs bfloat16 emulated: weights are stored in half the bytes, but each product is converted to
+    float32 first, so a bfloat16 forward on such a CPU can cost more than a float32 one.
+
+    Args:
+        cpuinfo: the text of ``/proc/cpuinfo`` (read on Linux when None).
+
+    Returns:
+        True or False; None where no cpuinfo with a ``flags`` line is readable (other systems).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    line = next((ln for ln in cpuinfo.splitlines() if ln.partition(":")[0].strip() == "flags"), None)
+    if line is None:
+        return None
+    flags = set(line.partition(":")[2].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
 def umask_mode() -> int:

@@ -235,6 +235,12 @@ def test_render_bench_tabulates_each_json_and_names_unreadable_ones(tmp_path, mo
     summary[1].update(method="sd-draft", gamma=3)  # named without @γ: the run's γ is its γ, and the header says so
     (tmp_path / "bench_a.json").write_text(json.dumps({"config": cfg, "summary": summary, "runs": []}))
     assert "γ = 3 (sd-draft) · cpu (2 cores)" in report.render_bench("synthetic")
+    assert "emulated" not in report.render_bench("synthetic") and "native" not in report.render_bench("synthetic")
+    for bf16, note in ((False, "bfloat16 (emulated: this CPU has no AVX-512 BF16 or AMX)"),
+                       (True, "bfloat16 (native: AVX-512 BF16 or AMX)")):
+        (tmp_path / "bench_a.json").write_text(json.dumps({"config": {**cfg, "dtype": "bfloat16", "cpu_bf16": bf16},
+                                                           "summary": summary, "runs": []}))
+        assert note in report.render_bench("synthetic")
 
 
 def test_render_bench_gives_tokens_per_step_and_alpha_intervals_from_the_runs(tmp_path, monkeypatch):

@@ -180,6 +180,14 @@ def _short_ours(r) -> tuple[str, str]:
     return text or "—", n_cell
 
 
+def _bf16_note(cfg: dict) -> str:
+    """" (emulated: ...)" after a bfloat16 CPU run's dtype when the CPU had no bfloat16 instructions, " (native)" when
+    it had them; nothing for other dtypes, devices, or runs that did not record it (``cpu_bf16``)."""
+    if cfg.get("dtype") != "bfloat16" or cfg.get("cpu_bf16") is None:
+        return ""
+    return " (native: AVX-512 BF16 or AMX)" if cfg["cpu_bf16"] else " (emulated: this CPU has no AVX-512 BF16 or AMX)"
+
+
 def _dirty(r) -> bool:
     """Whether a scorecard row's table names a commit whose code differed from the tree (``...-dirty``)."""
     return str(r.get("commit") or "").endswith("-dirty")
@@ -307,7 +315,8 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
         head = (f"**{cfg.get('target')} + {cfg.get('draft')}** · {cfg.get('workload')}, {cfg.get('n_prompts')} prompts "
                 f"× {cfg.get('repeats', 1)} · {cfg.get('max_new_tokens')} new tokens · {sampling} · "
                 f"{gamma}{cfg.get('device_description', cfg.get('device'))}"
-                + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", {cfg.get('dtype')}{linear} · torch "
+                + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", {cfg.get('dtype')}{_bf16_note(cfg)}{linear}"
+                f" · torch "
                 f"{cfg.get('torch')}, transformers {cfg.get('transformers')}"
                 + (f" · commit `{cfg['commit']}`" if cfg.get("commit") else "")
                 + ("" if cfg.get("float_draft_kept") is None else
