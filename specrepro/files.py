@@ -12,7 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["repo_root", "git_commit", "code_fingerprint", "device_description", "cpu_description", "atomic_write_text", "atomic_save_safetensors"]
+__all__ = ["repo_root", "git_commit", "code_fingerprint", "device_description", "cpu_description", "cpu_bf16", "atomic_write_text", "atomic_save_safetensors",
+           "load_keyed_checkpoint"]
 
 
 def repo_root() -> Path:
@@ -92,6 +93,29 @@ def cpu_description(cpuinfo: str | None = None) -> str:
     return name + family + (f", {simd}" if simd else "")
 
 
+def cpu_bf16(cpuinfo: str | None = None) -> bool | None:
+    """Whether the CPU has bfloat16 instructions (``avx512_bf16`` or ``amx_bf16`` among ``/proc/cpuinfo``'s flags).
+    Without them torch runs bfloat16 emulated: weights are stored in half the bytes, but each product is converted to
+    float32 first, so a bfloat16 forward on such a CPU can cost more than a float32 one.
+
+    Args:
+        cpuinfo: the text of ``/proc/cpuinfo`` (read on Linux when None).
+
+    Returns:
+        True or False; None where no cpuinfo with a ``flags`` line is readable (other systems).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    line = next((ln for ln in cpuinfo.splitlines() if ln.partition(":")[0].strip() == "flags"), None)
+    if line is None:
+        return None
+    flags = set(line.partition(":")[2].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
 def umask_mode() -> int:
     """The mode ``open()`` would give a new file (0o666 less the umask); ``mkstemp`` files are 0o600 otherwise."""
     mask = os.umask(0)
@@ -162,3 +186,32 @@ def atomic_save_safetensors(tensors: dict, path: Path, metadata: dict | None = N
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def load_keyed_checkpoint(path: str | os.PathLike, key: dict, *, what: str = "checkpoint") -> dict | None:
+    """The saved JSON object ``{"key": ..., ...}`` at ``path`` when it was written under ``key``, else None.
+
+    A missing file gives None. An unreadable one, or one saved under another key (other settings, machine or code),
+    is renamed ``<name>.stale-<time>`` with a warning and gives None, so that no result computed under other
+    conditions is resumed and none is deleted. ``key`` is compared after a JSON round trip (tuples read as lists).
+    """
+    import json
+    import time
+    import warnings
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    key = json.loads(json.dumps(dict(key), default=str))
+    try:
+        saved = json.loads(path.read_text())
+        ok = saved.get("key") == key
+        why = "its settings differ from this run's"
+    except (OSError, ValueError, AttributeError) as err:
+        ok, why = False, f"it cannot be read ({err})"
+    if not ok:
+        stale = path.with_name(f"{path.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(path, stale)
+        warnings.warn(f"{what} {path} not resumed: {why}; kept as {stale.name}, starting afresh", stacklevel=3)
+        return None
+    return saved

@@ -224,3 +224,30 @@ def test_greedy_equality_counts_identical_and_failures(pair):
 
     bad = greedy_equality(target, prompts, wrong, max_new_tokens=16)
     assert bad.failure.all() and (bad.diverged_at == 0).all() and (bad.top2_gap > 1e-3).all()
+
+
+def test_greedy_equality_resumes_from_its_checkpoint_and_sets_aside_another_key(pair, tmp_path):
+    target, draft = pair
+    prompts = [PROMPT, torch.tensor([3, 1, 4, 1, 5]), torch.tensor([2, 7])]
+    calls = []
+
+    def spec(ids):
+        calls.append(ids.tolist())
+        return generate(target, ids, drafter=DraftModelDrafter(draft, 8), gamma=3, max_new_tokens=16)
+
+    ckpt, key = tmp_path / "eq.json", {"gamma": 3, "code": "abc"}
+    first = greedy_equality(target, prompts[:2], spec, max_new_tokens=16, checkpoint=ckpt, checkpoint_key=key)
+    assert ckpt.exists() and first.attrs["resumed"] == 0 and len(calls) == 2
+    # the whole list again under the same key: the two finished prompts are read back, only the third runs
+    calls.clear()
+    full = greedy_equality(target, prompts, spec, max_new_tokens=16, checkpoint=ckpt, checkpoint_key=key)
+    assert full.attrs["resumed"] == 2 and calls == [prompts[2].tolist()]
+    assert list(full.prompt) == [0, 1, 2] and full.identical.all()
+    assert full.drop(columns="seconds").iloc[:2].equals(first.drop(columns="seconds"))
+    # another key (other code): nothing is resumed and the old checkpoint is kept aside, not deleted
+    calls.clear()
+    with pytest.warns(UserWarning, match="not resumed"):
+        again = greedy_equality(target, prompts, spec, max_new_tokens=16, checkpoint=ckpt,
+                                checkpoint_key={**key, "code": "def"})
+    assert again.attrs["resumed"] == 0 and len(calls) == 3
+    assert len(list(tmp_path.glob("eq.json.stale-*"))) == 1

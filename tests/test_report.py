@@ -88,6 +88,16 @@ def test_summary_rows_are_short_and_move_n_to_its_own_column():
     assert "[`data/results/scorecard.md`](data/results/scorecard.md)" in md
 
 
+def test_summary_marks_rows_whose_table_came_from_uncommitted_code():
+    card = empty_card().iloc[:2].copy()
+    card["commit"] = ["0123456789ab-dirty", "0123456789ab"]
+    rows = [ln for ln in report.render_summary(card, "standard").splitlines() if ln.startswith("| ") and "<sub>" in ln]
+    assert rows[0].endswith("· uncommitted code |") and "uncommitted" not in rows[1]
+    assert "*uncommitted code*:" in report.render_summary(card, "standard")
+    card["commit"] = "0123456789ab"
+    assert "uncommitted" not in report.render_summary(card, "standard")
+
+
 def test_markdown_head_names_each_machine_with_its_claim_count():
     card = empty_card().iloc[:3].copy()
     card["hardware"] = ["cpu (2 cores), AMD EPYC, avx512f", "cpu (2 cores), AMD EPYC, avx512f",
@@ -225,6 +235,12 @@ def test_render_bench_tabulates_each_json_and_names_unreadable_ones(tmp_path, mo
     summary[1].update(method="sd-draft", gamma=3)  # named without @γ: the run's γ is its γ, and the header says so
     (tmp_path / "bench_a.json").write_text(json.dumps({"config": cfg, "summary": summary, "runs": []}))
     assert "γ = 3 (sd-draft) · cpu (2 cores)" in report.render_bench("synthetic")
+    assert "emulated" not in report.render_bench("synthetic") and "native" not in report.render_bench("synthetic")
+    for bf16, note in ((False, "bfloat16 (emulated: this CPU has no AVX-512 BF16 or AMX)"),
+                       (True, "bfloat16 (native: AVX-512 BF16 or AMX)")):
+        (tmp_path / "bench_a.json").write_text(json.dumps({"config": {**cfg, "dtype": "bfloat16", "cpu_bf16": bf16},
+                                                           "summary": summary, "runs": []}))
+        assert note in report.render_bench("synthetic")
 
 
 def test_render_bench_gives_tokens_per_step_and_alpha_intervals_from_the_runs(tmp_path, monkeypatch):

@@ -100,3 +100,13 @@ def test_cpu_description_names_the_model_and_its_widest_simd():
     assert cpu_description(info) == "AMD EPYC (family 25, model 1), avx2"
     assert cpu_description(info.replace("avx2", "avx2 avx512f")).endswith(", avx512f")
     assert cpu_description("") in (__import__("platform").processor() or "unknown",)
+
+
+def test_cpu_bf16_reads_the_bfloat16_flags():
+    from specrepro.files import cpu_bf16
+
+    info = "processor\t: 0\nmodel name\t: Xeon\nflags\t\t: fpu avx2 avx512f avx512_vnni\n"
+    assert cpu_bf16(info) is False
+    assert cpu_bf16(info.replace("avx512_vnni", "avx512_vnni avx512_bf16")) is True
+    assert cpu_bf16(info.replace("avx512_vnni", "amx_bf16 amx_tile")) is True
+    assert cpu_bf16("model name\t: no flags line\n") is None

@@ -374,6 +374,7 @@ def run_bench(
     float_draft_kept = None if draft_ref is None else draft_ref() is not None
     from specrepro.files import (
         code_fingerprint,
+        cpu_bf16,
         cpu_description,
         device_description,
         git_commit,
@@ -386,6 +387,7 @@ def run_bench(
         "n_prompts": len(prompts), "prompt_ids": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "device": dev,
         "device_description": device_description(dev), "cpu": cpu_description(),
+        "cpu_bf16": cpu_bf16() if dev == "cpu" else None,
         "dtype": str(tm.dtype).replace("torch.", ""),
         "repeats": repeats, "resumed_blocks": 0, "chat_template": chat,
         "torch_threads": torch.get_num_threads(),

@@ -264,21 +264,10 @@ def _load_checkpoint(path: Path, key: dict, labels: list[str], prompt_ids: list[
     """The complete (repeat, prompt) blocks of a :func:`run_interleaved` checkpoint timed under ``key``: (rows,
     {(repeat, prompt_index)}). A missing file gives nothing; an unreadable one or one with another key is renamed
     ``<name>.stale-<time>`` (with a warning) and gives nothing; blocks beyond ``repeats`` are dropped."""
-    import warnings
+    from specrepro.files import load_keyed_checkpoint
 
-    if not path.exists():
-        return [], set()
-    try:
-        saved = json.loads(path.read_text())
-        ok = saved.get("key") == key
-        why = "its settings differ from this run's"
-    except (OSError, ValueError, AttributeError) as err:
-        ok, why = False, f"it cannot be read ({err})"
-    if not ok:
-        stale = path.with_name(f"{path.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
-        os.replace(path, stale)
-        warnings.warn(f"timing checkpoint {path} not resumed: {why}; kept as {stale.name}, starting afresh",
-                      stacklevel=3)
+    saved = load_keyed_checkpoint(path, key, what="timing checkpoint")
+    if saved is None:
         return [], set()
     blocks: dict[tuple[int, int], list[dict]] = {}
     for row in saved.get("rows", []):

@@ -6,14 +6,27 @@ divergence explained by a measured near-tie (the target's top-2 logit gap, teach
 ``--tie-bound``) or counted as a failure (:func:`specrepro.sim.real.greedy_equality`). The table goes through
 :func:`specrepro.record.results.save_table` (the committed record only under ``make reproduce``), with the wall time.
 
+An interrupted run resumes: every finished prompt is kept in a checkpoint (:func:`checkpoint_path`) that a rerun
+under the same conditions reads, so the hours of a whole workload can be spread over several sittings.
+
 What it is not: a timing (the two runs are not interleaved for speed; use ``python -m specrepro bench``).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-__all__ = ["configure_parser", "run_command"]
+from specrepro.files import repo_root
+
+__all__ = ["configure_parser", "run_command", "checkpoint_path"]
+
+
+def checkpoint_path(name: str, profile: str) -> Path:
+    """Where ``greedy-equality`` keeps the per-prompt checkpoint of the table ``name`` under ``profile``:
+    ``build/checkpoints/<name>.<profile>.json`` (git-ignored), deleted once the table is saved. An interrupted run
+    with the same models, settings, prompts, machine and code resumes at the first unfinished prompt."""
+    return repo_root() / "build" / "checkpoints" / f"{name}.{profile}.json"
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -42,7 +55,10 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     if args.gamma < 1 or args.max_new_tokens < 1 or not args.tie_bound > 0:
         raise ValueError(f"need gamma >= 1, max_new_tokens >= 1 and tie_bound > 0; got {args.gamma}, "
                          f"{args.max_new_tokens}, {args.tie_bound}")
+    import torch
+
     from specrepro.core.decoding import default_eos_ids, generate
+    from specrepro.files import code_fingerprint, cpu_description
     from specrepro.data import load_workload
     from specrepro.drafters.model import DraftModelDrafter
     from specrepro.models import PAIRS, load_pair
@@ -63,13 +79,19 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         return generate(tm, x, drafter=drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                         eos_token_id=eos)
 
+    ckpt = checkpoint_path(args.name, args.profile)
+    key = {"target": target, "draft": draft, "workload": args.workload, "prompt_ids": [p.id for p in prompts],
+           "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "tie_bound": args.tie_bound,
+           "device": args.device, "dtype": str(tm.dtype), "cpu": cpu_description(), "torch": torch.__version__,
+           "code": code_fingerprint()}
     table = greedy_equality(tm, ids, speculative, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
-                            eos_token_id=eos, progress=True)
+                            eos_token_id=eos, progress=True, checkpoint=ckpt, checkpoint_key=key)
     table.insert(0, "prompt_id", [p.id for p in prompts])
     seconds = float(table.attrs.get("seconds", float("nan")))
     save_table(table, args.name, profile=args.profile, device=args.device, target=target, draft=draft,
                gamma=args.gamma, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
-               n_prompts=len(prompts), seconds=round(seconds, 1))
+               n_prompts=len(prompts), seconds=round(seconds, 1), resumed_prompts=int(table.attrs["resumed"]))
+    ckpt.unlink(missing_ok=True)
     n, same = len(table), int(table["identical"].sum())
     explained, failures = int(table["explained"].sum()), int(table["failure"].sum())
     print(f"{target} + {draft}, {args.workload}: {n} prompts x {args.max_new_tokens} tokens, gamma {args.gamma}: "

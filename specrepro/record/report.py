@@ -180,6 +180,19 @@ def _short_ours(r) -> tuple[str, str]:
     return text or "—", n_cell
 
 
+def _bf16_note(cfg: dict) -> str:
+    """" (emulated: ...)" after a bfloat16 CPU run's dtype when the CPU had no bfloat16 instructions, " (native)" when
+    it had them; nothing for other dtypes, devices, or runs that did not record it (``cpu_bf16``)."""
+    if cfg.get("dtype") != "bfloat16" or cfg.get("cpu_bf16") is None:
+        return ""
+    return " (native: AVX-512 BF16 or AMX)" if cfg["cpu_bf16"] else " (emulated: this CPU has no AVX-512 BF16 or AMX)"
+
+
+def _dirty(r) -> bool:
+    """Whether a scorecard row's table names a commit whose code differed from the tree (``...-dirty``)."""
+    return str(r.get("commit") or "").endswith("-dirty")
+
+
 def _paper_short(paper: str) -> str:
     """"Leviathan et al. 2023" -> "Leviathan 2023"; "SpecInfer (Miao et al. 2024)" -> "SpecInfer 2024"."""
     year = re.search(r"(\d{4})", paper)
@@ -203,12 +216,16 @@ def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | 
         for _, r in rows.iterrows():
             ours, n_cell = _short_ours(r)
             claim = f"{_cell(r['claim'])} <sub>{_cell(_paper_short(str(r['paper'])))} · `{_cell(r['id'])}`</sub>"
+            marks = (" · unstable" if r.get("stability") else "") + (" · uncommitted code" if _dirty(r) else "")
             lines.append("| " + " | ".join((claim, _cell(r["paper_value"]), _cell(ours), _cell(n_cell),
-                                             f"**{r['verdict']}**" + (" · unstable" if r.get("stability") else "")))
-                         + " |")
+                                             f"**{r['verdict']}**" + marks)) + " |")
     if card.get("stability", pd.Series(dtype=str)).astype(bool).any():
         lines += ["", "*unstable*: the verdict history (`verdict_stability.csv`) read another verdict on another "
                       "committed state of the record; both readings are in the full card."]
+    if any(_dirty(r) for _, r in card.iterrows()):
+        lines += ["", "*uncommitted code*: the table behind the row was written from a working tree whose code "
+                      "differed from its commit (the card's commit ends in `-dirty`), so no commit holds the exact "
+                      "code that measured it; its notebook's next standard run replaces it."]
     return "\n".join(lines) + "\n"
 
 
@@ -298,7 +315,8 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
         head = (f"**{cfg.get('target')} + {cfg.get('draft')}** · {cfg.get('workload')}, {cfg.get('n_prompts')} prompts "
                 f"× {cfg.get('repeats', 1)} · {cfg.get('max_new_tokens')} new tokens · {sampling} · "
                 f"{gamma}{cfg.get('device_description', cfg.get('device'))}"
-                + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", {cfg.get('dtype')}{linear} · torch "
+                + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", {cfg.get('dtype')}{_bf16_note(cfg)}{linear}"
+                f" · torch "
                 f"{cfg.get('torch')}, transformers {cfg.get('transformers')}"
                 + (f" · commit `{cfg['commit']}`" if cfg.get("commit") else "")
                 + ("" if cfg.get("float_draft_kept") is None else

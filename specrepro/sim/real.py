@@ -67,7 +67,7 @@ def compare_verification(target, drafter, prompts, *, gamma: int = 4, max_new_to
 # ----------------------------------------------------------------------------------------------------------------
 
 def greedy_equality(target, prompts, run_speculative, *, max_new_tokens: int = 128, tie_bound: float = 1e-3,
-                    eos_token_id=None, progress: bool = False):
+                    eos_token_id=None, progress: bool = False, checkpoint=None, checkpoint_key=None):
     """Speculative vs autoregressive greedy decoding over many prompts, every divergence explained or counted.
 
     For each prompt: AR greedy (:func:`specrepro.core.decoding.generate` without a drafter) and ``run_speculative(ids)``
@@ -79,24 +79,41 @@ def greedy_equality(target, prompts, run_speculative, *, max_new_tokens: int = 1
     Args:
         target: a transformers causal LM; prompts: long [L] tensors; run_speculative: ``f(ids) -> result``.
         tie_bound: the largest top-2 logit gap (logit units) accepted as a float near-tie.
+        checkpoint: a JSON file rewritten atomically after every prompt, so that an interrupted run (hours for a
+            whole workload on a CPU) resumes at the first prompt it had not finished; None: no checkpoint. The
+            caller deletes it once the table is saved.
+        checkpoint_key: JSON-serialisable conditions the saved rows must share with this run (models, settings,
+            machine, code): a checkpoint saved under another key is set aside
+            (:func:`specrepro.files.load_keyed_checkpoint`) and the run starts afresh.
 
     Returns:
         pandas.DataFrame, one row per prompt: prompt, ar_tokens, spec_tokens, identical, diverged_at, top2_gap,
-        explained (a near-tie below tie_bound), failure; ``df.attrs`` holds tie_bound and seconds (wall time).
+        explained (a near-tie below tie_bound), failure, seconds (that prompt's wall time, s); ``df.attrs`` holds
+        tie_bound, seconds (the sum over prompts, resumed ones included) and resumed (prompts read from the
+        checkpoint).
     """
+    import json
     import time
+    from pathlib import Path
 
     import pandas as pd
 
     from specrepro.core.decoding import generate
+    from specrepro.files import atomic_write_text, load_keyed_checkpoint
 
-    t0 = time.perf_counter()
-    rows = []
-    it = prompts
+    key = json.loads(json.dumps(dict(checkpoint_key or {}), default=str))
+    saved = None if checkpoint is None else load_keyed_checkpoint(checkpoint, key, what="greedy-equality checkpoint")
+    rows = [r for r in (saved or {}).get("rows", []) if int(r["prompt"]) < len(prompts)]
+    done = {int(r["prompt"]) for r in rows}
+    it = range(len(prompts))
     if progress:
         from tqdm.auto import tqdm
-        it = tqdm(prompts, desc="greedy equality")
-    for i, ids in enumerate(it):
+        it = tqdm(it, desc="greedy equality", initial=0)
+    for i in it:
+        if i in done:
+            continue
+        ids = prompts[i]
+        t0 = time.perf_counter()
         ar = generate(target, ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id).tokens
         out = run_speculative(ids)
         spec = list(out.tokens if hasattr(out, "tokens") else out)
@@ -105,10 +122,13 @@ def greedy_equality(target, prompts, run_speculative, *, max_new_tokens: int = 1
         identical = div is None and same_len
         at, gap = (None, float("nan")) if div is None else div
         explained = div is not None and gap < tie_bound
-        rows.append({"prompt": i, "ar_tokens": len(ar), "spec_tokens": len(spec), "identical": identical,
-                     "diverged_at": at, "top2_gap": gap, "explained": explained,
-                     "failure": not identical and not explained})
-    df = pd.DataFrame(rows)
+        rows.append({"prompt": i, "ar_tokens": len(ar), "spec_tokens": len(spec), "identical": bool(identical),
+                     "diverged_at": at, "top2_gap": float(gap), "explained": bool(explained),
+                     "failure": bool(not identical and not explained), "seconds": time.perf_counter() - t0})
+        if checkpoint is not None:
+            atomic_write_text(Path(checkpoint), json.dumps({"key": key, "rows": rows}) + "\n")
+    df = pd.DataFrame(sorted(rows, key=lambda r: int(r["prompt"])))
     df.attrs["tie_bound"] = tie_bound
-    df.attrs["seconds"] = time.perf_counter() - t0
+    df.attrs["seconds"] = float(df["seconds"].sum()) if len(df) else 0.0
+    df.attrs["resumed"] = len(done)
     return df
