@@ -32,3 +32,15 @@ def test_history_rescores_committed_states_of_the_record():
     assert list(h.columns) == HISTORY_COLUMNS
     assert h["commit"].nunique() == 2 and h.groupby("commit")["claim"].nunique().min() > 10
     assert not h["verdict"].str.startswith("error").any(), h[h["verdict"].str.startswith("error")]
+
+
+def test_a_claims_file_with_an_unquoted_comma_in_its_last_column_is_read(tmp_path):
+    from specrepro.record.history import _claims_at
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "claims.csv").write_text(
+        "id,rule,caveat\nx,r1,one, two\ny,r2,plain\n\nz,r3\n", encoding="utf-8")
+    claims = _claims_at(tmp_path)
+    assert list(claims["id"]) == ["x", "y", "z"]
+    assert list(claims["caveat"]) == ["one, two", "plain", ""]
+    assert claims.loc[0, "rule"] == "r1"

@@ -58,7 +58,16 @@ def rule_version(rule: str, params: str) -> str:
 
 
 def _claims_at(directory: Path) -> pd.DataFrame:
-    df = pd.read_csv(directory / "data" / "claims.csv", dtype=str, keep_default_na=False)
+    """The claims file of a committed state of the record. A row with more fields than the header (a state whose
+    last, free-text column held an unquoted comma) keeps the overflow in that last column, as it was written."""
+    import csv
+
+    with open(directory / "data" / "claims.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    header, width = rows[0], len(rows[0])
+    body = [r[:width - 1] + [",".join(r[width - 1:])] if len(r) > width else r + [""] * (width - len(r))
+            for r in rows[1:] if any(cell.strip() for cell in r)]
+    df = pd.DataFrame(body, columns=header, dtype=str)
     for c in CLAIM_COLUMNS:
         if c not in df.columns:
             df[c] = ""
