@@ -37,9 +37,9 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
     data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json \
     data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json \
     data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json)
-# greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; about 80 s per problem on 2 cores, so
-# 3.5-4 h: one AR and one speculative run of 128 tokens per problem plus a teacher-forced check per divergence; an
-# interrupted run resumes at the first unfinished problem from build/checkpoints/)
+# greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
+# on the idle 2-core Xeon, so about 5 h: one AR and one speculative run of 128 tokens per problem plus a
+# teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/)
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
 # transformers' assisted generation and prompt lookup through the exactness battery (standard only; ~5 min on 2 cores)
 AUDIT := $(if $(filter standard,$(PROFILE)),data/results/audit_transformers.csv)
