@@ -93,8 +93,10 @@ fetch: $(STAMP)  ## fetch, verify and cache the model zoo for PROFILE (smollm2 f
 
 test: unit nbval  ## run the unit tests and the exactness battery, then nbval on the quick-profile notebooks
 
+# -m "not nbval_twin": a test marked so repeats a quick-profile notebook's checked cell (same code, models and seeds);
+# nbval below runs that cell, so make test runs the computation once (plain pytest runs both)
 unit: $(STAMP) $(BROWSER_STAMP)  ## pytest: unit tests, the exactness battery and the browser check (tests/)
-	$(PY) -m pytest -q -n $(JOBS) --dist worksteal --durations=15 tests
+	$(PY) -m pytest -q -n $(JOBS) --dist worksteal --durations=15 -m "not nbval_twin" tests
 
 # nbval's references: the quick profile's executed notebooks, rewritten here only (tests/test_notebooks.py fails when
 # their code or their injected parameters fall behind the sources and profiles/quick.yaml)

@@ -20,11 +20,12 @@ from specrepro.core.sampling import SamplingConfig
 from specrepro.drafters.base import Proposal
 from specrepro.drafters.lookup import NGramDrafter, PromptLookupDrafter
 from specrepro.drafters.model import DraftModelDrafter
-from specrepro.sim.exact import RULES, target_distribution
+from specrepro.sim.exact import RULES, exact_chain_distribution, target_distribution
 from specrepro.sim.toy import ToyLM
-from specrepro.stats import gof_test
+from specrepro.stats import gof_test, rejection_rate
 
 N = 1500
+N_CONTROL = 600  # a negative control's n where the test's power against it (simulated from its exact law) is ~1
 LENGTH = 3
 CONFIGS = {
     "T=1": SamplingConfig(1.0),
@@ -82,17 +83,30 @@ class RawQDrafter(DraftModelDrafter):
         return Proposal(prop.tokens, torch.stack(raw))
 
 
+def _control_power(pair, cfg, rule, n):
+    """The test's power at ``n`` samples against the mistake ``rule`` (its exact law by enumeration on these models):
+    the rejection rate of 300 simulated experiments drawn from that law."""
+    toy_t, toy_d = (ToyLM.from_transformer(m, PROMPT) for m in pair)
+    exact = target_distribution(toy_t, cfg, LENGTH)
+    return rejection_rate(exact, n, LEVEL, 300, 0, exact_chain_distribution(toy_t, toy_d, cfg, 3, LENGTH, rule=rule))
+
+
 def test_negative_control_raw_q_fails(pair):
+    """n = 600, not the exact tests' N: the raw-q law (TV ~0.19 from the target here) is rejected at 600 in every
+    simulated experiment, so the loop's run needs no more."""
     target, draft = pair
     cfg = CONFIGS["T=0.8,top-k=4"]
+    assert _control_power(pair, cfg, "raw_q", N_CONTROL) >= 0.99
     exact = target_distribution(ToyLM.from_transformer(target, PROMPT), cfg, LENGTH)
-    samples = _run(target, RawQDrafter(draft, 8), cfg, N, seed=5)
+    samples = _run(target, RawQDrafter(draft, 8), cfg, N_CONTROL, seed=5)
     assert gof_test(samples, exact)[1] < LEVEL
 
 
 def test_negative_control_no_residual_fails(pair, monkeypatch):
+    """The no-residual law is closer (TV ~0.13): it takes the exact tests' N for power ~0.98."""
     target, draft = pair
     cfg = CONFIGS["T=1"]
+    assert _control_power(pair, cfg, "no_residual", N) >= 0.95
     wrong = functools.partial(decoding.verify_chain, residual_fn=RULES["no_residual"].residual)
     monkeypatch.setattr(decoding, "verify_chain", wrong)
     exact = target_distribution(ToyLM.from_transformer(target, PROMPT), cfg, LENGTH)

@@ -120,6 +120,7 @@ def test_registry_cites_at_least_eight_threads():
 
 
 @pytest.mark.slow
+@pytest.mark.nbval_twin  # notebook 01's bug table replays the registry on the same pair and seed; nbval checks its counts
 @pytest.mark.parametrize("name", NEGATIVE + POSITIVE)
 def test_published_bug_caught_or_look_alike_passes(pair, name):
     target, draft = pair
