@@ -564,20 +564,23 @@ def random_weights_model(name_or_path: str, device: str | torch.device = "cpu", 
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = _from_pretrained(AutoConfig, name_or_path, model_path(name_or_path))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), device:
+        torch.manual_seed(int(seed))  # initialized where it will run: a 1.5B model's init on the CPU takes minutes
         model = AutoModelForCausalLM.from_config(config, dtype=resolve_dtype(dtype, device))
-    model = model.to(device).eval()
+    model = model.eval()
     model.requires_grad_(False)
     model.specrepro_name = f"{name_or_path} (random weights)"
     return model
 
 
 def save_random_checkpoint(name_or_path: str, out_dir: str | Path, dtype: str | torch.dtype | None = "bfloat16",
-                           seed: int = 0) -> Path:
+                           seed: int = 0, device: str | torch.device = "cpu") -> Path:
     """Write :func:`random_weights_model` of ``name_or_path`` with its tokenizer as a checkpoint directory that
     :func:`load_model` (and ``python -m specrepro bench --target DIR``) loads: the benchmark's per-step costs on an
     architecture without its weights. The directory appears complete or not at all (written beside it, then renamed).
+
+    ``device`` is where the weights are initialized (a GPU initializes a 1.5B model in seconds).
 
     Returns:
         ``out_dir`` as a Path.
@@ -585,7 +588,7 @@ def save_random_checkpoint(name_or_path: str, out_dir: str | Path, dtype: str | 
     from transformers import AutoTokenizer
 
     out_dir = Path(out_dir)
-    model = random_weights_model(name_or_path, "cpu", dtype, seed)
+    model = random_weights_model(name_or_path, device, dtype, seed)
     tokenizer = _from_pretrained(AutoTokenizer, name_or_path, model_path(name_or_path))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}-"))
