@@ -22,6 +22,8 @@ import sys
 #: command -> (module, one-line help). The module provides configure_parser(p) and run_command(args, parser).
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("specrepro.bench", "time decoding methods (ours and transformers') side by side on a workload"),
+    "cost-curves": ("specrepro.bench.costcurves", "time models' forward passes over n new tokens: eager, static cache "
+                                                  "and CUDA graphs (random weights: architectures only)"),
     "scorecard": ("specrepro.record.cli", "score every headline claim of the papers against a profile's result tables"),
     "audit": ("specrepro.record.audit", "run transformers' assisted generation and prompt lookup through the exactness "
                                         "battery (tiny random models, exact distributions, stated power)"),

@@ -30,6 +30,8 @@ import torch
 
 __all__ = [
     "ZOO",
+    "random_weights_model",
+    "save_random_checkpoint",
     "PAIRS",
     "ModelSpec",
     "ModelFetchError",
@@ -539,6 +541,69 @@ def load_model(
     model.specrepro_name = name_or_path
     model.specrepro_cpu_linear = cpu_linear if on_cpu else None  # recorded by the bench
     return model, tokenizer
+
+
+
+def random_weights_model(name_or_path: str, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = "auto",
+                         seed: int = 0):
+    """A model of the architecture of ``name_or_path`` (its ``config.json`` only) with freshly initialized random
+    weights: for timing, where the cost of a dense forward does not depend on the weights, on a machine the real
+    checkpoint cannot reach (a GPU with no network). Its outputs mean nothing; acceptance rates measured with it are
+    not those of the real pair.
+
+    Args:
+        name_or_path: a :data:`ZOO` name (its cached directory's config), hub id or local directory with a config.
+        device, dtype: as :func:`load_model`; seed: seeds transformers' initializers (the global RNG is restored).
+
+    Returns:
+        the model, in eval mode with gradients disabled.
+
+    Raises:
+        KeyError, OSError: as :func:`load_model` for a name or path whose config cannot be loaded.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = _from_pretrained(AutoConfig, name_or_path, model_path(name_or_path))
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), device:
+        torch.manual_seed(int(seed))  # initialized where it will run: a 1.5B model's init on the CPU takes minutes
+        model = AutoModelForCausalLM.from_config(config, dtype=resolve_dtype(dtype, device))
+    model = model.eval()
+    model.requires_grad_(False)
+    model.specrepro_name = f"{name_or_path} (random weights)"
+    return model
+
+
+def save_random_checkpoint(name_or_path: str, out_dir: str | Path, dtype: str | torch.dtype | None = "bfloat16",
+                           seed: int = 0, device: str | torch.device = "cpu") -> Path:
+    """Write :func:`random_weights_model` of ``name_or_path`` with its tokenizer as a checkpoint directory that
+    :func:`load_model` (and ``python -m specrepro bench --target DIR``) loads: the benchmark's per-step costs on an
+    architecture without its weights. The directory appears complete or not at all (written beside it, then renamed).
+
+    ``device`` is where the weights are initialized (a GPU initializes a 1.5B model in seconds).
+
+    Returns:
+        ``out_dir`` as a Path.
+    """
+    from transformers import AutoTokenizer
+
+    out_dir = Path(out_dir)
+    model = random_weights_model(name_or_path, device, dtype, seed)
+    tokenizer = _from_pretrained(AutoTokenizer, name_or_path, model_path(name_or_path))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}-"))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "SPECREPRO_SOURCE.txt").write_text(f"random weights (seed {int(seed)}) of the architecture of "
+                                                  f"{name_or_path}; for timing only\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
 
 
 def _looks_like_zoo_name(s: str) -> bool:

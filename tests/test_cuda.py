@@ -211,3 +211,17 @@ def test_greedy_methods_equal_ar_on_device(cpu_pair, pair):
         "medusa": medusa_generate(target, prompt, MedusaProposer(heads, MEDUSA_CHOICES), max_new_tokens=24),
     }
     assert {name: out.tokens for name, out in runs.items()} == {name: ar for name in runs}
+
+
+def test_cost_curve_cuda_graphs_replay_the_eager_forward():
+    """A forward captured as a CUDA graph over a static cache returns the eager forward's logits bit for bit, for
+    every n, and the timed curve covers every n (what ``python -m specrepro cost-curves --cuda-graphs`` reports)."""
+    from specrepro.measure.cost import measure_cost_curve_static
+
+    model = tiny_lm("qwen2", vocab=50).to(DEVICE)
+    if DEVICE.type != "cuda":
+        pytest.skip("CUDA graphs need a CUDA device")
+    curve, diff = measure_cost_curve_static(model, ns=[1, 2, 5], prefix_len=12, repeats=3, cuda_graphs=True,
+                                            generator=torch.Generator().manual_seed(0))
+    assert diff == 0.0
+    assert list(curve.n) == [1, 2, 5] and all(ms > 0 for ms in curve.ms)

@@ -187,6 +187,20 @@ def test_notebook_runners_share_the_harness():
     assert cm["same_as_baseline"].all() and set(cm["text"].str.len()) <= {6}
     table = acceleration_table(cm, baseline="AR").set_index("method")
     assert {"speedup_measured", "speedup_measured_lo", "speedup_measured_hi"} <= set(table.columns)
+    assert table["paper_speedup"].isna().all()  # no Medusa row: no paper number beside AR or a chain
+
+
+def test_paper_speedup_beside_medusa_rows_is_of_the_same_kind():
+    """Medusa-2 rows get the paper's Medusa-2 figure, other Medusa rows Medusa-1's, baselines none (an 'AR (Medusa-2
+    backbone)' row included); both figures come from data/papers, and Table 1's recalled columns are not there."""
+    from specrepro.lab.medusa import PAPER_TABLE1, paper_speedup
+    from specrepro.lab.papers import paper_table
+
+    assert list(paper_table("medusa_table1").columns) == ["model", "mt_bench_speedup"]
+    assert paper_speedup("Medusa-2") == PAPER_TABLE1["Medusa-2 Vicuna-7B"]
+    assert paper_speedup("Medusa (accuracy tree)") == paper_speedup("Medusa-1") == PAPER_TABLE1["Medusa-1 Vicuna-7B"]
+    assert PAPER_TABLE1["Medusa-1 Vicuna-7B"] != PAPER_TABLE1["Medusa-2 Vicuna-7B"]
+    assert np.isnan(paper_speedup("AR (Medusa-2 backbone)")) and np.isnan(paper_speedup("AR"))
 
 
 def test_alpha_summary_gives_each_cell_its_size_and_interval():

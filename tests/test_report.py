@@ -315,3 +315,31 @@ def test_scorecard_command_leaves_the_readme_alone_outside_the_record(monkeypatc
     assert cli.run_command(argparse.Namespace(profile="standard", device="cpu", readme=True)) == 0
     assert "README.md not rewritten" in capsys.readouterr().out
     assert {p: p.read_bytes() for p in pages} == before
+
+
+def test_gpu_block_from_cost_curves_and_a_cuda_test_log(tmp_path):
+    """The gpu block recomputes c and the predictions from the cost-curve file and counts the CUDA test log's
+    results, naming the tests that the run did not reach."""
+    from specrepro.theory import CostCurve, hardware_aware_speedup
+
+    ns = [1, 2, 5, 8]
+    cfg = {"device_description": "cuda: Test GPU", "dtype": "bfloat16", "random_weights": True, "torch": "t",
+           "transformers": "x", "commit": "abc", "date": "2026-01-01", "ns": ns, "prefix_len": 10, "repeats": 3}
+    target = {"eager_ms": [10.0, 10.5, 11.0, 12.0], "static_ms": None, "graphs_ms": [2.0, 2.1, 2.2, 2.4],
+              "graphs_max_abs_logit_diff": 0.0}
+    draft = {"eager_ms": [5.0, 5.0, 5.0, 5.0], "static_ms": None, "graphs_ms": [0.5, 0.5, 0.5, 0.5],
+             "graphs_max_abs_logit_diff": 0.0}
+    (tmp_path / "cost_curves_test.json").write_text(json.dumps({"config": cfg, "models": {"/x/big": target,
+                                                                                         "/x/small": draft}}))
+    (tmp_path / "test_cuda_test.json").write_text(json.dumps({"device": "cuda: Test GPU", "commit": "abc", "torch": "t",
+                                                              "transformers": "x", "date": "d", "collected": 4,
+                                                              "time_limit_s": 9}))
+    (tmp_path / "test_cuda_test.log").write_text("t::a PASSED [25%]\nt::b PASSED [50%]\nt::c FAILED [75%]\n")
+    text = report.render_gpu("standard", tmp_path)
+    alpha = next(r["alpha"] for r in json.loads((report.record_dir("results") / "bench_qwen_greedy.json").read_text())
+                 ["summary"] if r["method"] == report.GPU_ALPHA_METHOD)
+    want = hardware_aware_speedup(alpha, 4, CostCurve(ns, target["graphs_ms"]), CostCurve(ns, draft["graphs_ms"]))
+    assert "| small | graphs | 0.50 | 0.50 | 0.50 | 0.50 |" in text
+    assert f"| graphs | 0.25 | {want:.2f}x |" in text and "| eager | 0.50 |" in text
+    assert "**2 passed, 1 failed** of 4 collected; 1 not reached within the run's 9 s" in text
+    assert report.render_gpu("standard", tmp_path / "empty").startswith("No GPU measurements")

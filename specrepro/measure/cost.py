@@ -14,7 +14,7 @@ import torch
 
 from specrepro.theory import CostCurve
 
-__all__ = ["measure_cost_curve", "measure_draft_step_ms", "measure_chain_costs"]
+__all__ = ["measure_cost_curve", "measure_cost_curve_static", "measure_draft_step_ms", "measure_chain_costs"]
 
 
 def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200, repeats: int = 5,
@@ -69,6 +69,110 @@ def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
                     times[n].append(1000 * (time.perf_counter() - t0))
                 crop_cache(cache, prefix_len)
     return CostCurve(ns, [float(np.median(times[n])) for n in ns])
+
+
+
+def measure_cost_curve_static(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200,
+                              repeats: int = 5, generator=None, warmup_rounds: int = 2,
+                              cuda_graphs: bool = False) -> tuple[CostCurve, float | None]:
+    """:func:`measure_cost_curve` with transformers' ``StaticCache`` (preallocated K/V of ``prefix_len + max(ns)``
+    positions) and, with ``cuda_graphs``, each forward captured once per n as a CUDA graph and timed by replaying it.
+
+    A decoding step of a small model at batch 1 on a GPU is bound by kernel launches, not by reading weights (the
+    eager curve of :func:`measure_cost_curve` on an H100: qwen2.5-coder-1.5b's 28 layers cost about as much as the
+    0.5B draft's 24). A graph replays every kernel of the step with one launch, so the graphed curve is what a
+    decoding loop built on static caches and graphs (as serving engines do) would pay; the static cache without graphs
+    separates the cache's own effect. Leviathan et al.'s c and the hardware-aware prediction
+    (:func:`specrepro.theory.hardware_aware_speedup`) take either curve.
+
+    The forward of n tokens writes the same cache slots ``prefix_len .. prefix_len + n - 1`` every time (their
+    ``cache_position``), so no cropping is needed between calls; sizes are timed round-robin, as in
+    :func:`measure_cost_curve`. With ``cuda_graphs`` the first replay's logits are compared with an eager forward of
+    the same inputs on the same cache; the largest absolute difference is returned (0.0 when the graph replays the
+    eager kernels bit for bit).
+
+    Args:
+        model: a transformers causal LM whose architecture supports ``StaticCache``; ns: new-token counts (>= 1);
+        prefix_len: cached prefix tokens; repeats: timed rounds (>= 1); generator: seeds the random ids;
+        warmup_rounds: untimed rounds (>= 0; with graphs, the warm-up before capture is 3 eager calls per n, on a
+        side stream, as CUDA graph capture requires).
+        cuda_graphs: capture and replay CUDA graphs (needs the model on a CUDA device).
+
+    Returns:
+        ``(CostCurve over ns in ms, max |logits(graph) - logits(eager)|)``; the second item is None without graphs.
+
+    Raises:
+        ValueError: ``repeats`` < 1, ``warmup_rounds`` < 0, an n < 1, or ``cuda_graphs`` with a model not on CUDA.
+    """
+    from transformers import StaticCache
+
+    ns = [int(n) for n in ns]
+    if int(repeats) < 1 or int(warmup_rounds) < 0 or not ns or min(ns) < 1:
+        raise ValueError(f"measure_cost_curve_static needs repeats >= 1, warmup_rounds >= 0 and every n >= 1; got "
+                         f"{repeats}, {warmup_rounds}, {ns}")
+    device = model.device
+    if cuda_graphs and device.type != "cuda":
+        raise ValueError(f"cuda_graphs needs the model on a CUDA device; it is on {device}")
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (1, prefix_len + max(ns)), generator=generator).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    with torch.inference_mode():
+        cache = StaticCache(config=model.config, max_cache_len=prefix_len + max(ns))
+        model(input_ids=ids[:, :prefix_len], past_key_values=cache, use_cache=True, logits_to_keep=1,
+              cache_position=torch.arange(prefix_len, device=device))
+
+        def step(n):  # rewind the cache to the prefix, then one forward of n tokens at positions prefix_len + i
+            _rewind_static_cache(cache, prefix_len)
+            pos = positions[n]
+            return model(input_ids=new_ids[n], past_key_values=cache, use_cache=True, logits_to_keep=n,
+                         position_ids=pos.unsqueeze(0), cache_position=pos).logits
+
+        new_ids = {n: ids[:, prefix_len:prefix_len + n].clone() for n in ns}
+        positions = {n: torch.arange(prefix_len, prefix_len + n, device=device) for n in ns}
+        calls, max_diff = {}, None
+        if cuda_graphs:
+            max_diff = 0.0
+            for n in ns:
+                side = torch.cuda.Stream(device)
+                side.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(side):
+                    for _ in range(3):
+                        eager = step(n).float()
+                torch.cuda.current_stream(device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    out = step(n)
+                graph.replay()
+                sync()
+                max_diff = max(max_diff, float((out.float() - eager).abs().max()))
+                calls[n] = graph.replay
+        else:
+            for n in ns:
+                calls[n] = (lambda k: (lambda: step(k)))(n)
+        times: dict[int, list[float]] = {n: [] for n in ns}
+        for r in range(int(warmup_rounds) + int(repeats)):
+            for n in ns:
+                sync()
+                t0 = time.perf_counter()
+                calls[n]()
+                sync()
+                if r >= int(warmup_rounds):
+                    times[n].append(1000 * (time.perf_counter() - t0))
+    return CostCurve(ns, [float(np.median(times[n])) for n in ns]), max_diff
+
+
+
+def _rewind_static_cache(cache, length: int) -> None:
+    """Set every layer of a transformers ``StaticCache`` back to ``length`` filled positions. Recent transformers
+    keep the fill level as a device tensor (``cumulative_length``, advanced in place by each update; rewound in place
+    here, so a CUDA graph can capture the rewind); older ones write at the ``cache_position`` the forward is given and
+    need no rewind."""
+    for layer in getattr(cache, "layers", ()):
+        level = getattr(layer, "cumulative_length", None)
+        if isinstance(level, torch.Tensor):
+            level.fill_(length)
+        elif level is not None:
+            layer.cumulative_length = length
 
 
 @torch.inference_mode()

@@ -53,7 +53,7 @@ __all__ = ["KEY_FIGURES", "VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_co
            "render_pages", "update_readme", "plot_verdicts"]
 
 #: the generated blocks, each rendered into whichever page (README.md or docs/*.md) holds its markers
-BLOCKS = ("scorecard", "figures", "bench", "targets", "battery", "runtimes")
+BLOCKS = ("scorecard", "figures", "bench", "targets", "battery", "runtimes", "gpu")
 #: the blocks that must be in README.md itself (its first screen)
 README_BLOCKS = ("scorecard", "figures")
 
@@ -513,6 +513,8 @@ def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None =
         return render_battery(profile)
     if name == "runtimes":
         return render_runtimes()
+    if name == "gpu":
+        return render_gpu(profile)
     raise ValueError(f"unknown generated block {name!r}; known: {list(BLOCKS)}")
 
 
@@ -663,6 +665,92 @@ def render_runtimes(executed: Path | None = None, sources: Path | None = None) -
              + (f"{stale} executed notebook(s) show code that their source has since changed; their outputs are "
                 "those of the older code until their next run." if stale else "every one shows its source's code."))
     return note + "\n\n" + "\n".join(lines) + "\n"
+
+
+#: the draft method of the bench of record whose α the GPU block's predictions take (the draft in its own dtype)
+GPU_ALPHA_METHOD = "sd-draft@4"
+
+
+def gpu_dir() -> Path:
+    """``data/gpu``: measurements made on a lent GPU (not by ``make reproduce``), each file naming its device,
+    commit and versions."""
+    return repo_root() / "data" / "gpu"
+
+
+def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
+    """Markdown for the ``gpu`` block of docs/gpu.md, from the files under :func:`gpu_dir`:
+
+    * each ``cost_curves_*.json`` of ``python -m specrepro cost-curves`` (a target and a draft architecture): t(n) in
+      ms per cache mode (eager dynamic cache, static cache, CUDA graphs), Leviathan et al.'s c = t_draft(1) /
+      t_target(1) per mode, and the hardware-aware prediction (:func:`specrepro.theory.hardware_aware_speedup`) of the
+      draft-model chain at γ = 4 and at its best γ, and of a free draft (:func:`specrepro.theory.free_draft_bound`),
+      with the α that the bench of record measured on the CPU (:data:`GPU_ALPHA_METHOD` in
+      ``bench_qwen_greedy.json``): predictions, not measured speedups;
+    * each ``test_cuda_*.json`` with its ``.log``: tests collected, passed, failed, and not reached.
+    """
+    from specrepro.theory import CostCurve, free_draft_bound, hardware_aware_speedup, optimal_gamma_hardware
+
+    gdir = gpu_dir() if gdir is None else Path(gdir)
+    parts = []
+    bench = _bench_dir(profile) / "bench_qwen_greedy.json"
+    alpha = alpha_n = None
+    if bench.exists():
+        for row in json.loads(bench.read_text())["summary"]:
+            if row["method"] == GPU_ALPHA_METHOD and row.get("alpha") is not None:
+                alpha, alpha_n = float(row["alpha"]), f"{row['n_prompts']} prompts x {row['runs'] // row['n_prompts']} passes"
+    for path in sorted(gdir.glob("cost_curves_*.json")):
+        res = json.loads(path.read_text())
+        cfg, models = res["config"], res["models"]
+        ns = cfg["ns"]
+        names = list(models)
+        short = {m: Path(m).name for m in names}
+        parts.append(f"`{path.name}`: {cfg['device_description']}, {cfg['dtype']}, "
+                     f"{'random weights, ' if cfg.get('random_weights') else ''}torch {cfg['torch']}, transformers "
+                     f"{cfg['transformers']}, commit `{cfg['commit']}`, {cfg['date']}; one forward of n new tokens "
+                     f"after a {cfg['prefix_len']}-token prefix, median of {cfg['repeats']} round-robin rounds (ms).\n")
+        lines = ["| model | mode | " + " | ".join(f"t({n})" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
+        for m in names:
+            for mode in ("eager", "static", "graphs"):
+                ms = models[m].get(f"{mode}_ms")
+                if ms is not None:
+                    lines.append(f"| {short[m]} | {mode} | " + " | ".join(f"{v:.2f}" for v in ms) + " |")
+        parts.append("\n".join(lines) + "\n")
+        diffs = {short[m]: models[m].get("graphs_max_abs_logit_diff") for m in names}
+        if any(d is not None for d in diffs.values()):
+            parts.append("Largest |logit| difference between a graph replay and the eager forward: " +
+                         ", ".join(f"{k} {v:g}" for k, v in diffs.items() if v is not None) + ".\n")
+        if len(names) == 2 and alpha is not None:
+            target, draft = names
+            lines = [f"| mode | c | γ = 4 | best γ | free draft, γ = 4 |", "|---|---|---|---|---|"]
+            for mode in ("eager", "static", "graphs"):
+                t_ms, d_ms = models[target].get(f"{mode}_ms"), models[draft].get(f"{mode}_ms")
+                if t_ms is None or d_ms is None:
+                    continue
+                t_curve, d_curve = CostCurve(ns, t_ms), CostCurve(ns, d_ms)
+                g = optimal_gamma_hardware(alpha, t_curve, d_curve, max_gamma=max(ns) - 1)
+                lines.append(f"| {mode} | {d_curve(1) / t_curve(1):.2f} | "
+                             f"{hardware_aware_speedup(alpha, 4, t_curve, d_curve):.2f}x | "
+                             f"{hardware_aware_speedup(alpha, g, t_curve, d_curve):.2f}x (γ = {g}) | "
+                             f"{free_draft_bound(alpha, 4, t_curve):.2f}x |")
+            parts.append(f"Predicted speedup over AR of the chain with {short[draft]} drafting for {short[target]}, "
+                         f"at α = {alpha:.3f} (`{GPU_ALPHA_METHOD}` in `{bench.name}`, float32 on the CPU, "
+                         f"{alpha_n}); c = t_draft(1) / t_target(1). A prediction from measured costs, not a measured "
+                         f"speedup:\n")
+            parts.append("\n".join(lines) + "\n")
+    for meta_path in sorted(gdir.glob("test_cuda_*.json")):
+        meta = json.loads(meta_path.read_text())
+        log = meta_path.with_suffix(".log")
+        text = log.read_text() if log.exists() else ""
+        passed, failed = text.count(" PASSED"), text.count(" FAILED") + text.count(" ERROR")
+        reached = passed + failed + text.count(" SKIPPED")
+        parts.append(f"`tests/test_cuda.py` on {meta['device']} (commit `{meta['commit']}`, torch {meta['torch']}, "
+                     f"transformers {meta['transformers']}, {meta['date']}): **{passed} passed, {failed} failed** of "
+                     f"{meta['collected']} collected"
+                     + (f"; {meta['collected'] - reached} not reached within the run's {meta['time_limit_s']} s"
+                        if reached < meta["collected"] else "") + f" (`{log.name}`).\n")
+    if not parts:
+        parts.append("No GPU measurements under `data/gpu/` yet.\n")
+    return "\n".join(parts)
 
 
 def _provenance_note(path: Path) -> str:
