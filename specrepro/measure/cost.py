@@ -85,9 +85,9 @@ def measure_cost_curve_static(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), 
     separates the cache's own effect. Leviathan et al.'s c and the hardware-aware prediction
     (:func:`specrepro.theory.hardware_aware_speedup`) take either curve.
 
-    The forward of n tokens writes the same cache slots ``prefix_len .. prefix_len + n - 1`` every time (their
-    ``cache_position``), so no cropping is needed between calls; sizes are timed round-robin, as in
-    :func:`measure_cost_curve`. With ``cuda_graphs`` the first replay's logits are compared with an eager forward of
+    Each timed call first rewinds the cache's fill level to the prefix (:func:`_rewind_static_cache`, inside the
+    graph when there is one), so the forward of n tokens writes the same cache slots ``prefix_len .. prefix_len + n -
+    1`` every time; sizes are timed round-robin, as in :func:`measure_cost_curve`. With ``cuda_graphs`` the first replay's logits are compared with an eager forward of
     the same inputs on the same cache; the largest absolute difference is returned (0.0 when the graph replays the
     eager kernels bit for bit).
 
