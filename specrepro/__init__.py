@@ -14,8 +14,8 @@ contract, checked by ``tests/test_layers.py``):
 * :mod:`specrepro.core` — the algorithms as the papers state them: sampling and verification rules, the chain and
   tree decoding loops, KV-cache operations, tree attention, Medusa heads and decoding.
 * :mod:`specrepro.theory` (closed forms, cost model), :mod:`specrepro.stats` (intervals, goodness of fit),
-  :mod:`specrepro.data` (workloads), :mod:`specrepro.models` (model zoo), :mod:`specrepro.humaneval`,
-  :mod:`specrepro.files` (atomic writes, provenance facts).
+  :mod:`specrepro.data` (workloads), :mod:`specrepro.models` (model zoo), :mod:`specrepro.humaneval`.
+* :mod:`specrepro.files` — below them all: atomic writes (files and whole directories), provenance facts.
 
 Submodules are imported on use (``from specrepro.core.decoding import generate``) so that ``import specrepro`` is
 cheap.

@@ -6,14 +6,16 @@ record (:mod:`specrepro.record.results`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 __all__ = ["repo_root", "git_commit", "code_fingerprint", "device_description", "cpu_description", "cpu_bf16", "atomic_write_text", "atomic_save_safetensors",
-           "load_keyed_checkpoint"]
+           "atomic_directory",            "load_keyed_checkpoint"]
 
 
 def repo_root() -> Path:
@@ -186,6 +188,26 @@ def atomic_save_safetensors(tensors: dict, path: Path, metadata: dict | None = N
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def atomic_directory(final: str | os.PathLike):
+    """Build a directory that appears complete or not at all: yields a fresh temporary directory beside ``final``
+    (same file system); when the block ends without an exception it replaces ``final`` (an old one is removed first),
+    and the temporary directory is removed in every case. For checkpoint directories (converted models, trained
+    drafts), where a reader checks for ``config.json`` and would take a half-written one for a whole one.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_keyed_checkpoint(path: str | os.PathLike, key: dict, *, what: str = "checkpoint") -> dict | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from specrepro.files import atomic_directory
 
 __all__ = [
     "ZOO",
@@ -42,6 +43,7 @@ __all__ = [
     "load_model",
     "release_pages",
     "use_onednn_linear",
+    "onednn_packed_dtypes",
     "load_tokenizer",
     "load_pair",
     "check_tokenizers_match",
@@ -318,21 +320,12 @@ def _zoo_dir(name: str) -> Path:
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         _forget_gguf_quantizer(model)
         bar.update(1)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}-"))
-        try:
+        with atomic_directory(final) as tmp:
             model.save_pretrained(tmp, safe_serialization=True)
             tok.save_pretrained(tmp)
             (tmp / "SPECREPRO_SOURCE.txt").write_text(
                 f"{spec.description}\nsource: {spec.republisher}\noriginal: {spec.hf_origin}\n"
-                f"licence: {spec.licence}\ngguf sha256: {spec.sha256}\n"
-)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+                f"licence: {spec.licence}\ngguf sha256: {spec.sha256}\n")
         bar.update(1)
     return final
 
@@ -348,10 +341,38 @@ def _forget_gguf_quantizer(model) -> None:
         del model.config.quantization_config
 
 
-def model_path(name_or_path: str) -> str:
-    """Where ``from_pretrained`` should look for ``name_or_path``: the cached dequantized directory for zoo names."""
+def _zoo_dir_in(name: str, dtype: torch.dtype) -> Path:
+    """The zoo model's checkpoint directory with its weights stored in ``dtype``: the float32 one of :func:`_zoo_dir`,
+    or a copy beside it in bfloat16/float16 written once from it (``<dir>-bf16``; the tokenizer comes along).
+
+    Why a copy: transformers memory-maps a safetensors file whose dtype is the one asked for, and a weight converted
+    on loading is anonymous memory instead. Only file-backed pages can leave the resident set once
+    :class:`OneDNNLinear` has packed a layer (:func:`release_pages`); with converted weights a bfloat16 pair held its
+    dense and packed copies both (9.3 GB resident for the 1.5B/0.5B pair against 4 GB of weights).
+    """
+    src = _zoo_dir(name)
+    if dtype == torch.float32:
+        return src
+    final = src.with_name(f"{src.name}-{str(dtype).removeprefix('torch.').replace('bfloat16', 'bf16')}")
+    if (final / "config.json").exists() and any(final.glob("*.safetensors")):
+        return final
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype)
+    tok = AutoTokenizer.from_pretrained(src)
+    with atomic_directory(final) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        (tmp / "SPECREPRO_SOURCE.txt").write_text((src / "SPECREPRO_SOURCE.txt").read_text()
+                                                  + f"stored in {dtype} (converted from the float32 checkpoint)\n")
+    return final
+
+
+def model_path(name_or_path: str, dtype: torch.dtype | None = None) -> str:
+    """Where ``from_pretrained`` should look for ``name_or_path``: the cached dequantized directory for zoo names
+    (its copy in ``dtype`` when that is not float32, see :func:`_zoo_dir_in`)."""
     if name_or_path in ZOO:
-        return str(_zoo_dir(name_or_path))
+        return str(_zoo_dir_in(name_or_path, dtype or torch.float32))
     if name_or_path in PAIRS:
         raise ValueError(f"{name_or_path!r} names a pair; use load_pair({name_or_path!r})")
     return name_or_path
@@ -422,20 +443,42 @@ def release_pages(t: torch.Tensor) -> bool:
         return False
 
 
+def onednn_packed_dtypes() -> frozenset:
+    """The weight dtypes whose CPU linear layers :class:`OneDNNLinear` packs: float32 always, bfloat16 where oneDNN
+    runs it on this CPU (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: AVX-512 with or without its BF16
+    instructions, or AMX). Empty when this torch build lacks oneDNN's packed linear ops."""
+    global _ONEDNN_DTYPES
+    if _ONEDNN_DTYPES is None:
+        ops = torch.ops.mkldnn
+        if not (torch.backends.mkldnn.is_available() and hasattr(ops, "_reorder_linear_weight")
+                and hasattr(ops, "_linear_pointwise")):
+            _ONEDNN_DTYPES = frozenset()
+        else:
+            bf16 = hasattr(ops, "_is_mkldnn_bf16_supported") and bool(ops._is_mkldnn_bf16_supported())
+            _ONEDNN_DTYPES = frozenset({torch.float32} | ({torch.bfloat16} if bf16 else set()))
+    return _ONEDNN_DTYPES
+
+
+_ONEDNN_DTYPES = None
+
+
 class OneDNNLinear(torch.nn.Linear):
-    """An ``nn.Linear`` whose float32 CPU inference runs through oneDNN with the weight pre-packed once.
+    """An ``nn.Linear`` whose float32 or bfloat16 CPU inference runs through oneDNN with the weight pre-packed once.
 
     Same parameters, state dict and ``F.linear`` semantics as ``nn.Linear`` (instances are converted in place by
     :func:`use_onednn_linear`). The packed copy lives outside the module (a weak-keyed table), so ``copy.deepcopy``,
     pickling and ``.to(dtype/device)`` behave as for ``nn.Linear``. The fast path is taken only when it is equivalent:
-    float32 CPU input and weight, autograd not recording for this layer; the weight is re-packed when it has changed
-    since it was packed (optimizer steps, ``load_state_dict``).
+    CPU input and weight of one dtype among :func:`onednn_packed_dtypes`, autograd not recording for this layer; the
+    weight is re-packed when it has changed since it was packed (optimizer steps, ``load_state_dict``, a dtype
+    change). In bfloat16 the packed layer gives ``F.linear``'s output bit for bit (both are oneDNN's bfloat16 kernel
+    with float32 accumulation; only the weight's memory layout differs); in float32 it agrees to rounding (~1e-6
+    relative), as ``F.linear`` there is MKL's sgemm.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
-        if (x.dtype != torch.float32 or w.dtype != torch.float32 or x.device.type != "cpu" or w.device.type != "cpu"
-                or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
+        if (x.dtype != w.dtype or w.dtype not in onednn_packed_dtypes() or x.device.type != "cpu"
+                or w.device.type != "cpu" or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
             return torch.nn.functional.linear(x, w, self.bias)
         global _ONEDNN_PACKED
         if _ONEDNN_PACKED is None:
@@ -443,9 +486,9 @@ class OneDNNLinear(torch.nn.Linear):
 
             _ONEDNN_PACKED = weakref.WeakKeyDictionary()
         entry = _ONEDNN_PACKED.get(self)
-        if entry is None or entry[0] != w._version:
+        if entry is None or entry[0] != (w._version, w.dtype):
             with torch.no_grad():
-                entry = (w._version, torch.ops.mkldnn._reorder_linear_weight(w.detach()))
+                entry = ((w._version, w.dtype), torch.ops.mkldnn._reorder_linear_weight(w.detach()))
             _ONEDNN_PACKED[self] = entry
             if os.environ.get("SPECREPRO_KEEP_DENSE") != "1":
                 release_pages(w)  # the fast path reads only the packed copy from now on
@@ -454,14 +497,18 @@ class OneDNNLinear(torch.nn.Linear):
 
 
 def use_onednn_linear(model) -> int:
-    """Route a CPU float32 model's ``nn.Linear`` layers through oneDNN with pre-packed weights (:class:`OneDNNLinear`).
+    """Route a CPU float32 or bfloat16 model's ``nn.Linear`` layers through oneDNN with pre-packed weights
+    (:class:`OneDNNLinear`).
 
     Why: the default CPU path of the torch wheel is MKL's sgemm. On the AMD EPYC machines this project runs on, a
     forward over n = 2..8 new tokens through it costs 2-3x a one-token forward (qwen2.5-coder-1.5b: 696 ms at n = 1,
     1011 ms at n = 2, ~1350 ms at n = 4-8), which is exactly the multi-token verification speculative decoding relies
     on; oneDNN with packed weights keeps it nearly flat (24 cold 1536x8960 layers, ms per layer at n = 1 / 2 / 4 / 8:
     MKL 4.4 / 10.7 / 16.9 / 15.0, oneDNN packed 3.3 / 4.6 / 4.5 / 5.7; the whole 1.5B model at n = 1 / 2 / 4 / 8:
-    461 / 582 / 603 / 728 ms). Both the AR baseline and every speculative method (and transformers' own generate
+    461 / 582 / 603 / 728 ms). In bfloat16, ``F.linear`` is already oneDNN's kernel, but it lays the weight out
+    afresh on every call; packed once, the same kernel gives the same bits at 1.3-2.3x less time per layer (AMD EPYC
+    Zen 4 with AVX-512 BF16, 2 threads, ms at n = 1 / 8: the 1.5B model's 8960x1536 MLP layer 1.63 / 1.70 against
+    1.19 / 1.21; the 0.5B draft's 151936x896 head 18.4 / 23.2 against 7.9 / 9.8). Both the AR baseline and every speculative method (and transformers' own generate
     in the bench) run on the same layers, so comparisons stay fair. The weights are packed once into oneDNN's
     blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, as torch.compile's CPU backend does when it freezes
     a model) and applied with ``torch.ops.mkldnn._linear_pointwise``.
@@ -475,17 +522,16 @@ def use_onednn_linear(model) -> int:
     recording the layers take ``F.linear``, and a weight updated in place is re-packed before the next fast call.
 
     Args:
-        model: a torch module on the CPU (float32 layers are converted, others left alone).
+        model: a torch module on the CPU (layers of a dtype among :func:`onednn_packed_dtypes` are converted, others
+            left alone).
 
     Returns:
         The number of layers converted (0 when this torch build lacks oneDNN's packed linear ops).
     """
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
-        return 0
+    dtypes = onednn_packed_dtypes()
     n = 0
     for mod in model.modules():
-        if type(mod) is torch.nn.Linear and mod.weight.dtype == torch.float32 and mod.weight.device.type == "cpu":
+        if type(mod) is torch.nn.Linear and mod.weight.dtype in dtypes and mod.weight.device.type == "cpu":
             mod.__class__ = OneDNNLinear
             n += 1
     return n
@@ -506,7 +552,7 @@ def load_model(
         device: where to put the model when ``device_map`` is None ('cpu', 'cuda', 'cuda:1', ...).
         dtype: 'float32', 'bfloat16', 'float16', 'auto' (fp32 on CPU, bf16 on CUDA) or a torch.dtype.
         device_map: passed to ``from_pretrained`` (e.g. 'auto' so accelerate shards a target over several GPUs).
-        cpu_linear: 'onednn' (the default for a float32 model on the CPU; see :func:`use_onednn_linear`) or 'mkl'
+        cpu_linear: 'onednn' (the default for a float32 or bfloat16 model on the CPU; see :func:`use_onednn_linear`) or 'mkl'
             (torch's default linear layers). None reads ``$SPECREPRO_CPU_LINEAR``, default 'onednn'.
 
     Returns:
@@ -524,8 +570,8 @@ def load_model(
     cpu_linear = cpu_linear or os.environ.get("SPECREPRO_CPU_LINEAR", "onednn")
     if cpu_linear not in ("onednn", "mkl"):
         raise ValueError(f"cpu_linear must be 'onednn' or 'mkl', got {cpu_linear!r}")
-    path = model_path(name_or_path)
     torch_dtype = resolve_dtype(dtype, device)
+    path = model_path(name_or_path, torch_dtype)
     kwargs = {"dtype": torch_dtype}
     if device_map is not None:
         kwargs["device_map"] = device_map
@@ -590,19 +636,11 @@ def save_random_checkpoint(name_or_path: str, out_dir: str | Path, dtype: str | 
     out_dir = Path(out_dir)
     model = random_weights_model(name_or_path, device, dtype, seed)
     tokenizer = _from_pretrained(AutoTokenizer, name_or_path, model_path(name_or_path))
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}-"))
-    try:
+    with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / "SPECREPRO_SOURCE.txt").write_text(f"random weights (seed {int(seed)}) of the architecture of "
                                                   f"{name_or_path}; for timing only\n")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 

@@ -50,3 +50,17 @@ def test_deepcopy_and_dtype_change_fall_back_cleanly():
         torch.testing.assert_close(copy.deepcopy(net)(x), ref(x), rtol=1e-5, atol=1e-6)
         half = copy.deepcopy(net).to(torch.bfloat16)
         torch.testing.assert_close(half(x.bfloat16()), ref.to(torch.bfloat16)(x.bfloat16()))
+
+
+@pytest.mark.skipif(torch.bfloat16 not in __import__("specrepro.models").models.onednn_packed_dtypes(),
+                    reason="oneDNN does not run bfloat16 on this CPU")
+def test_bfloat16_layers_are_packed_and_give_the_same_bits():
+    """In bfloat16, F.linear is oneDNN's kernel too; the packed layer must give its output bit for bit."""
+    ref, net = _net().to(torch.bfloat16), _net().to(torch.bfloat16)
+    assert use_onednn_linear(net) == 2
+    for shape in [(1, 1, 16), (1, 7, 16), (3, 16)]:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(4)).bfloat16()
+        with torch.inference_mode():
+            assert torch.equal(net(x), ref(x))
+    with torch.no_grad():  # a dtype change re-packs rather than reading the bfloat16 packing
+        torch.testing.assert_close(net.float()(x.float()), ref.float()(x.float()), rtol=1e-5, atol=1e-6)

@@ -43,6 +43,23 @@ def test_save_table_writes_the_hash_of_what_it_wrote(tmp_path, monkeypatch):
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
 
 
+def test_an_identical_resave_keeps_the_provenance_of_the_run_that_made_the_table(tmp_path, monkeypatch):
+    """A resumed notebook saves again a table it derived from finished work: same bytes and settings, so the sidecar
+    that names the original run stays; new bytes or new settings are written with a new sidecar."""
+    monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
+    monkeypatch.setattr(results, "git_commit", lambda: "aaaaaaaaaaaa")
+    results.save_table(pd.DataFrame({"a": [1, 2]}), "t", profile="quick", prompts=2)
+    monkeypatch.setattr(results, "git_commit", lambda: "bbbbbbbbbbbb")
+    results.save_table(pd.DataFrame({"a": [1, 2]}), "t", profile="quick", prompts=2)
+    assert json.loads((tmp_path / "t.provenance.json").read_text())["commit"] == "aaaaaaaaaaaa"
+    results.save_table(pd.DataFrame({"a": [1, 2]}), "t", profile="quick", prompts=3)  # other settings
+    assert json.loads((tmp_path / "t.provenance.json").read_text())["commit"] == "bbbbbbbbbbbb"
+    monkeypatch.setattr(results, "git_commit", lambda: "cccccccccccc")
+    results.save_table(pd.DataFrame({"a": [1, 5]}), "t", profile="quick", prompts=3)  # other bytes
+    prov = json.loads((tmp_path / "t.provenance.json").read_text())
+    assert prov["commit"] == "cccccccccccc" and results.record_hash_mismatches([tmp_path]) == []
+
+
 def test_the_record_is_not_written_from_a_dirty_tree(tmp_path, monkeypatch):
     monkeypatch.setenv(results.RECORD_ENV, "1")
     monkeypatch.setattr(results, "git_commit", lambda: "0123456789ab-dirty")

@@ -110,3 +110,22 @@ def test_cpu_bf16_reads_the_bfloat16_flags():
     assert cpu_bf16(info.replace("avx512_vnni", "avx512_vnni avx512_bf16")) is True
     assert cpu_bf16(info.replace("avx512_vnni", "amx_bf16 amx_tile")) is True
     assert cpu_bf16("model name\t: no flags line\n") is None
+
+
+def test_atomic_directory_appears_whole_or_not_at_all(tmp_path):
+    from specrepro.files import atomic_directory
+
+    final = tmp_path / "ckpt"
+    with atomic_directory(final) as tmp:
+        (tmp / "config.json").write_text("{}")
+        assert not final.exists()  # nothing at the final name while it is being written
+    assert (final / "config.json").read_text() == "{}"
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with atomic_directory(final) as tmp:
+            (tmp / "config.json").write_text('{"half": 1}')
+            raise RuntimeError("interrupted")
+    assert (final / "config.json").read_text() == "{}"  # the old directory is kept
+    with atomic_directory(final) as tmp:
+        (tmp / "other.txt").write_text("x")
+    assert sorted(p.name for p in final.iterdir()) == ["other.txt"]  # replaced, not merged
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temporary directory left behind

@@ -34,7 +34,7 @@ from specrepro.files import (
 )
 
 __all__ = ["STANDARD", "RECORD_ENV", "writes_record", "record_dir", "results_dir", "figures_dir", "read_dirs", "provenance", "save_table", "load_table", "add_footer", "save_figure",
-           "DirtyTreeError", "check_clean_for_record", "write_with_provenance", "record_hash_mismatches"]
+           "DirtyTreeError", "check_clean_for_record", "RUN_KEYS", "write_with_provenance", "record_hash_mismatches"]
 
 STANDARD = "standard"
 #: Set to "1" by ``make reproduce`` (and only there): the standard profile then writes the committed record.
@@ -117,11 +117,32 @@ def check_clean_for_record(profile: str = STANDARD) -> None:
                                  "README.md do not count)")
 
 
-def write_with_provenance(files: dict, sidecar: Path, prov: dict) -> None:
+#: Provenance keys that describe the run (who, where, when), not the result: a rewrite that changes only these
+#: changes no byte of the result (see :func:`write_with_provenance`).
+RUN_KEYS = frozenset({"commit", "date", "device", "cpu", "torch", "transformers"})
+
+
+def write_with_provenance(files: dict, sidecar: Path, prov: dict) -> bool:
     """Write ``files`` (``{path: bytes}``) and their provenance ``sidecar`` as one step
-    (:func:`specrepro.files.atomic_write_files`); the sidecar records ``sha256``: {file name: sha256 of its bytes}."""
+    (:func:`specrepro.files.atomic_write_files`); the sidecar records ``sha256``: {file name: sha256 of its bytes}.
+
+    A table re-derived from finished work (a resumed notebook saves again what it read back) often comes out byte for
+    byte as it is on disk. Then nothing is written: the existing sidecar already records the same bytes under the same
+    settings (every key but :data:`RUN_KEYS`), and it names the run that made them, where a rewrite would name a run
+    that only copied them. Returns True when the files were written, False when they were kept.
+    """
     prov = {**prov, "sha256": {Path(p).name: sha256_bytes(b) for p, b in files.items()}}
+    try:
+        old = json.loads(Path(sidecar).read_text())
+    except (OSError, ValueError):
+        old = None
+    if (isinstance(old, dict) and all(Path(p).exists() and sha256_bytes(Path(p).read_bytes()) == h
+                                      for p, h in zip(files, prov["sha256"].values()))
+            and {k: v for k, v in old.items() if k not in RUN_KEYS}
+            == json.loads(json.dumps({k: v for k, v in prov.items() if k not in RUN_KEYS}))):
+        return False
     atomic_write_files({**files, sidecar: (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()})
+    return True
 
 
 def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", companions: dict | None = None,
@@ -129,6 +150,8 @@ def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", comp
     """Write ``df`` as ``<results_dir>/<name>.csv`` and its provenance sidecar ``<name>.provenance.json`` in one step:
     the sidecar holds the commit, machine, settings (``extra``) and the sha256 of the table's bytes (and of each
     ``companions`` file, ``{file name: text}`` written beside it, e.g. the scorecard's markdown). Returns the CSV path.
+    A table identical to the one on disk under the same settings is left as it is, provenance included
+    (:func:`write_with_provenance`).
 
     Raises:
         DirtyTreeError: writing the committed record from a dirty tree (:func:`check_clean_for_record`).

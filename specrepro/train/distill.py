@@ -246,13 +246,9 @@ def get_or_train_draft(target, data: SelfDistillationData, config: DistillConfig
     Returns:
         (draft model, losses DataFrame, cached: bool — True when loaded rather than trained).
     """
-    import os
-    import shutil
-    import tempfile
-
     import pandas as pd
 
-    from specrepro.files import atomic_write_text
+    from specrepro.files import atomic_directory, atomic_write_text
     from specrepro.models import cache_dir
 
     meta = _meta(target, config, data)
@@ -261,17 +257,9 @@ def get_or_train_draft(target, data: SelfDistillationData, config: DistillConfig
         return load_draft(d, target), pd.read_csv(d / "losses.csv"), True
     draft, losses = train_distilled_draft(target, data, config, progress=progress)
     if cache:
-        d.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=d.parent, prefix=".draft-"))
-        try:
+        with atomic_directory(d) as tmp:
             draft.save_pretrained(tmp, safe_serialization=True)
             atomic_write_text(tmp / "specrepro_draft.json", json.dumps(meta, indent=1, sort_keys=True,
                                                                        default=str) + "\n")
             atomic_write_text(tmp / "losses.csv", losses.to_csv(index=False))
-            if d.exists():
-                shutil.rmtree(d)
-            os.replace(tmp, d)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
     return draft, losses, False
