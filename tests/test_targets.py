@@ -190,6 +190,9 @@ def test_a_missed_target_says_why_from_the_cost_model(tmp_path):
     assert t.loc["greedy-vs-ar", "status"] == MISSED  # 1.2 < 1.8
     why = t.loc["greedy-vs-ar", "why"]
     assert "drafts 4.0 tokens per step and keeps 3.20" in why and "best γ <= 4" in why
+    # the step from the runs' own records: 300 ms = target 150 + draft 4 x 30 + 30; 3.2 x 110 / 300 and / 180
+    assert ("a step takes 300 ms: target 150, draft 120 (4.0 × 30 ms, c = 0.27 of AR's 110 ms per token), the rest "
+            "30; so the loop gives 1.17× AR, and 1.96× if drafting cost nothing") in why
     # held to the runs' own costs (1.2 / 1.31 = 0.92: within 10%), the cost model measured outside them still shown
     assert t.loc["greedy-predicted", "status"] == MET_MEDIAN and "step 300 ms measured vs 200 ms" in \
         t.loc["greedy-predicted", "why"]

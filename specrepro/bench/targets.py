@@ -245,6 +245,9 @@ def _at_least_why(data: dict, r: dict) -> str:
     if _fin(r.get("drafted_per_step")) and _fin(r.get("tokens_per_step")):
         parts.append(f"{r['method']} drafts {r['drafted_per_step']:.1f} tokens per step and keeps "
                      f"{r['tokens_per_step']:.2f}")
+        step = _step_decomposition(data, r)
+        if step:
+            parts.append(step)
     cost = (data.get("config") or {}).get("cost_model") or {}
     t_d = (cost.get("draft_ms_per_token") or {}).get(r["method"])
     if t_d is not None and cost.get("target_ms") and _fin(r.get("alpha")) and _fin(r.get("gamma")):
@@ -257,6 +260,25 @@ def _at_least_why(data: dict, r: dict) -> str:
         parts.append(f"cost model at α = {r['alpha']:.2f}: {pred.get(g, float('nan')):.2f}× at γ = {g}, best γ <= "
                      f"{pts[-1][0] - 1} (the measured curve) is {best} at {pred[best]:.2f}×")
     return "; ".join(parts)
+
+
+def _step_decomposition(data: dict, r: dict) -> str:
+    """Where a speculative method's decoding step goes, from the run's own step records (medians over its runs, ms):
+    the step, the target forward in it, the draft's share (ms per drafted token × drafted per step) and what the
+    draft costs per token against AR's step (c, Leviathan et al.'s cost coefficient measured in the loop); then the
+    decoding loop's speedup this arithmetic gives (tokens per step × AR's step / the step) and the same without the
+    draft's share (the free-draft bound of this run). Empty where the runs do not record steps."""
+    runs = pd.DataFrame(data.get("runs") or [])
+    m, tps, drafted = r["method"], r["tokens_per_step"], r["drafted_per_step"]
+    step, tgt, per = _median(runs, m, "loop_ms"), _median(runs, m, "target_ms"), _median(runs, m, "draft_ms")
+    ar = _median(runs, "ar", "loop_ms")
+    if not all(_fin(v) and v > 0 for v in (step, tgt, per, ar)):
+        return ""
+    draft = per * drafted
+    return (f"a step takes {step:.0f} ms: target {tgt:.0f}, draft {draft:.0f} ({drafted:.1f} × {per:.0f} ms, "
+            f"c = {per / ar:.2f} of AR's {ar:.0f} ms per token), the rest {max(step - tgt - draft, 0):.0f}; so the "
+            f"loop gives {tps * ar / step:.2f}× AR, and {tps * ar / max(step - draft, 1e-9):.2f}× if drafting cost "
+            "nothing")
 
 
 def _cost_model_prediction(r: dict) -> str:

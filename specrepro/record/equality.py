@@ -19,7 +19,7 @@ from pathlib import Path
 
 from specrepro.files import repo_root
 
-__all__ = ["configure_parser", "run_command", "checkpoint_path"]
+__all__ = ["configure_parser", "run_command", "checkpoint_path", "bench_divergences", "divergences_name"]
 
 
 def checkpoint_path(name: str, profile: str) -> Path:
@@ -43,6 +43,73 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--name", default="greedy_equality_humaneval", help="result table name")
+    p.add_argument("--from-bench", metavar="JSON", default=None,
+                   help="instead: explain every greedy output of this bench file that differs from its AR run "
+                        "(table <bench name>_divergences)")
+    p.add_argument("--tie-spacings", type=float, default=2.0,
+                   help="with --from-bench: the near-tie bound in spacings of the model's dtype at the logits "
+                        "(the bound is the larger of this and --tie-bound)")
+
+
+def divergences_name(bench_json: str | Path) -> str:
+    """The result table that explains a bench file's greedy divergences: ``<bench file stem>_divergences``."""
+    return f"{Path(bench_json).stem}_divergences"
+
+
+def bench_divergences(bench_json: str | Path, *, tie_bound: float = 1e-3, tie_spacings: float = 2.0,
+                      model=None, tokenizer=None):
+    """Every greedy output of a bench file (``python -m specrepro bench --json``) that differs from greedy AR's on
+    the same prompt and pass, explained or not by a near-tie (:func:`specrepro.sim.real.explain_divergence`).
+
+    A method that diverges does so the same way in every pass (greedy decoding is deterministic), so the table has
+    one row per (method, prompt) with the passes that diverged counted. The prompts are rebuilt as the bench built
+    them (its workload, prompt ids and chat template); the target is loaded as the bench ran it (its name and
+    dtype, on the CPU) unless ``model`` and ``tokenizer`` are given.
+
+    Returns:
+        pandas.DataFrame: method, prompt_id, passes (diverged / run), then :func:`explain_divergence`'s fields. Empty
+        when every output equals AR's (or the file is not greedy).
+
+    Raises:
+        ValueError: a bench file without runs or without an ``ar`` run for a prompt that has a divergent one.
+    """
+    import json
+
+    import pandas as pd
+
+    from specrepro.data import format_prompt, load_workload
+    from specrepro.sim.real import explain_divergence
+
+    data = json.loads(Path(bench_json).read_text())
+    cfg, runs = data["config"], data.get("runs") or []
+    cols = ["method", "prompt_id", "passes"]
+    if float(cfg.get("temperature") or 0) != 0:
+        return pd.DataFrame(columns=cols)
+    bad = [r for r in runs if r.get("equal_to_baseline") is False]
+    if not bad:
+        return pd.DataFrame(columns=cols)
+    ar = {(r["repeat"], r["prompt_index"]): r["token_ids"] for r in runs if r["method"] == "ar"}
+    if model is None:
+        from specrepro.models import load_model
+
+        model, tokenizer = load_model(cfg["target"], dtype=cfg.get("dtype") or "float32")
+    prompts = {p.id: p for p in load_workload(cfg["workload"], int(cfg["n_prompts"]))}
+    rows = []
+    for (method, idx), group in pd.DataFrame(bad).groupby(["method", "prompt_index"], sort=True):
+        first = group.sort_values("repeat").iloc[0]
+        key = (int(first["repeat"]), int(idx))
+        if key not in ar:
+            raise ValueError(f"{bench_json}: {method} diverges on prompt {idx} but the file has no ar run to compare")
+        pid = first["prompt"]
+        text = format_prompt(prompts[pid], tokenizer, chat=bool(cfg.get("chat_template")))
+        ids = tokenizer(text, return_tensors="pt").input_ids[0]
+        n_runs = sum(1 for r in runs if r["method"] == method and r["prompt_index"] == idx)
+        why = explain_divergence(model, ids, ar[key], list(first["token_ids"]), tie_bound=tie_bound,
+                                 tie_spacings=tie_spacings)
+        if why is None:  # equal on the common length: one output is a prefix of the other (an EOS on one side)
+            why = {"diverged_at": min(len(ar[key]), len(first["token_ids"])), "explained": False}
+        rows.append({"method": method, "prompt_id": pid, "passes": f"{len(group)}/{n_runs}", **why})
+    return pd.DataFrame(rows)
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
@@ -52,6 +119,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     Raises:
         ValueError: γ < 1, max_new_tokens < 1, tie_bound <= 0 (before any model loads); errors of model loading.
     """
+    if args.from_bench:
+        return _run_from_bench(args)
     if args.gamma < 1 or args.max_new_tokens < 1 or not args.tie_bound > 0:
         raise ValueError(f"need gamma >= 1, max_new_tokens >= 1 and tie_bound > 0; got {args.gamma}, "
                          f"{args.max_new_tokens}, {args.tie_bound}")
@@ -98,3 +167,25 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
           f"{same} identical, {explained} divergences explained by a near-tie (top-2 gap < {args.tie_bound:g}), "
           f"{failures} failures; {seconds / 60:.1f} min")
     return 1 if failures else 0
+
+
+def _run_from_bench(args: argparse.Namespace) -> int:
+    """``greedy-equality --from-bench FILE``: :func:`bench_divergences` saved as ``<bench name>_divergences`` (the
+    committed record only under ``make reproduce``). Exit status 1 when a divergence is not a near-tie."""
+    from specrepro.files import sha256_bytes
+    from specrepro.record.results import check_clean_for_record, save_table
+
+    if not args.tie_bound > 0 or not args.tie_spacings >= 0:
+        raise ValueError(f"need tie_bound > 0 and tie_spacings >= 0; got {args.tie_bound}, {args.tie_spacings}")
+    path = Path(args.from_bench)
+    if not path.exists():
+        raise FileNotFoundError(f"no bench file {path}")
+    check_clean_for_record(args.profile)
+    table = bench_divergences(path, tie_bound=args.tie_bound, tie_spacings=args.tie_spacings)
+    save_table(table, divergences_name(path), profile=args.profile, bench_file=path.name,
+               bench_sha256=sha256_bytes(path.read_bytes()), tie_bound=args.tie_bound,
+               tie_spacings=args.tie_spacings)
+    n_bad = int((~table["explained"].astype(bool)).sum()) if len(table) else 0
+    print(f"{path.name}: {len(table)} (method, prompt) divergences from greedy AR, {len(table) - n_bad} near-ties "
+          f"(|gap| <= max({args.tie_bound:g}, {args.tie_spacings:g} spacings)), {n_bad} not explained")
+    return 1 if n_bad else 0

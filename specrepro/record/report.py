@@ -367,9 +367,45 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                 row.append(r.get("equal_to_ar_runs") or _bench_cell(r.get("greedy_equal_to_ar")))
             lines.append("| " + " | ".join(row) + " |")
         parts.append("\n".join(lines) + "\n")
+        if greedy:
+            parts.append(_render_divergences(path, summary))
         if cfg.get("workload") == "chat" and data.get("runs"):
             parts.append(_render_groups(data["runs"]))
     return "\n".join(parts)
+
+
+def _render_divergences(bench_path: Path, summary) -> str:
+    """Below a greedy bench table whose methods do not all equal greedy AR: the divergences explained, from the
+    table ``greedy-equality --from-bench`` wrote beside the file (``<stem>_divergences.csv``), or a line saying that
+    no table explains them, or that the table explains another run of the file (its recorded sha256 differs)."""
+    import hashlib
+
+    unequal = [r for r in summary if r.get("greedy_equal_to_ar") is False]
+    if not unequal:
+        return ""
+    table = bench_path.with_name(f"{bench_path.stem}_divergences.csv")
+    make = f"`make {table.relative_to(repo_root()) if table.is_relative_to(repo_root()) else table}`"
+    if not table.exists():
+        return f"Outputs that differ from greedy AR are not explained yet ({make}).\n"
+    try:
+        prov = json.loads(table.with_suffix(".provenance.json").read_text())
+    except (OSError, ValueError):
+        prov = {}
+    if prov.get("bench_sha256") != hashlib.sha256(bench_path.read_bytes()).hexdigest():
+        return f"The table of divergences explains another run of this file; rerun {make}.\n"
+    df = pd.read_csv(table)
+    if df.empty:
+        return ""
+    bound = (f"max({prov.get('tie_bound', 1e-3):g}, {prov.get('tie_spacings', 2):g} spacings of the dtype at those "
+             "logits)")
+    n_ok = int(df["explained"].astype(bool).sum())
+    items = "; ".join(
+        f"`{r.method}` {r.prompt_id} ({r.passes} passes) at token {int(r.diverged_at)}: "
+        + (f"gap {r.gap:+.4g} / {r.gap_incremental:+.4g} (full forward / AR's cached path), spacing {r.spacing:.4g}"
+           if "gap" in df.columns and pd.notna(r.gap) else "one output ends where the other goes on")
+        for r in df.itertuples())
+    return (f"Greedy outputs that differ from greedy AR: {len(df)} (method, prompt) pairs, {n_ok} of them near-ties "
+            f"(AR's token and the other's within {bound}); `{table.name}`: {items}.\n")
 
 
 def _render_groups(runs) -> str:

@@ -8,7 +8,7 @@ import torch
 
 from specrepro.core.sampling import SamplingConfig
 
-__all__ = ["greedy_divergence", "compare_verification", "greedy_equality"]
+__all__ = ["greedy_divergence", "compare_verification", "greedy_equality", "logit_spacing", "explain_divergence"]
 
 
 def greedy_divergence(model, prompt_ids: torch.Tensor, a: list[int], b: list[int]):
@@ -27,6 +27,64 @@ def greedy_divergence(model, prompt_ids: torch.Tensor, a: list[int], b: list[int
         logits = model(input_ids=ids[None]).logits[0, -1].float()
     top = torch.topk(logits, 2).values
     return idx, float(top[0] - top[1])
+
+
+def logit_spacing(value: float, dtype: torch.dtype) -> float:
+    """The gap between adjacent numbers of ``dtype`` at the magnitude of ``value`` (one unit in the last place):
+    ``eps * 2**floor(log2 |value|)``, e.g. 0.125 for a bfloat16 logit of 20 and 2e-6 for a float32 one."""
+    import math
+
+    eps = torch.finfo(dtype).eps
+    v = abs(float(value))
+    return eps * 2.0 ** math.floor(math.log2(v)) if v > 0 and math.isfinite(v) else eps
+
+
+@torch.inference_mode()
+def explain_divergence(model, prompt_ids: torch.Tensor, ar: list[int], other: list[int], *,
+                       tie_bound: float = 1e-3, tie_spacings: float = 2.0) -> dict | None:
+    """Why a greedy output ``other`` left greedy AR's ``ar`` for the same prompt: the two tokens' logits where they
+    first differ, by two exact paths, against a near-tie bound fixed in advance.
+
+    At the first differing index i, with a = ar[i] (AR's token) and b = other[i]:
+
+    - ``gap``: logit(a) - logit(b) from one full forward over prompt + ar[:i] (a batched path, as verification);
+    - ``gap_incremental``: the same from AR's own path (the prompt's KV cache, then one token per forward, as
+      :func:`specrepro.core.decoding.generate` decodes), which chose a, so it is >= 0;
+    - the bound: max(``tie_bound``, ``tie_spacings`` x the spacing of the model's dtype at the larger of the two
+      logits, :func:`logit_spacing`). In float32 the absolute bound rules; in bfloat16 (8 significant bits) a logit
+      near 20 is only known to 0.125, so two paths that round differently can swap two tokens a spacing or two apart.
+
+    A divergence is *explained* (a near-tie) when |gap| is within the bound; otherwise it is a failure to look at.
+
+    Args:
+        model: a transformers causal LM; prompt_ids: long [L]; ar, other: greedy continuations (token ids).
+        tie_bound: absolute bound (logit units); tie_spacings: bound in spacings of the model's dtype.
+
+    Returns:
+        None when ``other`` agrees with ``ar`` on their common length, else a dict: diverged_at, ar_token,
+        other_token, logit_ar_token, logit_other_token, gap, gap_incremental, spacing, bound, explained.
+    """
+    from specrepro.core.decoding import prefill
+
+    n = min(len(ar), len(other))
+    idx = next((i for i in range(n) if ar[i] != other[i]), None)
+    if idx is None:
+        return None
+    dev = model.device
+    prompt = prompt_ids.reshape(-1).to(dev)
+    prefix = torch.cat([prompt, torch.tensor(ar[:idx], dtype=torch.long, device=dev)])
+    a, b = int(ar[idx]), int(other[idx])
+    full = model(input_ids=prefix[None]).logits[0, -1]
+    cache = prefill(model, prompt)
+    for t in prefix[prompt.numel() - 1:]:
+        inc = model(input_ids=t.view(1, 1), past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+    la, lb = float(full[a]), float(full[b])
+    spacing = logit_spacing(max(abs(la), abs(lb)), full.dtype)
+    bound = max(float(tie_bound), float(tie_spacings) * spacing)
+    gap = la - lb
+    return {"diverged_at": idx, "ar_token": a, "other_token": b, "logit_ar_token": la, "logit_other_token": lb,
+            "gap": gap, "gap_incremental": float(inc[a]) - float(inc[b]), "spacing": spacing, "bound": bound,
+            "explained": bool(abs(gap) <= bound)}
 
 
 def compare_verification(target, drafter, prompts, *, gamma: int = 4, max_new_tokens: int = 64,
