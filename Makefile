@@ -43,7 +43,7 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
 # every greedy output of the bfloat16 bench that differs from bfloat16 AR, explained or not by a near-tie (standard
 # only; about a minute: one full and one incremental forward per divergence)
-BENCH_DIVERGENCES := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_bf16_divergences.csv)
+BENCH_DIVERGENCES := $(if $(filter standard,$(PROFILE)),data/results/divergences_bench_qwen_bf16.csv)
 # transformers' assisted generation and prompt lookup through the exactness battery (standard only; ~5 min on 2 cores)
 AUDIT := $(if $(filter standard,$(PROFILE)),data/results/audit_transformers.csv)
 # every committed state of the record re-scored (standard only; a few minutes): the verdict history
@@ -240,7 +240,7 @@ data/results/bench_qwen_bf16.json: | $(STAMP)
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
 # logits, from a full forward and from AR's own cached path, against max(1e-3, 2 spacings of the dtype), fixed in
 # advance (the table records the bench file's sha256; the bench block flags a table made from another run)
-data/results/bench_qwen_bf16_divergences.csv: data/results/bench_qwen_bf16.json | $(STAMP)
+data/results/divergences_bench_qwen_bf16.csv: data/results/bench_qwen_bf16.json | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --from-bench $< --tie-bound 1e-3 --tie-spacings 2
 
 # The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs

@@ -1,6 +1,7 @@
 """Greedy divergences from AR explained (or not) by a near-tie: specrepro.sim.real.explain_divergence, the bench
 file reader behind ``greedy-equality --from-bench`` and the line the bench block prints under a greedy table."""
 
+import fnmatch
 import hashlib
 import json
 
@@ -80,7 +81,9 @@ def test_bench_divergences_one_row_per_method_and_prompt(tmp_path, model):
     assert len(table) == 1
     row = table.iloc[0]
     assert (row["method"], row["prompt_id"], row["passes"], row["diverged_at"]) == ("sd", "p1", "2/2", 1)
-    assert equality.divergences_name(path) == "bench_tiny_divergences"
+    assert equality.divergences_name(path) == "divergences_bench_tiny"
+    # the bench block reads every bench_*.json: the table's sidecar must not look like a bench file
+    assert not fnmatch.fnmatch(equality.divergences_name(path) + ".provenance.json", "bench_*.json")
     same, _ = _bench_file(tmp_path, model, lambda ar: ar)
     assert equality.bench_divergences(same, model=model, tokenizer=tok).empty
 
@@ -91,12 +94,12 @@ def test_the_bench_block_says_what_explains_a_divergence(tmp_path, model, monkey
     monkeypatch.setattr(report, "repo_root", lambda: tmp_path)
     assert "not explained yet" in report._render_divergences(path, summary)
     table = equality.bench_divergences(path, model=model, tokenizer=tok)
-    table.to_csv(tmp_path / "bench_tiny_divergences.csv", index=False)
-    sidecar = tmp_path / "bench_tiny_divergences.provenance.json"
+    table.to_csv(tmp_path / "divergences_bench_tiny.csv", index=False)
+    sidecar = tmp_path / "divergences_bench_tiny.provenance.json"
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     sidecar.write_text(json.dumps({"bench_sha256": sha, "tie_bound": 1e-3, "tie_spacings": 2}))
     text = report._render_divergences(path, summary)
-    explained = int(pd.read_csv(tmp_path / "bench_tiny_divergences.csv")["explained"].sum())
+    explained = int(pd.read_csv(tmp_path / "divergences_bench_tiny.csv")["explained"].sum())
     assert f"1 (method, prompt) pairs, {explained} of them near-ties" in text and "`sd` p1 (2/2 passes) at token 1" in text
     sidecar.write_text(json.dumps({"bench_sha256": "0" * 64}))
     assert "explains another run" in report._render_divergences(path, summary)

@@ -45,15 +45,16 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default="greedy_equality_humaneval", help="result table name")
     p.add_argument("--from-bench", metavar="JSON", default=None,
                    help="instead: explain every greedy output of this bench file that differs from its AR run "
-                        "(table <bench name>_divergences)")
+                        "(table divergences_<bench name>)")
     p.add_argument("--tie-spacings", type=float, default=2.0,
                    help="with --from-bench: the near-tie bound in spacings of the model's dtype at the logits "
                         "(the bound is the larger of this and --tie-bound)")
 
 
 def divergences_name(bench_json: str | Path) -> str:
-    """The result table that explains a bench file's greedy divergences: ``<bench file stem>_divergences``."""
-    return f"{Path(bench_json).stem}_divergences"
+    """The result table that explains a bench file's greedy divergences: ``divergences_<bench file stem>`` (not
+    ``bench_*``, which names the bench files themselves)."""
+    return f"divergences_{Path(bench_json).stem}"
 
 
 def bench_divergences(bench_json: str | Path, *, tie_bound: float = 1e-3, tie_spacings: float = 2.0,
@@ -170,7 +171,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
 
 
 def _run_from_bench(args: argparse.Namespace) -> int:
-    """``greedy-equality --from-bench FILE``: :func:`bench_divergences` saved as ``<bench name>_divergences`` (the
+    """``greedy-equality --from-bench FILE``: :func:`bench_divergences` saved as ``divergences_<bench name>`` (the
     committed record only under ``make reproduce``). Exit status 1 when a divergence is not a near-tie."""
     from specrepro.files import sha256_bytes
     from specrepro.record.results import check_clean_for_record, save_table

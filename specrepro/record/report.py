@@ -376,14 +376,14 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
 
 def _render_divergences(bench_path: Path, summary) -> str:
     """Below a greedy bench table whose methods do not all equal greedy AR: the divergences explained, from the
-    table ``greedy-equality --from-bench`` wrote beside the file (``<stem>_divergences.csv``), or a line saying that
+    table ``greedy-equality --from-bench`` wrote beside the file (``divergences_<stem>.csv``), or a line saying that
     no table explains them, or that the table explains another run of the file (its recorded sha256 differs)."""
     import hashlib
 
     unequal = [r for r in summary if r.get("greedy_equal_to_ar") is False]
     if not unequal:
         return ""
-    table = bench_path.with_name(f"{bench_path.stem}_divergences.csv")
+    table = bench_path.with_name(f"divergences_{bench_path.stem}.csv")
     make = f"`make {table.relative_to(repo_root()) if table.is_relative_to(repo_root()) else table}`"
     if not table.exists():
         return f"Outputs that differ from greedy AR are not explained yet ({make}).\n"
