@@ -367,8 +367,9 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                 row.append(r.get("equal_to_ar_runs") or _bench_cell(r.get("greedy_equal_to_ar")))
             lines.append("| " + " | ".join(row) + " |")
         parts.append("\n".join(lines) + "\n")
-        if greedy:
-            parts.append(_render_divergences(path, summary))
+        explained = _render_divergences(path, summary) if greedy else ""
+        if explained:
+            parts.append(explained)
         if cfg.get("workload") == "chat" and data.get("runs"):
             parts.append(_render_groups(data["runs"]))
     return "\n".join(parts)
