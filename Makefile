@@ -225,16 +225,17 @@ data/results/bench_qwen_chat.json: | $(STAMP)
 	    --opt draft_kind=int8 --temperature 0 --json $@
 
 # bfloat16, greedy: target and draft loaded in bfloat16, and every method in that precision in one run: our AR and
-# transformers' plain generate, our adaptive chain with the bfloat16 draft, and transformers' assisted generation given
-# the same draft; 20 HumanEval prompts x 64 tokens, BENCH_REPEATS interleaved passes. Greedy equality is against
+# transformers' plain generate, our adaptive chain with the bfloat16 draft and with its int8 copy (int8 weights,
+# float32 activations: the draft costs fewer bytes per token), and transformers' assisted generation given each of the
+# same two drafts; 20 HumanEval prompts x 64 tokens, BENCH_REPEATS interleaved passes. Greedy equality is against
 # bfloat16 AR. The zoo checkpoints are cached once more in bfloat16 for it, and linear layers run packed for oneDNN,
-# as in float32. On an AMD EPYC (Zen 4) with AVX-512 BF16 the 3 passes took about 35 min on 2 cores. On a CPU without
-# AVX-512 BF16 or AMX bfloat16 runs emulated (the header says which): there a bfloat16 token costs more than a float32
-# one, and 3 passes take hours, resumable from the timing checkpoint. The int8 copy of a bfloat16 draft is covered by
-# tests/test_bf16.py, not timed here.
+# as in float32. On an AMD EPYC (Zen 4) with AVX-512 BF16 the first four methods took about 35 min for 3 passes on 2
+# cores. On a CPU without AVX-512 BF16 or AMX bfloat16 runs emulated (the header says which): there a bfloat16 token
+# costs more than a float32 one, and 3 passes take hours, resumable from the timing checkpoint.
 data/results/bench_qwen_bf16.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
-	    --dtype bfloat16 --repeats $(BENCH_REPEATS) --methods ar,hf-ar,sd-draft-adaptive@20,hf-assisted \
+	    --dtype bfloat16 --repeats $(BENCH_REPEATS) \
+	    --methods ar,hf-ar,sd-draft-adaptive@20,sd-draft-adaptive-int8@20,hf-assisted,hf-assisted-int8 \
 	    --temperature 0 --json $@
 
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
