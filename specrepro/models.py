@@ -44,6 +44,7 @@ __all__ = [
     "release_pages",
     "use_onednn_linear",
     "onednn_packed_dtypes",
+    "release_copied_memory",
     "load_tokenizer",
     "load_pair",
     "check_tokenizers_match",
@@ -460,6 +461,24 @@ def onednn_packed_dtypes() -> frozenset:
 
 
 _ONEDNN_DTYPES = None
+
+
+def release_copied_memory(source) -> None:
+    """After a copy was built from ``source`` (a model whose weights were read in full, e.g. by ``copy.deepcopy``):
+    give back what the copy left resident but unused. ``source``'s memory-mapped weight pages, faulted in by the
+    read, leave the resident set again (:func:`release_pages`; values unchanged, read back from the file on a later
+    use), and the C heap returns its free pages to the system (glibc's ``malloc_trim(0)``: the float copy's linear
+    weights, freed once quantized, otherwise stay counted in the process's resident memory). Does nothing where
+    these calls do not exist (not Linux/glibc)."""
+    for p in source.parameters():
+        release_pages(p.detach())
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
 
 
 class OneDNNLinear(torch.nn.Linear):

@@ -37,6 +37,8 @@ from typing import Iterable, Sequence
 
 import torch
 
+from specrepro.models import release_copied_memory
+
 __all__ = ["FLOAT_DTYPES", "INT8_BACKENDS", "INT4_GROUP_SIZES", "check_int8_backend", "check_int4", "Int4WeightOnlyLinear",
            "int4_group_for", "quantize_draft_int4", "quantize_linear_int4", "quantize_draft", "quantize_linear", "stdlib_sources", "tokenizer_fingerprint", "token_frequencies", "frequent_token_ids", "pruned_head", "FullWidthHead", "with_output_head"]
 
@@ -183,6 +185,7 @@ def quantize_draft(model, backend: str = "torch", skip_lm_head: bool = False):
     q.eval().requires_grad_(False)
     q.specrepro_name = f"{getattr(model, 'specrepro_name', type(model).__name__)}+int8"
     q.specrepro_int8_backend = backend
+    release_copied_memory(model)
     return q
 
 
@@ -376,6 +379,7 @@ def quantize_draft_int4(model, group_size: int = 128, skip_lm_head: bool = False
     q.specrepro_name = f"{getattr(model, 'specrepro_name', type(model).__name__)}+int4"
     q.specrepro_int4_group_size = group_size
     q.specrepro_int4_float_layers = kept_float
+    release_copied_memory(model)
     return q
 
 
