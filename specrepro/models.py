@@ -569,7 +569,8 @@ def load_model(
         name_or_path: a :data:`ZOO` name (fetched, verified and cached), else a hub id (``"gpt2"`` or
             ``"org/name"``) or a local directory, handed to transformers' ``from_pretrained``.
         device: where to put the model when ``device_map`` is None ('cpu', 'cuda', 'cuda:1', ...).
-        dtype: 'float32', 'bfloat16', 'float16', 'auto' (fp32 on CPU, bf16 on CUDA) or a torch.dtype.
+        dtype: 'float32', 'bfloat16', 'float16', 'auto' (fp32 on CPU, bf16 on CUDA) or a torch.dtype. A zoo model
+            in bfloat16 or float16 loads from its copy stored in that dtype (written once, :func:`_zoo_dir_in`).
         device_map: passed to ``from_pretrained`` (e.g. 'auto' so accelerate shards a target over several GPUs).
         cpu_linear: 'onednn' (the default for a float32 or bfloat16 model on the CPU; see :func:`use_onednn_linear`) or 'mkl'
             (torch's default linear layers). None reads ``$SPECREPRO_CPU_LINEAR``, default 'onednn'.

@@ -11,6 +11,11 @@ from specrepro.core.sampling import SamplingConfig
 __all__ = ["greedy_divergence", "compare_verification", "greedy_equality", "logit_spacing", "explain_divergence"]
 
 
+def _first_difference(a, b) -> int | None:
+    """The first index where token lists ``a`` and ``b`` differ on their common length; None if they agree there."""
+    return next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+
+
 def greedy_divergence(model, prompt_ids: torch.Tensor, a: list[int], b: list[int]):
     """Where two greedy outputs for the same prompt first differ, and the target's top-2 logit gap there.
 
@@ -18,8 +23,7 @@ def greedy_divergence(model, prompt_ids: torch.Tensor, a: list[int], b: list[int
     two most likely tokens can flip. Returns None if ``a`` and ``b`` agree on their common length, else
     ``(index, gap)`` with gap = logit(top-1) − logit(top-2) computed by one full forward pass over prompt + a[:index].
     """
-    n = min(len(a), len(b))
-    idx = next((i for i in range(n) if a[i] != b[i]), None)
+    idx = _first_difference(a, b)
     if idx is None:
         return None
     ids = torch.cat([prompt_ids.reshape(-1), torch.tensor(a[:idx], dtype=torch.long)]).to(model.device)
@@ -66,8 +70,7 @@ def explain_divergence(model, prompt_ids: torch.Tensor, ar: list[int], other: li
     """
     from specrepro.core.decoding import prefill
 
-    n = min(len(ar), len(other))
-    idx = next((i for i in range(n) if ar[i] != other[i]), None)
+    idx = _first_difference(ar, other)
     if idx is None:
         return None
     dev = model.device
