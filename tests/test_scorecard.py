@@ -77,6 +77,15 @@ def test_every_paper_number_has_a_location_a_reader_can_check():
         assert c["paper_kind"] in ("measured", "computed", "asserted"), c["id"]
 
 
+def test_claims_do_not_type_the_machine_or_date_of_a_run():
+    """Where and when a table was measured is read from its provenance (the scorecard's hardware and commit
+    columns); typed into a claim's setting it goes stale the day the table is rerun on another machine."""
+    for _, c in sc.load_claims().iterrows():
+        for column in ("our_setting", "caveat"):
+            found = re.search(r"20\d\d-\d\d-\d\d|EPYC|Xeon|\bZen\b", c[column])
+            assert not found, f"{c['id']}: {column} types {found.group(0)!r}; the provenance records it"
+
+
 def test_no_claim_row_repeats_another():
     claims = sc.load_claims()
     key = claims["paper"] + "|" + claims["source"] + "|" + claims["paper_value"]
