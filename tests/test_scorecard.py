@@ -42,6 +42,17 @@ def verdict(c, frames, provenances=None):
 # ------------------------------------------------------------------------------------------------ claims file
 
 
+def _made_by_record_rule(name: str) -> bool:
+    """``data/results/<name>.csv`` is the target of a Makefile rule that ``make reproduce`` runs in the standard
+    profile (through a variable among reproduce's prerequisites)."""
+    makefile = (ROOT / "Makefile").read_text()
+    if f"\ndata/results/{name}.csv:" not in makefile:
+        return False
+    var = re.search(rf"^(\w+) :=.*data/results/{re.escape(name)}\.csv", makefile, re.M)
+    reproduce = re.search(r"^reproduce:(.*)$", makefile, re.M).group(1)
+    return bool(var) and f"$({var.group(1)})" in reproduce
+
+
 def test_claims_file_parses_and_names_known_rules():
     claims = sc.load_claims()
     assert len(claims) >= 20
@@ -52,7 +63,8 @@ def test_claims_file_parses_and_names_known_rules():
     for _, c in claims.iterrows():
         assert c["claim"] and c["paper_value"], c["id"]
         if c["our_table"]:
-            assert c["notebook"], f"{c['id']}: name the notebook that writes {c['our_table']}"
+            assert c["notebook"] or all(_made_by_record_rule(n) for n in sc._names(c["our_table"])), (
+                f"{c['id']}: name the notebook that writes {c['our_table']}")
         else:
             assert c["rule"] == "not_attempted" and c["caveat"], f"{c['id']}: a claim nothing measures must say why"
 
@@ -63,6 +75,15 @@ def test_every_paper_number_has_a_location_a_reader_can_check():
         assert re.search(r"(Table|Figure|§|Eq\.|Abstract|Appendix|Theorem)", c["source"]), \
             f"{c['id']}: the source must name a table, figure, section, equation or theorem"
         assert c["paper_kind"] in ("measured", "computed", "asserted"), c["id"]
+
+
+def test_claims_do_not_type_the_machine_or_date_of_a_run():
+    """Where and when a table was measured is read from its provenance (the scorecard's hardware and commit
+    columns); typed into a claim's setting it goes stale the day the table is rerun on another machine."""
+    for _, c in sc.load_claims().iterrows():
+        for column in ("our_setting", "caveat"):
+            found = re.search(r"20\d\d-\d\d-\d\d|EPYC|Xeon|\bZen\b", c[column])
+            assert not found, f"{c['id']}: {column} types {found.group(0)!r}; the provenance records it"
 
 
 def test_no_claim_row_repeats_another():
@@ -86,6 +107,10 @@ def test_every_table_a_claim_reads_is_written_by_its_notebook():
     makefile = (ROOT / "Makefile").read_text()
     bench_results = re.search(r"^BENCH_RESULTS :=(.*?)\n(?!\s)", makefile, re.M | re.S).group(1)
     for _, c in claims[claims["our_table"] != ""].iterrows():
+        if not c["notebook"]:  # a table of record written by a make rule, not by a notebook
+            for name in sc._names(c["our_table"]):
+                assert _made_by_record_rule(name), f"{c['id']}: no rule of make reproduce writes {name}.csv"
+            continue
         source = (ROOT / "notebooks" / f"{c['notebook']}.ipynb").read_text()
         for name in sc._names(c["our_table"]):
             if name.startswith("bench_"):
@@ -109,7 +134,8 @@ def test_every_claim_has_a_group_that_fits_its_rule():
     claims = sc.load_claims()
     assert set(claims["group"]) == set(sc.GROUPS)
     by_rule = claims.groupby("rule")["group"].agg(set)
-    for rule in ("exact_sampler", "all_identical", "printed_precision", "computed_speedup", "typical_shifts"):
+    for rule in ("exact_sampler", "all_identical", "identical_up_to_ties", "printed_precision", "computed_speedup",
+                 "typical_shifts"):
         assert by_rule[rule] == {"correctness"}, rule
     for rule in ("paired_ratio", "quality_unchanged", "value_in_interval", "row_order", "increases",
                  "speedup_peaks", "not_attempted"):
@@ -262,6 +288,29 @@ def test_all_identical():
     out = verdict(c, {"t": r.assign(same_as_ar=[True, True, False, "False"])})
     assert out["verdict"] == NOT_REPRODUCED and "2 runs differ" in out["reason"]
     assert verdict(c, {"t": r.assign(same_as_ar=np.nan)})["verdict"] == NOT_RUN
+
+
+def test_identical_up_to_ties_counts_near_ties_apart_and_fails_on_any_other_departure():
+    t = pd.DataFrame({"prompt_id": [f"HumanEval/{i}" for i in range(40)], "identical": [True] * 40,
+                      "explained": [False] * 40})
+    c = claim("identical_up_to_ties", "value=identical; explained=explained", paper_kind="asserted")
+    out = verdict(c, {"t": t})
+    assert out["verdict"] == EXACT and out["ours"].startswith("40/40 prompts identical") and not out["reason"]
+    assert out["ours_lo"] == 0 and 0.08 < out["ours_hi"] < 0.09 and out["n"] == 40  # Clopper-Pearson: 1 - 0.025^(1/40)
+    ties = t.assign(identical=[False, False] + [True] * 38, explained=[True, True] + [False] * 38)
+    out = verdict(c, {"t": ties})
+    assert out["verdict"] == EXACT and "2 near-tie departures, 0 other" in out["ours"] and "near-tie" in out["reason"]
+    bad = ties.assign(explained=[True, False] + [False] * 38)
+    out = verdict(c, {"t": bad})
+    assert out["verdict"] == NOT_REPRODUCED and "HumanEval/1" in out["reason"] and out["ours_value"] == 1 / 40
+    assert out["ours_lo"] > 0
+    assert verdict(c, {"t": t.assign(identical=np.nan)})["verdict"] == NOT_RUN
+
+
+def test_a_claim_on_a_make_rule_table_says_which_command_writes_it():
+    claims = sc.load_claims()
+    row = sc.score_claim(claims[claims["id"] == "lev-greedy-all"].iloc[0], Tables("synthetic", {}))
+    assert row["verdict"] == NOT_RUN and "make data/results/greedy_equality_humaneval.csv" in row["reason"]
 
 
 def test_computed_speedup_compares_computations_and_shows_the_measurement_apart():
