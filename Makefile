@@ -39,8 +39,10 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
     data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
 # on the idle 2-core Xeon, so about 5 h there: one AR and one speculative run of 128 tokens per problem plus a
-# teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/,
-# on the same machine and code). The scorecard's claim lev-greedy-all judges it (rule identical_up_to_ties).
+# teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/
+# under the same settings and decoding code, after other commits or on another machine, so the hours can be spread over
+# several sittings; each row names its sitting's commit and CPU). The scorecard's claim lev-greedy-all judges it (rule
+# identical_up_to_ties).
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
 # every greedy output of the bfloat16 bench that differs from bfloat16 AR, explained or not by a near-tie (standard
 # only; about a minute: one full and one incremental forward per divergence)

@@ -44,17 +44,62 @@ def git_commit() -> str:
         return "unknown"
 
 
-def code_fingerprint() -> str:
+def code_fingerprint(modules: tuple[str, ...] | list[str] | None = None) -> str:
     """A hash (16 hex digits) of the ``specrepro`` package's Python sources as they are on disk: what a resumed
     timing run checks, so that blocks timed by other code are not mixed with its own (unlike :func:`git_commit`, it
-    does not change when only results, notebooks or docs are committed)."""
+    does not change when only results, notebooks or docs are committed).
+
+    Args:
+        modules: dotted names of ``specrepro`` modules (e.g. ``("specrepro.core.decoding",)``): hash only their
+            sources and those of every ``specrepro`` module they import, directly or not (read from the source, not
+            by importing it), so that a change elsewhere in the package (the record, the notebooks' helpers) leaves
+            the hash as it is. None: every source file of the package.
+
+    Raises:
+        ModuleNotFoundError: a name in ``modules`` that is not a module of the package.
+    """
     import hashlib
 
     pkg = Path(__file__).resolve().parent
+    files = sorted(pkg.rglob("*.py")) if modules is None else _import_closure(pkg, modules)
     h = hashlib.sha256()
-    for f in sorted(pkg.rglob("*.py")):
+    for f in files:
         h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
+
+
+def _import_closure(pkg: Path, modules) -> list[Path]:
+    """The source files of ``modules``, of their parent packages' ``__init__.py`` and of every module of the package
+    they import, transitively (sorted)."""
+    import ast
+
+    root = pkg.name
+
+    def source(name: str) -> Path | None:
+        parts = name.split(".")[1:]
+        for cand in (pkg.joinpath(*parts).with_suffix(".py") if parts else None, pkg.joinpath(*parts, "__init__.py")):
+            if cand is not None and cand.exists():
+                return cand
+        return None
+
+    seen: dict[str, Path] = {}
+    todo = list(modules)
+    for name in todo:
+        if name.split(".")[0] != root or source(name) is None:
+            raise ModuleNotFoundError(f"{name!r} is not a module of the {root} package")
+    while todo:
+        name = todo.pop()
+        path = None if name in seen else source(name)
+        if path is None:  # seen, or an attribute imported from a module (``from specrepro.x import f``)
+            continue
+        seen[name] = path
+        todo += [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]  # parent packages
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == root:
+                todo += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.split(".")[0] == root]
+    return sorted(set(seen.values()))
 
 
 def device_description(device: str = "cpu") -> str:

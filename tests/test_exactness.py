@@ -237,13 +237,17 @@ def test_greedy_equality_resumes_from_its_checkpoint_and_sets_aside_another_key(
         return generate(target, ids, drafter=DraftModelDrafter(draft, 8), gamma=3, max_new_tokens=16)
 
     ckpt, key = tmp_path / "eq.json", {"gamma": 3, "code": "abc"}
-    first = greedy_equality(target, prompts[:2], spec, max_new_tokens=16, checkpoint=ckpt, checkpoint_key=key)
+    first = greedy_equality(target, prompts[:2], spec, max_new_tokens=16, checkpoint=ckpt, checkpoint_key=key,
+                            row_info={"commit": "c1", "cpu": "A"})
     assert ckpt.exists() and first.attrs["resumed"] == 0 and len(calls) == 2
-    # the whole list again under the same key: the two finished prompts are read back, only the third runs
+    # the whole list again under the same key, in another sitting: the two finished prompts are read back with the
+    # sitting that decoded them, only the third runs
     calls.clear()
-    full = greedy_equality(target, prompts, spec, max_new_tokens=16, checkpoint=ckpt, checkpoint_key=key)
+    full = greedy_equality(target, prompts, spec, max_new_tokens=16, checkpoint=ckpt, checkpoint_key=key,
+                           row_info={"commit": "c2", "cpu": "B"})
     assert full.attrs["resumed"] == 2 and calls == [prompts[2].tolist()]
     assert list(full.prompt) == [0, 1, 2] and full.identical.all()
+    assert list(full.commit) == ["c1", "c1", "c2"] and list(full.cpu) == ["A", "A", "B"]
     assert full.drop(columns="seconds").iloc[:2].equals(first.drop(columns="seconds"))
     # another key (other code): nothing is resumed and the old checkpoint is kept aside, not deleted
     calls.clear()

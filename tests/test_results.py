@@ -129,3 +129,30 @@ def test_atomic_directory_appears_whole_or_not_at_all(tmp_path):
         (tmp / "other.txt").write_text("x")
     assert sorted(p.name for p in final.iterdir()) == ["other.txt"]  # replaced, not merged
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temporary directory left behind
+
+
+def test_code_fingerprint_of_modules_follows_their_imports_and_nothing_else(tmp_path, monkeypatch):
+    """A fingerprint of some modules changes with their code and that of what they import, and not with a module
+    they do not import; the whole-package fingerprint changes with either."""
+    import specrepro.files as files
+
+    pkg = tmp_path / "specrepro"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core" / "__init__.py").write_text("")
+    (pkg / "core" / "a.py").write_text("from specrepro.core import b\n")
+    (pkg / "core" / "b.py").write_text("def f():\n    from specrepro.c import g\n")
+    (pkg / "c.py").write_text("g = 1\n")
+    (pkg / "other.py").write_text("x = 1\n")
+    monkeypatch.setattr(files, "__file__", str(pkg / "files.py"))
+    closure = [p.relative_to(pkg).as_posix() for p in files._import_closure(pkg, ["specrepro.core.a"])]
+    assert closure == ["__init__.py", "c.py", "core/__init__.py", "core/a.py", "core/b.py"]
+    part, whole = files.code_fingerprint(["specrepro.core.a"]), files.code_fingerprint()
+    (pkg / "other.py").write_text("x = 2\n")  # not imported by core.a
+    assert files.code_fingerprint(["specrepro.core.a"]) == part and files.code_fingerprint() != whole
+    (pkg / "c.py").write_text("g = 2\n")  # imported inside a function of core.b, which core.a imports
+    assert files.code_fingerprint(["specrepro.core.a"]) != part
+    with pytest.raises(ModuleNotFoundError, match="not a module"):
+        files.code_fingerprint(["specrepro.nope"])
+    with pytest.raises(ModuleNotFoundError, match="not a module"):
+        files.code_fingerprint(["numpy"])

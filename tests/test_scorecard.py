@@ -594,6 +594,8 @@ def test_hardware_names_the_cpu_where_the_provenance_records_it():
     assert sc._hardware({"device": "cpu", "device_description": "cpu (2 cores)", "cpu": cpu}) == f"cpu (2 cores), {cpu}"
     assert sc._hardware({"device": "cpu (2 cores)"}) == "cpu (2 cores), CPU model not recorded"
     assert sc._hardware({"device": "cuda: H100", "cpu": cpu}) == "cuda: H100" and sc._hardware({}) == ""
+    # rows decoded over several sittings (greedy equality resumed on another machine): every CPU of the rows
+    assert sc._hardware({"device": "cpu", "cpu": "B", "row_cpus": ["A", "B"]}) == "cpu, A; B"
 
 
 # ------------------------------------------------------------------------------------ the committed record

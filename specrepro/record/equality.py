@@ -7,7 +7,11 @@ divergence explained by a measured near-tie (the target's top-2 logit gap, teach
 :func:`specrepro.record.results.save_table` (the committed record only under ``make reproduce``), with the wall time.
 
 An interrupted run resumes: every finished prompt is kept in a checkpoint (:func:`checkpoint_path`) that a rerun
-under the same conditions reads, so the hours of a whole workload can be spread over several sittings.
+under the same conditions reads, so the hours of a whole workload can be spread over several sittings. The conditions
+are the models, settings, prompts, torch and the code the tokens depend on (:data:`DECODING_MODULES` and what they
+import), not the commit or the machine: a sitting after an unrelated commit, or on another CPU, goes on where the last
+one stopped. Every row names the commit and CPU of the sitting that decoded it (AR and speculative output of one
+prompt always come from one sitting), and the provenance lists them all.
 
 What it is not: a timing (the two runs are not interleaved for speed; use ``python -m specrepro bench``).
 """
@@ -19,13 +23,21 @@ from pathlib import Path
 
 from specrepro.files import repo_root
 
-__all__ = ["configure_parser", "run_command", "checkpoint_path", "bench_divergences", "divergences_name"]
+__all__ = ["configure_parser", "run_command", "checkpoint_path", "bench_divergences", "divergences_name",
+           "DECODING_MODULES"]
+
+#: The modules whose code decides the tokens of a greedy-equality row (with every package module they import; see
+#: :func:`specrepro.files.code_fingerprint`): decoding and its caches, the draft model, model loading, the workloads
+#: and prompt formatting, and the divergence measurement. A checkpoint resumes only under the same code of these.
+DECODING_MODULES = ("specrepro.core.decoding", "specrepro.drafters.model", "specrepro.models", "specrepro.data",
+                    "specrepro.sim.real")
 
 
 def checkpoint_path(name: str, profile: str) -> Path:
     """Where ``greedy-equality`` keeps the per-prompt checkpoint of the table ``name`` under ``profile``:
     ``build/checkpoints/<name>.<profile>.json`` (git-ignored), deleted once the table is saved. An interrupted run
-    with the same models, settings, prompts, machine and code resumes at the first unfinished prompt."""
+    with the same models, settings, prompts, torch and decoding code (:data:`DECODING_MODULES`) resumes at the first
+    unfinished prompt, whatever the commit or machine."""
     return repo_root() / "build" / "checkpoints" / f"{name}.{profile}.json"
 
 
@@ -128,7 +140,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     import torch
 
     from specrepro.core.decoding import default_eos_ids, generate
-    from specrepro.files import code_fingerprint, cpu_description
+    from specrepro.files import code_fingerprint, cpu_description, git_commit
     from specrepro.data import load_workload
     from specrepro.drafters.model import DraftModelDrafter
     from specrepro.models import PAIRS, load_pair
@@ -152,15 +164,18 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     ckpt = checkpoint_path(args.name, args.profile)
     key = {"target": target, "draft": draft, "workload": args.workload, "prompt_ids": [p.id for p in prompts],
            "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "tie_bound": args.tie_bound,
-           "device": args.device, "dtype": str(tm.dtype), "cpu": cpu_description(), "torch": torch.__version__,
-           "code": code_fingerprint()}
+           "device": args.device, "dtype": str(tm.dtype), "torch": torch.__version__,
+           "decoding_code": code_fingerprint(DECODING_MODULES)}
     table = greedy_equality(tm, ids, speculative, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
-                            eos_token_id=eos, progress=True, checkpoint=ckpt, checkpoint_key=key)
+                            eos_token_id=eos, progress=True, checkpoint=ckpt, checkpoint_key=key,
+                            row_info={"commit": git_commit(), "cpu": cpu_description()})
     table.insert(0, "prompt_id", [p.id for p in prompts])
     seconds = float(table.attrs.get("seconds", float("nan")))
     save_table(table, args.name, profile=args.profile, device=args.device, target=target, draft=draft,
                gamma=args.gamma, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
-               n_prompts=len(prompts), seconds=round(seconds, 1), resumed_prompts=int(table.attrs["resumed"]))
+               n_prompts=len(prompts), seconds=round(seconds, 1), resumed_prompts=int(table.attrs["resumed"]),
+               decoding_code=key["decoding_code"], row_commits=sorted(set(table["commit"])),
+               row_cpus=sorted(set(table["cpu"])))
     ckpt.unlink(missing_ok=True)
     n, same = len(table), int(table["identical"].sum())
     explained, failures = int(table["explained"].sum()), int(table["failure"].sum())

@@ -114,11 +114,13 @@ def _bench_provenance(path: Path) -> dict:
 def _hardware(prov: dict) -> str:
     """The machine a table was measured on, from its provenance: the device (a bench JSON's ``device_description``
     where it has one, else ``device``) and, on a CPU, the CPU model with its widest SIMD extension (``cpu``; tables
-    written before it was recorded say so). Empty without a provenance."""
+    written before it was recorded say so; a table whose rows were decoded over several sittings names every CPU of
+    its rows, ``row_cpus``). Empty without a provenance."""
     device = str(prov.get("device_description") or prov.get("device") or "")
     if not device.startswith("cpu"):
         return device
-    return f"{device}, {prov['cpu']}" if prov.get("cpu") else f"{device}, CPU model not recorded"
+    cpus = prov.get("row_cpus") or ([prov["cpu"]] if prov.get("cpu") else [])
+    return f"{device}, {'; '.join(cpus)}" if cpus else f"{device}, CPU model not recorded"
 
 
 class Tables:

@@ -128,7 +128,8 @@ def compare_verification(target, drafter, prompts, *, gamma: int = 4, max_new_to
 # ----------------------------------------------------------------------------------------------------------------
 
 def greedy_equality(target, prompts, run_speculative, *, max_new_tokens: int = 128, tie_bound: float = 1e-3,
-                    eos_token_id=None, progress: bool = False, checkpoint=None, checkpoint_key=None):
+                    eos_token_id=None, progress: bool = False, checkpoint=None, checkpoint_key=None,
+                    row_info: dict | None = None):
     """Speculative vs autoregressive greedy decoding over many prompts, every divergence explained or counted.
 
     For each prompt: AR greedy (:func:`specrepro.core.decoding.generate` without a drafter) and ``run_speculative(ids)``
@@ -146,10 +147,14 @@ def greedy_equality(target, prompts, run_speculative, *, max_new_tokens: int = 1
         checkpoint_key: JSON-serialisable conditions the saved rows must share with this run (models, settings,
             machine, code): a checkpoint saved under another key is set aside
             (:func:`specrepro.files.load_keyed_checkpoint`) and the run starts afresh.
+        row_info: JSON-serialisable columns added to every row this run decodes (e.g. the commit and CPU of this
+            sitting, when a checkpoint spreads the prompts over several): rows resumed from the checkpoint keep
+            those of the sitting that decoded them.
 
     Returns:
         pandas.DataFrame, one row per prompt: prompt, ar_tokens, spec_tokens, identical, diverged_at, top2_gap,
-        explained (a near-tie below tie_bound), failure, seconds (that prompt's wall time, s); ``df.attrs`` holds
+        explained (a near-tie below tie_bound), failure, seconds (that prompt's wall time, s), then the
+        ``row_info`` columns; ``df.attrs`` holds
         tie_bound, seconds (the sum over prompts, resumed ones included) and resumed (prompts read from the
         checkpoint).
     """
@@ -185,7 +190,8 @@ def greedy_equality(target, prompts, run_speculative, *, max_new_tokens: int = 1
         explained = div is not None and gap < tie_bound
         rows.append({"prompt": i, "ar_tokens": len(ar), "spec_tokens": len(spec), "identical": bool(identical),
                      "diverged_at": at, "top2_gap": float(gap), "explained": bool(explained),
-                     "failure": bool(not identical and not explained), "seconds": time.perf_counter() - t0})
+                     "failure": bool(not identical and not explained), "seconds": time.perf_counter() - t0,
+                     **(row_info or {})})
         if checkpoint is not None:
             atomic_write_text(Path(checkpoint), json.dumps({"key": key, "rows": rows}) + "\n")
     df = pd.DataFrame(sorted(rows, key=lambda r: int(r["prompt"])))
