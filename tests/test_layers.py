@@ -101,3 +101,12 @@ def test_private_import_check_can_fail(tmp_path):
     (pkg / "a.py").write_text("def _helper():\n    pass\n")
     (pkg / "b.py").write_text("from specrepro.a import _helper\n")
     assert private_imports(pkg) == ["specrepro.b: from specrepro.a import _helper"]
+
+
+def test_the_package_imports_absolutely():
+    """Every import of a package module is absolute (``from specrepro.x import y``): the import closure that
+    :func:`specrepro.files.code_fingerprint` reads (what keys the greedy-equality checkpoint) follows only those, so a
+    relative import would leave its module out of the fingerprint."""
+    relative = [f"{f.relative_to(ROOT)}:{node.lineno}" for f in sorted(PACKAGE.rglob("*.py"))
+                for node in ast.walk(ast.parse(f.read_text())) if isinstance(node, ast.ImportFrom) and node.level]
+    assert not relative, f"relative imports: {relative}"
