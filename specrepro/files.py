@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["repo_root", "git_commit", "code_fingerprint", "device_description", "cpu_description", "cpu_bf16", "atomic_write_text", "atomic_save_safetensors",
-           "atomic_directory",            "load_keyed_checkpoint"]
+           "atomic_directory",            "load_keyed_checkpoint", "resumable_rows"]
 
 
 def repo_root() -> Path:
@@ -282,3 +282,51 @@ def load_keyed_checkpoint(path: str | os.PathLike, key: dict, *, what: str = "ch
         warnings.warn(f"{what} {path} not resumed: {why}; kept as {stale.name}, starting afresh", stacklevel=3)
         return None
     return saved
+
+
+def resumable_rows(n_items: int, run_one, *, checkpoint=None, key: dict | None = None, what: str = "checkpoint",
+                   row_info: dict | None = None, progress: str | None = None,
+                   index: str = "item") -> tuple[list[dict], int]:
+    """One row per item ``0 .. n_items - 1``, kept in a checkpoint so that hours of work spread over sittings.
+
+    ``run_one(i)`` returns item i's row (a JSON-serialisable dict); the row gets ``index: i`` (first) and the ``row_info``
+    columns of this sitting (e.g. its commit and CPU). After every item, the rows so far are written atomically to
+    ``checkpoint`` under ``key``; a later call with the same key skips the items already there (their rows keep the
+    sitting that made them), and a checkpoint saved under another key is set aside
+    (:func:`load_keyed_checkpoint`), never deleted. Rows of items at or beyond ``n_items`` are dropped. The caller
+    deletes the checkpoint once its table is saved.
+
+    Args:
+        n_items: how many items (>= 0); run_one: ``f(i) -> dict``.
+        checkpoint: a JSON file path, or None (no checkpoint: every item runs).
+        key: the JSON-serialisable conditions a saved row must share with this run (models, settings, code).
+        what: the checkpoint's name in the warning when one is set aside.
+        row_info: columns added to the rows this call makes.
+        progress: a tqdm description, or None for no progress bar.
+        index: the name of the item-number column (e.g. "prompt").
+
+    Returns:
+        ``(rows, resumed)``: the rows sorted by item, and how many were read from the checkpoint.
+
+    Raises:
+        ValueError: n_items < 0. KeyError: a checkpoint row without the ``index`` column.
+    """
+    import json
+
+    if n_items < 0:
+        raise ValueError(f"n_items must be >= 0, got {n_items}")
+    key = json.loads(json.dumps(dict(key or {}), default=str))
+    saved = None if checkpoint is None else load_keyed_checkpoint(checkpoint, key, what=what)
+    rows = [r for r in (saved or {}).get("rows", []) if int(r[index]) < n_items]
+    done = {int(r[index]) for r in rows}
+    todo = [i for i in range(n_items) if i not in done]
+    it = todo
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(todo, desc=progress, initial=len(done), total=n_items)
+    for i in it:
+        rows.append({index: i, **run_one(i), **(row_info or {})})
+        if checkpoint is not None:
+            atomic_write_text(Path(checkpoint), json.dumps({"key": key, "rows": rows}) + "\n")
+    return sorted(rows, key=lambda r: int(r[index])), len(done)

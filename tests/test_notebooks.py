@@ -213,7 +213,7 @@ def test_first_look_writes_under_build_only():
     assert len(runs) == len(SOURCES), out.stdout
     assert all(words[-1].startswith("build/quick/") for words in runs), [w[-1] for w in runs]
     for forbidden in ("notebooks/executed/", "data/results/", "figures/", "README.md", "--json", "verdict-history",
-                      "audit --out", "greedy-equality"):
+                      "audit --out", "greedy-equality", "pass-at-1"):
         assert forbidden not in out.stdout, f"the quick reproduce would run {forbidden!r}"
 
 

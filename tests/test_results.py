@@ -156,3 +156,25 @@ def test_code_fingerprint_of_modules_follows_their_imports_and_nothing_else(tmp_
         files.code_fingerprint(["specrepro.nope"])
     with pytest.raises(ModuleNotFoundError, match="not a module"):
         files.code_fingerprint(["numpy"])
+
+
+def test_resumable_rows_keeps_finished_items_and_drops_rows_beyond_the_list(tmp_path):
+    from specrepro.files import resumable_rows
+
+    ckpt, calls = tmp_path / "rows.json", []
+
+    def one(i):
+        calls.append(i)
+        return {"square": i * i}
+
+    rows, resumed = resumable_rows(3, one, checkpoint=ckpt, key={"k": 1}, row_info={"sitting": "a"}, index="prompt")
+    assert resumed == 0 and calls == [0, 1, 2] and [r["square"] for r in rows] == [0, 1, 4]
+    calls.clear()
+    rows, resumed = resumable_rows(4, one, checkpoint=ckpt, key={"k": 1}, row_info={"sitting": "b"}, index="prompt")
+    assert resumed == 3 and calls == [3] and [r["sitting"] for r in rows] == ["a", "a", "a", "b"]
+    rows, resumed = resumable_rows(2, one, checkpoint=ckpt, key={"k": 1}, index="prompt")
+    assert resumed == 2 and [r["prompt"] for r in rows] == [0, 1]
+    rows, _ = resumable_rows(2, one, key={"k": 1})  # no checkpoint: every item runs
+    assert [r["item"] for r in rows] == [0, 1]
+    with pytest.raises(ValueError, match="n_items"):
+        resumable_rows(-1, one)

@@ -44,11 +44,13 @@ def verdict(c, frames, provenances=None):
 
 def _made_by_record_rule(name: str) -> bool:
     """``data/results/<name>.csv`` is the target of a Makefile rule that ``make reproduce`` runs in the standard
-    profile (through a variable among reproduce's prerequisites)."""
+    profile (through a variable among reproduce's prerequisites); a rule may write several tables at once (grouped
+    targets, ``a.csv b.csv &:``)."""
     makefile = (ROOT / "Makefile").read_text()
-    if f"\ndata/results/{name}.csv:" not in makefile:
+    target = rf"data/results/{re.escape(name)}\.csv"
+    if not re.search(rf"^(?:data/results/\S+\.csv )*{target}(?: data/results/\S+\.csv)* ?&?:", makefile, re.M):
         return False
-    var = re.search(rf"^(\w+) :=.*data/results/{re.escape(name)}\.csv", makefile, re.M)
+    var = re.search(rf"^(\w+) :=(?:.*\\\n)*.*{target}", makefile, re.M)
     reproduce = re.search(r"^reproduce:(.*)$", makefile, re.M).group(1)
     return bool(var) and f"$({var.group(1)})" in reproduce
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from specrepro.files import repo_root
 
 __all__ = ["configure_parser", "run_command", "checkpoint_path", "bench_divergences", "divergences_name",
-           "DECODING_MODULES"]
+           "DECODING_MODULES", "add_workload_options"]
 
 #: The modules whose code decides the tokens of a greedy-equality row (with every package module they import; see
 #: :func:`specrepro.files.code_fingerprint`): decoding and its caches, the draft model, model loading, the workloads
@@ -41,19 +41,25 @@ def checkpoint_path(name: str, profile: str) -> Path:
     return repo_root() / "build" / "checkpoints" / f"{name}.{profile}.json"
 
 
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    """Options of ``python -m specrepro greedy-equality`` (defaults shown by ``--help``)."""
+def add_workload_options(p: argparse.ArgumentParser, *, workload_help: str, gamma: int) -> None:
+    """The options every whole-workload record command shares (``greedy-equality``, ``pass-at-1``): the pair, the
+    workload and how many of its prompts, new tokens, the draft length, the profile, device and dtype."""
     p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     p.add_argument("--pair", default="qwen-coder", help="a named target/draft pair")
-    p.add_argument("--workload", default="humaneval", help="humaneval, pydoc, or a .jsonl file of {\"prompt\": ...}")
+    p.add_argument("--workload", default="humaneval", help=workload_help)
     p.add_argument("--n-prompts", type=int, default=None, help="first N prompts (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--gamma", type=int, default=3, help="draft length γ of the speculative run")
-    p.add_argument("--tie-bound", type=float, default=1e-3,
-                   help="largest top-2 logit gap (logit units) accepted as a floating-point near-tie")
-    p.add_argument("--profile", default="standard", help="profile the table is saved under (results directory)")
+    p.add_argument("--gamma", type=int, default=gamma, help="draft length γ of the speculative run")
+    p.add_argument("--profile", default="standard", help="profile the tables are saved under (results directory)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="auto")
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    """Options of ``python -m specrepro greedy-equality`` (defaults shown by ``--help``)."""
+    add_workload_options(p, workload_help="humaneval, pydoc, or a .jsonl file of {\"prompt\": ...}", gamma=3)
+    p.add_argument("--tie-bound", type=float, default=1e-3,
+                   help="largest top-2 logit gap (logit units) accepted as a floating-point near-tie")
     p.add_argument("--name", default="greedy_equality_humaneval", help="result table name")
     p.add_argument("--from-bench", metavar="JSON", default=None,
                    help="instead: explain every greedy output of this bench file that differs from its AR run "

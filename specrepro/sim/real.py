@@ -158,44 +158,32 @@ def greedy_equality(target, prompts, run_speculative, *, max_new_tokens: int = 1
         tie_bound, seconds (the sum over prompts, resumed ones included) and resumed (prompts read from the
         checkpoint).
     """
-    import json
     import time
-    from pathlib import Path
 
     import pandas as pd
 
     from specrepro.core.decoding import generate
-    from specrepro.files import atomic_write_text, load_keyed_checkpoint
+    from specrepro.files import resumable_rows
 
-    key = json.loads(json.dumps(dict(checkpoint_key or {}), default=str))
-    saved = None if checkpoint is None else load_keyed_checkpoint(checkpoint, key, what="greedy-equality checkpoint")
-    rows = [r for r in (saved or {}).get("rows", []) if int(r["prompt"]) < len(prompts)]
-    done = {int(r["prompt"]) for r in rows}
-    it = range(len(prompts))
-    if progress:
-        from tqdm.auto import tqdm
-        it = tqdm(it, desc="greedy equality", initial=0)
-    for i in it:
-        if i in done:
-            continue
+    def one(i):
         ids = prompts[i]
         t0 = time.perf_counter()
         ar = generate(target, ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id).tokens
         out = run_speculative(ids)
         spec = list(out.tokens if hasattr(out, "tokens") else out)
         div = greedy_divergence(target, ids, ar, spec)
-        same_len = len(ar) == len(spec)
-        identical = div is None and same_len
+        identical = div is None and len(ar) == len(spec)
         at, gap = (None, float("nan")) if div is None else div
         explained = div is not None and gap < tie_bound
-        rows.append({"prompt": i, "ar_tokens": len(ar), "spec_tokens": len(spec), "identical": bool(identical),
-                     "diverged_at": at, "top2_gap": float(gap), "explained": bool(explained),
-                     "failure": bool(not identical and not explained), "seconds": time.perf_counter() - t0,
-                     **(row_info or {})})
-        if checkpoint is not None:
-            atomic_write_text(Path(checkpoint), json.dumps({"key": key, "rows": rows}) + "\n")
-    df = pd.DataFrame(sorted(rows, key=lambda r: int(r["prompt"])))
+        return {"ar_tokens": len(ar), "spec_tokens": len(spec), "identical": bool(identical), "diverged_at": at,
+                "top2_gap": float(gap), "explained": bool(explained), "failure": bool(not identical and not explained),
+                "seconds": time.perf_counter() - t0}
+
+    rows, resumed = resumable_rows(len(prompts), one, checkpoint=checkpoint, key=checkpoint_key,
+                                   what="greedy-equality checkpoint", row_info=row_info,
+                                   progress="greedy equality" if progress else None, index="prompt")
+    df = pd.DataFrame(rows)
     df.attrs["tie_bound"] = tie_bound
     df.attrs["seconds"] = float(df["seconds"].sum()) if len(df) else 0.0
-    df.attrs["resumed"] = len(done)
+    df.attrs["resumed"] = resumed
     return df

