@@ -169,6 +169,20 @@ def test_forward_cost_vs_tokens():
     assert_legend_covers_no_axes(fig)
 
 
+def test_forward_cost_vs_tokens_draws_the_intervals_it_has():
+    """With the cost table's ms_low / ms_high, each point gets its 95% error bar; a point without an interval (under
+    6 rounds) gets none rather than a zero-length one."""
+    nan = float("nan")
+    curves = pd.DataFrame({"model": ["target"] * 3 + ["draft"] * 2, "n": [1, 2, 4, 1, 2],
+                           "ms": [10.0, 11.0, 20.0, 4.0, 4.5], "ms_low": [9.0, 10.5, 18.0, nan, nan],
+                           "ms_high": [12.0, 11.5, 21.0, nan, nan], "rounds": [9, 9, 9, 5, 5]})
+    ax = plots.fig_forward_cost_vs_tokens(curves).axes[0]
+    bars = [c for c in ax.containers if c.has_yerr]
+    assert len(bars) == 2
+    segments = [seg for c in bars for seg in c.lines[2][0].get_segments() if len(seg)]
+    assert sorted(float(np.ptp(seg[:, 1])) for seg in segments) == pytest.approx([1.0, 3.0, 3.0])
+
+
 def _summary():
     rows = []
     for draft, base in (("fp32", 1.3), ("int8", 1.6)):

@@ -14,20 +14,25 @@ import torch
 
 from specrepro.theory import CostCurve
 
-__all__ = ["measure_cost_curve", "measure_cost_curve_static", "measure_draft_step_ms", "measure_chain_costs"]
+__all__ = ["measure_cost_table", "measure_cost_curve", "measure_cost_curve_static", "measure_draft_step_ms", "measure_chain_costs"]
 
 
-def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200, repeats: int = 5,
-                       generator=None, warmup_rounds: int = 2) -> CostCurve:
-    """Time one KV-cached forward pass of ``n`` new tokens on a ``prefix_len``-token prefix, for each n (median, ms).
+def measure_cost_table(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200, repeats: int = 9,
+                       generator=None, warmup_rounds: int = 2):
+    """Time one KV-cached forward pass of ``n`` new tokens on a ``prefix_len``-token prefix, for each n: the median
+    over ``repeats`` timed rounds and its 95% interval (ms).
 
     The sizes are timed round-robin: after the prefill, ``warmup_rounds`` untimed rounds over every n, then
-    ``repeats`` timed rounds, each timing every n once (the cache is cropped back to the prefix after each call);
-    the curve is the median over the timed rounds. Why not n by n: on this project's 2-core CPU the first 10-20
-    forwards after a long prefill ran up to 40% slower than later ones (qwen2.5-coder-1.5b, one call timing n =
-    1..5 in that order: 327, 336, 243, 223, 217 ms; in the order 5..1: t(1) = 224 ms), so timing one size after
-    another charged that transient to whichever sizes came first and made a one-token forward look slower than a
-    four-token one. Round-robin spreads any transient or drift over every size alike.
+    ``repeats`` timed rounds, each timing every n once (the cache is cropped back to the prefix after each call).
+    Why not n by n: on this project's 2-core CPU the first 10-20 forwards after a long prefill ran up to 40% slower
+    than later ones (qwen2.5-coder-1.5b, one call timing n = 1..5 in that order: 327, 336, 243, 223, 217 ms; in the
+    order 5..1: t(1) = 224 ms), so timing one size after another charged that transient to whichever sizes came first
+    and made a one-token forward look slower than a four-token one. Round-robin spreads any transient or drift over
+    every size alike.
+
+    The interval is the distribution-free one of the median (:func:`specrepro.stats.median_interval`): it needs at
+    least 6 rounds at 95%, and is NaN below that. It describes the spread of repeated calls in one run on one
+    machine, not the spread between machines or runs.
 
     Random token ids (drawn with ``generator``) are used: the cost of a dense transformer forward does not depend on
     the ids. CUDA is synchronized around each timed call.
@@ -37,18 +42,20 @@ def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
         repeats: timed rounds (>= 1); generator: seeds the random ids; warmup_rounds: untimed rounds (>= 0).
 
     Returns:
-        :class:`CostCurve` over ``ns`` in ms.
+        pandas DataFrame, one row per n in ascending order: n (int), ms (median, float), ms_low, ms_high (95%
+        interval of the median, NaN under 6 rounds), rounds (int, the timed rounds).
 
     Raises:
         ValueError: ``repeats`` < 1, ``warmup_rounds`` < 0, or an n < 1.
     """
-    import torch
+    import pandas as pd
 
     from specrepro.core.kvcache import crop_cache, new_cache
+    from specrepro.stats import median_interval
 
-    ns = [int(n) for n in ns]
+    ns = sorted({int(n) for n in ns})
     if int(repeats) < 1 or int(warmup_rounds) < 0 or not ns or min(ns) < 1:
-        raise ValueError(f"measure_cost_curve needs repeats >= 1, warmup_rounds >= 0 and every n >= 1; got "
+        raise ValueError(f"measure_cost_table needs repeats >= 1, warmup_rounds >= 0 and every n >= 1; got "
                          f"{repeats}, {warmup_rounds}, {ns}")
     device = model.device
     vocab = model.get_input_embeddings().weight.shape[0]
@@ -68,8 +75,29 @@ def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
                 if r >= int(warmup_rounds):
                     times[n].append(1000 * (time.perf_counter() - t0))
                 crop_cache(cache, prefix_len)
-    return CostCurve(ns, [float(np.median(times[n])) for n in ns])
+    rows = []
+    for n in ns:
+        ms, lo, hi, k = median_interval(times[n])
+        rows.append({"n": n, "ms": ms, "ms_low": lo, "ms_high": hi, "rounds": k})
+    return pd.DataFrame(rows)
 
+
+def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200, repeats: int = 5,
+                       generator=None, warmup_rounds: int = 2) -> CostCurve:
+    """The cost curve t(n) of :func:`measure_cost_table` (the medians, ms) as a :class:`CostCurve`.
+
+    Args:
+        as :func:`measure_cost_table`.
+
+    Returns:
+        :class:`CostCurve` over ``ns`` in ms.
+
+    Raises:
+        ValueError: ``repeats`` < 1, ``warmup_rounds`` < 0, or an n < 1.
+    """
+    table = measure_cost_table(model, ns, prefix_len=prefix_len, repeats=repeats, generator=generator,
+                               warmup_rounds=warmup_rounds)
+    return CostCurve(list(table["n"]), list(table["ms"]))
 
 
 def measure_cost_curve_static(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200,

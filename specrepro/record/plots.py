@@ -284,11 +284,12 @@ def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8,
 def fig_forward_cost_vs_tokens(curves):
     """Measured time of one KV-cached forward pass over n new tokens, one line per model, beside Leviathan's model
     of it (verification of n tokens costs one step: flat at the model's n = 1 time, drawn dashed in
-    :data:`PAPER_STYLE`). Points are medians of repeated calls (:func:`specrepro.measure.cost.measure_cost_curve`); the
-    table carries no interval, so none is drawn.
+    :data:`PAPER_STYLE`). Points are medians of repeated rounds (:func:`specrepro.measure.cost.measure_cost_table`),
+    with their 95% interval as error bars where the table has one (columns ms_low, ms_high); a table without them
+    (or a point without an interval: under 6 rounds) is drawn without bars.
 
     Args:
-        curves: DataFrame with columns model, n (tokens, integer), ms (milliseconds).
+        curves: DataFrame with columns model, n (tokens, integer), ms (milliseconds), optionally ms_low, ms_high.
 
     Returns:
         matplotlib Figure (integer n ticks, legend outside the axes).
@@ -298,13 +299,17 @@ def fig_forward_cost_vs_tokens(curves):
     fig, ax = plt.subplots()
     for i, (name, d) in enumerate(curves.groupby("model", sort=False)):
         d = d.sort_values("n")
-        ax.plot(d["n"], d["ms"], marker="o", color=f"C{i}", label=readable(name))
+        if {"ms_low", "ms_high"} <= set(d.columns):
+            interval_errorbar(ax, d["n"], d["ms"], d["ms_low"], d["ms_high"], color=f"C{i}", fmt="-o",
+                              label=readable(name))
+        else:
+            ax.plot(d["n"], d["ms"], marker="o", color=f"C{i}", label=readable(name))
         one = d.loc[d["n"] == d["n"].min(), "ms"].iloc[0]
         ax.plot([d["n"].min(), max(curves["n"])], [one, one], linestyle=PAPER_STYLE["linestyle"], color=f"C{i}",
                 lw=1, alpha=0.7)
     ax.plot([], [], linestyle=PAPER_STYLE["linestyle"], color="0.35",
             label="Leviathan's model: verification as cheap as one step")
-    ax.set(xlabel="new tokens n in one forward pass", ylabel="ms per forward (median)", ylim=(0, None),
+    ax.set(xlabel="new tokens n in one forward pass", ylabel="ms per forward (median, 95% interval)", ylim=(0, None),
            title="Forward cost vs tokens (KV-cached)")
     integer_ticks(ax, "x")
     legend_outside(ax)
