@@ -58,8 +58,9 @@ VERDICTS = (EXACT, TREND, INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN)
 #: no measurement behind it)
 PAPER_KINDS = ("measured", "computed", "asserted")
 #: what a claim is about, for the scorecard's two tables (rendering only; no rule reads it): **correctness** - exactness,
-#: greedy identity, closed forms and arithmetic, statements true by construction; **performance** - speedups,
-#: acceptance rates, tokens per step, task quality
+#: greedy identity (task quality under greedy decoding included: identical completions score alike), closed forms and
+#: arithmetic, statements true by construction; **performance** - speedups, acceptance rates, tokens per step, task
+#: quality under sampling
 GROUPS = ("correctness", "performance")
 CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "rule",
                  "params", "our_table", "notebook", "our_setting", "caveat")
