@@ -8,7 +8,7 @@ import torch
 from conftest import tiny_lm
 
 from specrepro.bench.costcurves import _parse_ns, run_cost_curves
-from specrepro.measure.cost import _rewind_static_cache, measure_cost_curve_static
+from specrepro.measure.cost import _rewind_static_cache, measure_cost_curve_static, measure_cost_table_static
 from specrepro.models import random_weights_model
 
 
@@ -43,6 +43,10 @@ def test_static_curve_and_its_errors():
     curve, diff = measure_cost_curve_static(model, ns=[1, 3], prefix_len=8, repeats=2,
                                             generator=torch.Generator().manual_seed(0))
     assert list(curve.n) == [1, 3] and diff is None and all(ms > 0 for ms in curve.ms)
+    table, _ = measure_cost_table_static(model, ns=[3, 1], prefix_len=8, repeats=6,
+                                         generator=torch.Generator().manual_seed(0))
+    assert table["n"].tolist() == [1, 3] and set(table["rounds"]) == {6}
+    assert ((table["ms_low"] <= table["ms"]) & (table["ms"] <= table["ms_high"])).all()
     with pytest.raises(ValueError, match="CUDA"):
         measure_cost_curve_static(model, cuda_graphs=True)
     with pytest.raises(ValueError, match="n >= 1"):
@@ -59,6 +63,12 @@ def test_run_cost_curves_writes_json(tiny_dir, tmp_path):
     assert cfg["ns"] == [1, 2] and cfg["random_weights"] is True and cfg["dtype"] == "float32"
     assert {"commit", "code_fingerprint", "device_description", "torch", "transformers"} <= set(cfg)
     assert len(row["eager_ms"]) == 2 and len(row["static_ms"]) == 2 and row["graphs_ms"] is None
+    # 2 rounds give no 95% interval of a median: null, not a made-up one
+    assert row["eager_ms_low"] == [None, None] and row["static_ms_high"] == [None, None]
+    assert "interval" in cfg
+    res = run_cost_curves([str(tiny_dir)], ns=(1,), prefix_len=8, repeats=9, warmup_rounds=1, random_weights=True)
+    row = res["models"][str(tiny_dir)]
+    assert row["eager_ms_low"][0] <= row["eager_ms"][0] <= row["eager_ms_high"][0]
     assert row["params"] == sum(p.numel() for p in tiny_lm("qwen2", vocab=50).parameters())
 
 

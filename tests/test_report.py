@@ -343,3 +343,16 @@ def test_gpu_block_from_cost_curves_and_a_cuda_test_log(tmp_path):
     assert f"| graphs | 0.25 | {want:.2f}x |" in text and "| eager | 0.50 |" in text
     assert "**2 passed, 1 failed** of 4 collected; 1 not reached within the run's 9 s" in text
     assert report.render_gpu("standard", tmp_path / "empty").startswith("No GPU measurements")
+    assert "keeps no per-round times, so its medians carry no interval" in text
+
+
+def test_gpu_block_prints_the_intervals_a_cost_curve_file_has(tmp_path):
+    """A cost-curve file with per-mode intervals (ms_low / ms_high; null where under 6 rounds) gets them beside each
+    median; none is made up where the file has null."""
+    cfg = {"device_description": "cuda: Test GPU", "dtype": "bfloat16", "torch": "t", "transformers": "x",
+           "commit": "abc", "date": "2026-01-01", "ns": [1, 2], "prefix_len": 10, "repeats": 9}
+    row = {"eager_ms": [10.0, 11.0], "eager_ms_low": [9.5, None], "eager_ms_high": [10.25, None], "static_ms": None,
+           "graphs_ms": None, "graphs_max_abs_logit_diff": None}
+    (tmp_path / "cost_curves_test.json").write_text(json.dumps({"config": cfg, "models": {"/x/big": row}}))
+    text = report.render_gpu("standard", tmp_path)
+    assert "| big | eager | 10.00 [9.50, 10.25] | 11.00 |" in text and "[95% interval of the median]" in text

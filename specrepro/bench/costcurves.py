@@ -40,7 +40,7 @@ def run_cost_curves(models: list[str], device: str = "cpu", dtype: str = "auto",
     """Time each model's KV-cached forward over n new tokens after a ``prefix_len``-token prefix (median of
     ``repeats`` round-robin rounds, ms): with transformers' dynamic cache (eager, what the decoding loops of this
     package run), and optionally with a ``StaticCache`` (eager) and with that cache's forward captured as a CUDA
-    graph per n (:func:`specrepro.measure.cost.measure_cost_curve_static`). Models are loaded one at a time and
+    graph per n (:func:`specrepro.measure.cost.measure_cost_table_static`). Models are loaded one at a time and
     freed before the next.
 
     Args:
@@ -56,13 +56,14 @@ def run_cost_curves(models: list[str], device: str = "cpu", dtype: str = "auto",
     Returns:
         ``{"config": {...commit, code fingerprint, device, versions, settings}, "models": {name: {"params": int,
         "eager_ms": [...], "static_ms": [...] | None, "graphs_ms": [...] | None, "graphs_max_abs_logit_diff": float |
-        None}}}``, times in ms in the order of ``config["ns"]``.
+        None, and per timed mode "<mode>_ms_low", "<mode>_ms_high": [...]}}}``: medians and their 95% intervals
+        (:func:`specrepro.stats.median_interval`; null below 6 repeats), ms, in the order of ``config["ns"]``.
 
     Raises:
         ValueError: no models, ``cuda_graphs`` on a device that is not CUDA (or CUDA unavailable), impossible sizes.
     """
     from specrepro.files import atomic_write_text, code_fingerprint, cpu_description, device_description, git_commit
-    from specrepro.measure.cost import measure_cost_curve, measure_cost_curve_static
+    from specrepro.measure.cost import measure_cost_table, measure_cost_table_static
     from specrepro.models import load_model, random_weights_model, resolve_dtype
 
     if not models:
@@ -88,7 +89,8 @@ def run_cost_curves(models: list[str], device: str = "cpu", dtype: str = "auto",
                       "transformers": transformers.__version__, "random_weights": bool(random_weights),
                       "ns": ns, "prefix_len": int(prefix_len), "repeats": int(repeats),
                       "warmup_rounds": int(warmup_rounds), "seed": int(seed), "timing": "time.perf_counter",
-                      "statistic": "median over repeats, each round timing every n once (round-robin)"},
+                      "statistic": "median over repeats, each round timing every n once (round-robin)",
+                      "interval": "95% distribution-free interval of the median (sign test; null under 6 repeats)"},
            "models": {}}
     for name in models:
         if random_weights:
@@ -99,12 +101,15 @@ def run_cost_curves(models: list[str], device: str = "cpu", dtype: str = "auto",
         row = {"params": int(sum(p.numel() for p in model.parameters())), "static_ms": None, "graphs_ms": None,
                "graphs_max_abs_logit_diff": None}
         kw = dict(ns=ns, prefix_len=int(prefix_len), repeats=int(repeats), warmup_rounds=int(warmup_rounds))
-        row["eager_ms"] = [float(x) for x in measure_cost_curve(model, generator=gen, **kw).ms]
+        tables = {"eager": measure_cost_table(model, generator=gen, **kw)}
         if static:
-            row["static_ms"] = [float(x) for x in measure_cost_curve_static(model, generator=gen, **kw)[0].ms]
+            tables["static"] = measure_cost_table_static(model, generator=gen, **kw)[0]
         if cuda_graphs:
-            curve, diff = measure_cost_curve_static(model, generator=gen, cuda_graphs=True, **kw)
-            row["graphs_ms"], row["graphs_max_abs_logit_diff"] = [float(x) for x in curve.ms], diff
+            tables["graphs"], row["graphs_max_abs_logit_diff"] = measure_cost_table_static(
+                model, generator=gen, cuda_graphs=True, **kw)
+        for mode, t in tables.items():
+            for col in ("ms", "ms_low", "ms_high"):
+                row[f"{mode}_{col}"] = [None if v != v else float(v) for v in t[col]]  # NaN (no interval) -> null
         out["models"][name] = row
         del model
         if dev.type == "cuda":

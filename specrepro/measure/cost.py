@@ -14,7 +14,7 @@ import torch
 
 from specrepro.theory import CostCurve
 
-__all__ = ["measure_cost_table", "measure_cost_curve", "measure_cost_curve_static", "measure_draft_step_ms", "measure_chain_costs"]
+__all__ = ["measure_cost_table", "measure_cost_curve", "measure_cost_table_static", "measure_cost_curve_static", "measure_draft_step_ms", "measure_chain_costs"]
 
 
 def measure_cost_table(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200, repeats: int = 9,
@@ -48,10 +48,7 @@ def measure_cost_table(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
     Raises:
         ValueError: ``repeats`` < 1, ``warmup_rounds`` < 0, or an n < 1.
     """
-    import pandas as pd
-
     from specrepro.core.kvcache import crop_cache, new_cache
-    from specrepro.stats import median_interval
 
     ns = sorted({int(n) for n in ns})
     if int(repeats) < 1 or int(warmup_rounds) < 0 or not ns or min(ns) < 1:
@@ -75,10 +72,20 @@ def measure_cost_table(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
                 if r >= int(warmup_rounds):
                     times[n].append(1000 * (time.perf_counter() - t0))
                 crop_cache(cache, prefix_len)
+    return _cost_frame(times)
+
+
+def _cost_frame(times: dict[int, list[float]]):
+    """One row per n (ascending): n, ms (median of the timed rounds), ms_low, ms_high (its 95% interval,
+    :func:`specrepro.stats.median_interval`), rounds."""
+    import pandas as pd
+
+    from specrepro.stats import median_interval
+
     rows = []
-    for n in ns:
+    for n in sorted(times):
         ms, lo, hi, k = median_interval(times[n])
-        rows.append({"n": n, "ms": ms, "ms_low": lo, "ms_high": hi, "rounds": k})
+        rows.append({"n": int(n), "ms": ms, "ms_low": lo, "ms_high": hi, "rounds": k})
     return pd.DataFrame(rows)
 
 
@@ -103,7 +110,22 @@ def measure_cost_curve(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
 def measure_cost_curve_static(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200,
                               repeats: int = 5, generator=None, warmup_rounds: int = 2,
                               cuda_graphs: bool = False) -> tuple[CostCurve, float | None]:
-    """:func:`measure_cost_curve` with transformers' ``StaticCache`` (preallocated K/V of ``prefix_len + max(ns)``
+    """The medians of :func:`measure_cost_table_static` as a :class:`CostCurve`, with its logit difference.
+
+    Args, Raises: as :func:`measure_cost_table_static`.
+
+    Returns:
+        ``(CostCurve over ns in ms, max |logits(graph) - logits(eager)|)``; the second item is None without graphs.
+    """
+    table, max_diff = measure_cost_table_static(model, ns, prefix_len=prefix_len, repeats=repeats,
+                                                generator=generator, warmup_rounds=warmup_rounds,
+                                                cuda_graphs=cuda_graphs)
+    return CostCurve(list(table["n"]), list(table["ms"])), max_diff
+
+
+def measure_cost_table_static(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_len: int = 200,
+                              repeats: int = 9, generator=None, warmup_rounds: int = 2, cuda_graphs: bool = False):
+    """:func:`measure_cost_table` with transformers' ``StaticCache`` (preallocated K/V of ``prefix_len + max(ns)``
     positions) and, with ``cuda_graphs``, each forward captured once per n as a CUDA graph and timed by replaying it.
 
     A decoding step of a small model at batch 1 on a GPU is bound by kernel launches, not by reading weights (the
@@ -127,16 +149,17 @@ def measure_cost_curve_static(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), 
         cuda_graphs: capture and replay CUDA graphs (needs the model on a CUDA device).
 
     Returns:
-        ``(CostCurve over ns in ms, max |logits(graph) - logits(eager)|)``; the second item is None without graphs.
+        ``(table, max |logits(graph) - logits(eager)|)``: the table as :func:`measure_cost_table`'s (n, ms, ms_low,
+        ms_high, rounds; ms); the second item is None without graphs.
 
     Raises:
         ValueError: ``repeats`` < 1, ``warmup_rounds`` < 0, an n < 1, or ``cuda_graphs`` with a model not on CUDA.
     """
     from transformers import StaticCache
 
-    ns = [int(n) for n in ns]
+    ns = sorted({int(n) for n in ns})
     if int(repeats) < 1 or int(warmup_rounds) < 0 or not ns or min(ns) < 1:
-        raise ValueError(f"measure_cost_curve_static needs repeats >= 1, warmup_rounds >= 0 and every n >= 1; got "
+        raise ValueError(f"measure_cost_table_static needs repeats >= 1, warmup_rounds >= 0 and every n >= 1; got "
                          f"{repeats}, {warmup_rounds}, {ns}")
     device = model.device
     if cuda_graphs and device.type != "cuda":
@@ -186,7 +209,7 @@ def measure_cost_curve_static(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), 
                 sync()
                 if r >= int(warmup_rounds):
                     times[n].append(1000 * (time.perf_counter() - t0))
-    return CostCurve(ns, [float(np.median(times[n])) for n in ns]), max_diff
+    return _cost_frame(times), max_diff
 
 
 

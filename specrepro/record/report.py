@@ -718,7 +718,8 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
     """Markdown for the ``gpu`` block of docs/gpu.md, from the files under :func:`gpu_dir`:
 
     * each ``cost_curves_*.json`` of ``python -m specrepro cost-curves`` (a target and a draft architecture): t(n) in
-      ms per cache mode (eager dynamic cache, static cache, CUDA graphs), Leviathan et al.'s c = t_draft(1) /
+      ms per cache mode (eager dynamic cache, static cache, CUDA graphs), with the median's 95% interval where the
+      file has one (files written before the command kept per-round spreads have none, and say so), Leviathan et al.'s c = t_draft(1) /
       t_target(1) per mode, and the hardware-aware prediction (:func:`specrepro.theory.hardware_aware_speedup`) of the
       draft-model chain at γ = 4 and at its best γ, and of a free draft (:func:`specrepro.theory.free_draft_bound`),
       with the α that the bench of record measured on the CPU (:data:`GPU_ALPHA_METHOD` in
@@ -741,16 +742,24 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
         ns = cfg["ns"]
         names = list(models)
         short = {m: Path(m).name for m in names}
+        with_ci = any(models[m].get(f"{mode}_ms_low") is not None for m in names for mode in ("eager", "static", "graphs"))
         parts.append(f"`{path.name}`: {cfg['device_description']}, {cfg['dtype']}, "
                      f"{'random weights, ' if cfg.get('random_weights') else ''}torch {cfg['torch']}, transformers "
                      f"{cfg['transformers']}, commit `{cfg['commit']}`, {cfg['date']}; one forward of n new tokens "
-                     f"after a {cfg['prefix_len']}-token prefix, median of {cfg['repeats']} round-robin rounds (ms).\n")
+                     f"after a {cfg['prefix_len']}-token prefix, median of {cfg['repeats']} round-robin rounds (ms)"
+                     + (" [95% interval of the median]" if with_ci else
+                        "; this file keeps no per-round times, so its medians carry no interval") + ".\n")
         lines = ["| model | mode | " + " | ".join(f"t({n})" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
         for m in names:
             for mode in ("eager", "static", "graphs"):
                 ms = models[m].get(f"{mode}_ms")
-                if ms is not None:
-                    lines.append(f"| {short[m]} | {mode} | " + " | ".join(f"{v:.2f}" for v in ms) + " |")
+                if ms is None:
+                    continue
+                low = models[m].get(f"{mode}_ms_low") or [None] * len(ms)
+                high = models[m].get(f"{mode}_ms_high") or [None] * len(ms)
+                cells = [f"{v:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
+                         for v, lo, hi in zip(ms, low, high)]
+                lines.append(f"| {short[m]} | {mode} | " + " | ".join(cells) + " |")
         parts.append("\n".join(lines) + "\n")
         diffs = {short[m]: models[m].get("graphs_max_abs_logit_diff") for m in names}
         if any(d is not None for d in diffs.values()):
