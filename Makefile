@@ -180,7 +180,7 @@ data/results/bench_qwen_greedy.json: | $(STAMP)
 	    --opt draft_kind=int8-pruned --temperature 0 --json $@
 
 data/results/bench_qwen_nucleus.json: | $(STAMP)
-	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --repeats $(BENCH_REPEATS) --methods ar,sd-draft-int8@4 \
+	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --repeats $(BENCH_REPEATS) --methods ar,sd-draft@4,sd-draft-int8@4 \
 	    --temperature 0.8 --top-p 0.95 --json $@
 
 # SpecInfer's headline at T = 1 with the cheap draft: the int8 draft's token trees (two branches from the first token;

@@ -102,6 +102,37 @@ def test_no_claim_row_repeats_another():
     assert any("best of" in c for c in claims["claim"])
 
 
+def test_every_method_a_claim_judges_on_a_bench_is_timed_by_its_make_rule():
+    """A claim on a bench of record names its methods (``method == '...'``, judged, and ``beside``); the Makefile
+    rule that writes that bench must time each of them, or the claim could never be scored on a rerun."""
+    claims = sc.load_claims()
+    makefile = (ROOT / "Makefile").read_text()
+    checked = 0
+    for _, c in claims.iterrows():
+        names = sc._names(c["our_table"])
+        if not names or not names[0].startswith("bench_"):
+            continue
+        rule = re.search(rf"^data/results/{names[0]}\.json:.*?\n((?:\t.*\n)+)", makefile, re.M)
+        assert rule, f"{c['id']}: no make rule writes {names[0]}.json"
+        timed = set(re.search(r"--methods (\S+)", rule.group(1)).group(1).split(","))
+        for key in ("method", "baseline", "beside"):
+            for name in re.findall(r"method == '([^']+)'", sc.params_of(c).get(key, "")):
+                assert name in timed, f"{c['id']}: {key} {name} is not among {names[0]}'s --methods {sorted(timed)}"
+                checked += 1
+    assert checked >= 6
+
+
+def test_a_judged_method_missing_from_its_table_is_not_run_with_what_stands_beside():
+    """When the table predates the configuration a claim judges, the claim reads "not run" (never the extension's
+    reading in its place), and the extension's paired ratio is still shown, marked as not judged."""
+    runs = pd.DataFrame({"prompt": np.repeat(np.arange(6), 2), "repeat": 0, "method": ["AR", "int8"] * 6,
+                         "tokens_per_s": np.tile([10.0, 25.0], 6) + np.repeat(np.arange(6) * 0.1, 2)})
+    out = verdict(claim("paired_ratio", "method=method == 'sd γ=3'; baseline=method == 'AR'; beside=method == 'int8'",
+                        paper_value="2.0"), {"t": runs})
+    assert out["verdict"] == NOT_RUN and "rerun its make rule" in out["reason"]
+    assert out["ours"].startswith("beside, not judged: int8 2.4")
+
+
 def test_every_table_a_claim_reads_is_written_by_its_notebook():
     """A claim's table is saved by its notebook, or (a bench JSON of record) written by a Makefile rule that
     ``make reproduce`` runs."""
@@ -620,8 +651,9 @@ def test_committed_tables_score_without_error_and_match_the_committed_scorecard(
     assert list(card["id"]) == list(claims["id"])
     measured = (claims["rule"] != "not_attempted").to_numpy()
     # a measured claim is "not run" only while its table is not yet in the record (a notebook section added since
-    # the last standard rerun); any other "not run" is a bug
-    pending = card["verdict"].eq(NOT_RUN) & card["reason"].astype(str).str.contains("not written")
+    # the last standard rerun), or predates the method the claim judges (a make rule that now times it); any other
+    # "not run" is a bug
+    pending = card["verdict"].eq(NOT_RUN) & card["reason"].astype(str).str.contains("not written|rerun its make rule")
     assert (card.loc[measured, "verdict"].ne(NOT_RUN) | pending[measured]).all(), \
         card[(card["verdict"] == NOT_RUN) & ~pending]["id"].tolist()
     committed = pd.read_csv(record_dir("results") / "scorecard.csv", keep_default_na=False)

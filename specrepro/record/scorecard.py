@@ -73,7 +73,12 @@ GOF_LEVEL = 1e-3
 
 
 class NotRun(Exception):
-    """Raised by a rule when the rows it needs were not measured in this profile (message = reason)."""
+    """Raised by a rule when the rows it needs were not measured in this profile (message = reason). ``ours``: what
+    the table does hold that a reader should still see (e.g. an extension's reading, never judged), or empty."""
+
+    def __init__(self, reason: str, ours: str = ""):
+        super().__init__(reason)
+        self.ours = ours
 
 
 @dataclass
@@ -663,10 +668,22 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
                        est, f"{_names(claim['our_table'])[0]} is summary-only (one pooled row per method, no "
                             f"per-prompt rows): no interval can be computed; its notebook must save per-prompt runs",
                        n=n)
-    cands = _methods(df, p.get("method", ""), "method")
     bases = _methods(df, p.get("baseline", ""), "baseline")
     if len(bases) != 1:
         raise ValueError(f"claim {claim['id']}: the baseline query matches {bases}, not one method")
+
+    def beside() -> str:
+        text = ""
+        for m in _methods(df, p["beside"], "beside") if p.get("beside") else []:
+            b_est, b_lo, b_hi, b_n = stat_ci(paired_ratios(df, m, bases[0], value).to_numpy())
+            text += f"; beside, not judged: {m} {_fmt_ci(b_est, b_lo, b_hi, b_n, _prompt_unit(df), suffix='×')}"
+        return text
+
+    try:
+        cands = _methods(df, p.get("method", ""), "method")
+    except NotRun as e:  # the judged configuration is not in the table: say so, and still show what stands beside it
+        raise NotRun(f"{e} in the committed {_names(claim['our_table'])[0]}: the table predates the method; rerun "
+                     f"its make rule", ours=beside().removeprefix("; ")) from None
     note = _best_of(claim, len(cands))
     results = []
     for m in cands:
@@ -676,10 +693,7 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
     verdict, why = _judge(est, lo, hi, paper, null, +1, f"{name} over {bases[0]}")
     text = _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×") + (
         f"; best of {len(cands)}: {name}" if len(cands) > 1 else f" ({name} / {bases[0]})")
-    if p.get("beside"):
-        for m in _methods(df, p["beside"], "beside"):
-            b_est, b_lo, b_hi, b_n = stat_ci(paired_ratios(df, m, bases[0], value).to_numpy())
-            text += f"; beside, not judged: {m} {_fmt_ci(b_est, b_lo, b_hi, b_n, _prompt_unit(df), suffix='×')}"
+    text += beside()
     if verdict != EXACT:
         expl = _explain(df[df["method"].astype(str) == name], df[df["method"].astype(str) == bases[0]], tables,
                         _names(claim["our_table"])[0])
@@ -1220,7 +1234,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
         try:
             out = RULES[claim["rule"]](claim, tables)
         except NotRun as e:
-            out = Outcome(NOT_RUN, "", None, str(e))
+            out = Outcome(NOT_RUN, e.ours, None, str(e))
     row.update(verdict=out.verdict, ours=out.ours, ours_value=out.value, ours_lo=out.lo, ours_hi=out.hi, n=out.n,
                reason=out.reason)
     return row
