@@ -165,8 +165,9 @@ bench: $(STAMP)  ## python -m specrepro bench with the qwen-coder pair (see READ
 # and the int8 draft with a block length of at most 20 chosen token by token (sd-draft-adaptive@20,
 # sd-draft-adaptive-int8@20; 20 is also transformers' cap), and transformers' assisted generation with its default fp32
 # draft, with the same int8 draft and with the same int8 pruned-head draft.
-# Nucleus (Chen's T = 0.8, top-p 0.95): our AR and the int8-draft chain. Each JSON is one interleaved run of
-# BENCH_REPEATS passes (about 33 and 9 min per pass on the 2-core AVX-512 EPYC, the greedy one with 10 methods; 75 and 19 on the AVX2 one with 9), written
+# Nucleus (Chen's T = 0.8, top-p 0.95): our AR, the chain with the draft in its own dtype (what the scorecard judges)
+# and the int8-draft chain beside it. Each JSON is one interleaved run of
+# BENCH_REPEATS passes (the greedy one with 10 methods takes about 33 min per pass on the 2-core AVX-512 EPYC), written
 # atomically, so an interrupted reproduce reruns only the missing one; within a file, every finished (pass, prompt)
 # block is checkpointed beside it (.<name>.checkpoint), and the rerun on the same machine and code times only the
 # blocks still missing. Before and after timing, the bench measures the target's cost curve and each chain's draft

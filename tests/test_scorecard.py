@@ -3,6 +3,7 @@ and a paper_kind), every verdict rule on synthetic tables (each one can say "not
 "inconclusive" when the interval holds the null), rules that raise propagate, and the committed standard tables
 score without error into the committed scorecard."""
 
+import io
 import re
 from pathlib import Path
 
@@ -651,9 +652,10 @@ def test_committed_tables_score_without_error_and_match_the_committed_scorecard(
     assert list(card["id"]) == list(claims["id"])
     measured = (claims["rule"] != "not_attempted").to_numpy()
     # a measured claim is "not run" only while its table is not yet in the record (a notebook section added since
-    # the last standard rerun), or predates the method the claim judges (a make rule that now times it); any other
-    # "not run" is a bug
-    pending = card["verdict"].eq(NOT_RUN) & card["reason"].astype(str).str.contains("not written|rerun its make rule")
+    # the last standard rerun), predates the method the claim judges (a make rule that now times it), or was drafted
+    # by the int8 copy of a draft the claim judges in its own dtype (a notebook to rerun); any other "not run" is a bug
+    pending = card["verdict"].eq(NOT_RUN) & card["reason"].astype(str).str.contains(
+        "not written|rerun its make rule|drafted by the int8 copy")
     assert (card.loc[measured, "verdict"].ne(NOT_RUN) | pending[measured]).all(), \
         card[(card["verdict"] == NOT_RUN) & ~pending]["id"].tolist()
     committed = pd.read_csv(record_dir("results") / "scorecard.csv", keep_default_na=False)
@@ -755,3 +757,29 @@ def test_unstable_claims_carry_both_readings():
     assert notes == {"lev-t1": "unstable over 3 committed states: trend reproduced ×2; reproduced exactly ×1 "
                                "(moved with its rule)"}
     assert sc.stability_notes(Tables(frames={})) == {}
+
+
+def test_a_claim_on_the_draft_in_its_own_dtype_is_not_judged_on_the_int8_copy():
+    """``draft=own dtype`` (any rule): a table whose provenance names the int8 copy gives "not run", its reading
+    beside the verdict; the same rows drafted by the draft in its own dtype are judged; other values are refused."""
+    rows = pd.DataFrame({"prompt": [f"p{i}" for i in range(8) for _ in (0, 1)],
+                         "method": ["ar", "sd"] * 8,
+                         "tokens_per_s": [v for i in range(8) for v in (10.0 + i % 3, 20.0 + i % 2)]})
+    base = dict(rule="paired_ratio", params="method=method == 'sd'; baseline=method == 'ar'; draft=own dtype",
+                our_table="t", paper_value="2.0", notebook="07_chen_humaneval")
+    for prov, judged in (({"draft": "d", "draft_method": "sd-draft-int8"}, False), ({"draft": "d (int8)"}, False),
+                         ({"draft": "d", "draft_method": "sd-draft"}, True), ({"draft": "d"}, True)):
+        card = sc.score_claim(claim(**base), Tables(frames={"t": rows}, provenances={"t": prov}))
+        assert (card["verdict"] != NOT_RUN) == judged, (prov, card)
+        if not judged:
+            assert card["ours"].startswith("beside, not judged: the int8 copy of the draft: ") and "×" in card["ours"]
+            assert "rerun notebooks/07_chen_humaneval.ipynb" in card["reason"] and card["ours_value"] is None
+            assert "d (int8)" in card["our_setting"] or "int8" in prov["draft"]
+    # without the parameter, the int8 table is judged as before
+    plain = claim(**{**base, "params": "method=method == 'sd'; baseline=method == 'ar'"})
+    card = sc.score_claim(plain, Tables(frames={"t": rows}, provenances={"t": {"draft_method": "sd-draft-int8"}}))
+    assert card["verdict"] != NOT_RUN
+    claims = pd.read_csv(sc.claims_path(), dtype=str, keep_default_na=False)
+    claims.loc[0, "params"] += "; draft=int8"
+    with pytest.raises(ValueError, match="draft='int8'"):
+        sc.load_claims(io.StringIO(claims.to_csv(index=False)))

@@ -28,6 +28,7 @@ from specrepro.record.scorecard import (
     CLAIM_COLUMNS,
     NOT_RUN,
     RULE_PARAMS,
+    COMMON_PARAMS,
     RULES,
     Tables,
     params_of,
@@ -98,7 +99,7 @@ def score_commit(commit: str, root: Path | None = None) -> list[dict]:
         for _, claim in claims.iterrows():
             base = {"claim": claim["id"], "rule": claim["rule"], "params": claim["params"],
                     "rule_version": rule_version(claim["rule"], claim["params"])}
-            if claim["rule"] not in RULES or set(params_of(claim)) - set(RULE_PARAMS[claim["rule"]]):
+            if claim["rule"] not in RULES or set(params_of(claim)) - set(RULE_PARAMS[claim["rule"]]) - set(COMMON_PARAMS):
                 rows.append({**base, "ours": "", "ours_value": None, "verdict": "rule gone"})
                 continue
             try:

@@ -49,7 +49,7 @@ from specrepro.record.results import STANDARD, read_dirs
 from specrepro.stats import spearman, spearman_interval, stat_ci
 from specrepro.theory import expected_tokens, walltime_improvement
 
-__all__ = ["VERDICTS", "PAPER_KINDS", "GROUPS", "CLAIM_COLUMNS", "CARD_COLUMNS", "ALPHA_TEST", "GOF_LEVEL", "NotRun", "Outcome", "Tables", "claims_path", "params_of", "load_claims", "RULES", "RULE_PARAMS", "rule", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical", "identical_up_to_ties", "paired_ratio", "computed_speedup", "value_in_interval", "row_order", "close_to_prediction", "increases", "decreases", "grows_linearly", "speedup_peaks", "quality_unchanged", "falls_with_head", "typical_shifts", "not_attempted", "score_claim", "score", "rules_table"]
+__all__ = ["VERDICTS", "PAPER_KINDS", "GROUPS", "CLAIM_COLUMNS", "CARD_COLUMNS", "ALPHA_TEST", "GOF_LEVEL", "NotRun", "Outcome", "Tables", "claims_path", "params_of", "load_claims", "RULES", "RULE_PARAMS", "COMMON_PARAMS", "rule", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical", "identical_up_to_ties", "paired_ratio", "computed_speedup", "value_in_interval", "row_order", "close_to_prediction", "increases", "decreases", "grows_linearly", "speedup_peaks", "quality_unchanged", "falls_with_head", "typical_shifts", "not_attempted", "score_claim", "score", "rules_table"]
 
 EXACT, TREND, INCONCLUSIVE = "reproduced exactly", "trend reproduced", "inconclusive"
 NOT_REPRODUCED, NOT_RUN = "not reproduced", "not run"
@@ -214,7 +214,8 @@ def load_claims(path: str | Path | None = None) -> pd.DataFrame:
 
     Raises:
         ValueError: a column is missing, an id is empty or repeated, a rule is not in :data:`RULES`, a paper_kind is
-            not measured / computed / asserted, a group is not correctness / performance, or a claim passes a parameter its rule does not take.
+            not measured / computed / asserted, a group is not correctness / performance, a claim passes a parameter
+            neither its rule nor :data:`COMMON_PARAMS` takes, or a common parameter has a value it does not allow.
     """
     df = pd.read_csv(path or claims_path(), dtype=str, keep_default_na=False)
     df = df.apply(lambda col: col.str.strip())
@@ -233,10 +234,14 @@ def load_claims(path: str | Path | None = None) -> pd.DataFrame:
     if bad:
         raise ValueError(f"unknown group {bad}; known: {list(GROUPS)}")
     for _, c in df.iterrows():
-        extra = set(params_of(c)) - set(RULE_PARAMS[c["rule"]])
+        p = params_of(c)
+        extra = set(p) - set(RULE_PARAMS[c["rule"]]) - set(COMMON_PARAMS)
         if extra:
             raise ValueError(f"claim {c['id']}: rule {c['rule']} takes no parameters {sorted(extra)} "
-                             f"(it takes {list(RULE_PARAMS[c['rule']])})")
+                             f"(it takes {list(RULE_PARAMS[c['rule']])}, and any claim {list(COMMON_PARAMS)})")
+        for key, allowed in COMMON_PARAMS.items():
+            if key in p and p[key] not in allowed:
+                raise ValueError(f"claim {c['id']}: {key}={p[key]!r}; allowed: {list(allowed)}")
     return df
 
 
@@ -494,6 +499,13 @@ def rule(*keys: str):
         RULE_PARAMS[fn.__name__] = tuple(keys)
         return fn
     return register
+
+
+#: parameters any claim may pass, whatever its rule (read by :func:`score_claim`, not by the rule): ``draft=own dtype``
+#: - the claim judges a draft model in its own dtype (the configuration closest to the paper's), so a table whose
+#: provenance names the draft's int8 copy (``draft`` or ``draft_method`` containing "int8") gives "not run", with
+#: that table's reading shown beside the verdict, never as it
+COMMON_PARAMS = {"draft": ("own dtype",)}
 
 
 #: chain rules that are exact (positive rows of notebook 01's tables); every other rule there is a negative control
@@ -1208,15 +1220,39 @@ def not_attempted(claim, tables: Tables) -> Outcome:
 # ------------------------------------------------------------------------------------------------------ scoring
 
 
+def _int8_drafted(prov: dict) -> bool:
+    """Whether a table's provenance names the int8 copy of the draft (its ``draft`` or ``draft_method``)."""
+    return any("int8" in str(prov.get(k) or "") for k in ("draft", "draft_method"))
+
+
+def _judged_draft(claim, tables: Tables, names: list[str], out: Outcome) -> Outcome:
+    """``out``, or "not run" where the claim judges the draft in its own dtype (``draft=own dtype``) and one of its
+    tables was drafted by the int8 copy: that table's reading then stands beside the verdict, not judged."""
+    if params_of(claim).get("draft") != "own dtype":
+        return out
+    int8 = [n for n in names if _int8_drafted(tables.provenance(n))]
+    if not int8:
+        return out
+    where = f"notebooks/{claim['notebook']}.ipynb" if claim["notebook"] else "its make rule"
+    ours = (f"beside, not judged: the int8 copy of the draft: {out.ours} ({out.verdict})" if out.ours
+            and out.verdict != NOT_RUN else out.ours)
+    return Outcome(NOT_RUN, ours, None, f"the committed {', '.join(int8)} was drafted by the int8 copy of the draft; "
+                                        f"the claim judges the draft in its own dtype: rerun {where}")
+
+
 def score_claim(claim: pd.Series, tables: Tables) -> dict:
     """Apply the claim's rule to the tables and return one scorecard row (:data:`CARD_COLUMNS`).
 
-    A missing table or a rule's :class:`NotRun` gives "not run"; any other exception of a rule propagates (a rule
+    A missing table or a rule's :class:`NotRun` gives "not run", and so does a table drafted by the int8 copy of the
+    draft for a claim that judges the draft in its own dtype (``draft=own dtype``); any other exception of a rule propagates (a rule
     that raises on the committed tables is a bug, and ``make test`` must fail on it).
     """
     names = _names(claim["our_table"])
     prov = tables.provenance(names[0]) if names else {}
-    models = " + ".join(str(prov[k]) for k in ("target", "draft") if prov.get(k))
+    draft = str(prov.get("draft") or "")
+    if draft and _int8_drafted(prov) and "int8" not in draft:
+        draft += " (int8)"  # the draft model's name, and its int8 copy where a draft_method says so
+    models = " + ".join(m for m in (str(prov.get("target") or ""), draft) if m)
     row = {k: claim[k] for k in ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind",
                                  "rule", "our_table")}
     row["group"] = claim.get("group", "")
@@ -1235,6 +1271,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
             out = RULES[claim["rule"]](claim, tables)
         except NotRun as e:
             out = Outcome(NOT_RUN, e.ours, None, str(e))
+        out = _judged_draft(claim, tables, names, out)
     row.update(verdict=out.verdict, ours=out.ours, ours_value=out.value, ours_lo=out.lo, ours_hi=out.hi, n=out.n,
                reason=out.reason)
     return row
