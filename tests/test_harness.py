@@ -305,3 +305,30 @@ def test_in_run_cost_coefficient_errors_and_draft_labels():
         in_run_cost_coefficient(sweep_runs(), baseline="ar")
     single = sweep_runs().query("method in ('AR', 'small γ=4')")  # no sweep: c cannot be separated from the prefill
     assert in_run_cost_coefficient(single).empty
+
+
+def test_tree_vs_chain_speed_resumes_its_timing_from_a_checkpoint(tmp_path):
+    """An interrupted tree-vs-chain timing resumes at the first unfinished (pass, prompt) block; a checkpoint saved
+    for other models is set aside, not resumed."""
+    from conftest import tiny_lm
+
+    from specrepro.core.sampling import GREEDY
+    from specrepro.data import Prompt
+    from specrepro.lab.specinfer import tree_vs_chain_speed
+
+    target, draft = tiny_lm("llama", seed=0), tiny_lm("llama", seed=1)
+    tok = _CharTokenizer()
+    prompts = [Prompt(f"p{i}", "abcdefg"[: 3 + i]) for i in range(3)]
+    ckpt = tmp_path / "speed.json"
+    kw = dict(tree=(2, 2), gamma=2, sampling=GREEDY, max_new_tokens=6, progress=False, checkpoint=ckpt)
+    first = tree_vs_chain_speed(target, draft, tok, prompts[:2], checkpoint_key={"draft": "d"}, **kw)
+    assert ckpt.exists() and first.attrs.get("resumed_blocks", 0) == 0
+    saved = json.loads(ckpt.read_text())
+    assert saved["key"]["draft"] == "d" and saved["key"]["code"]
+    # the same two prompts again: every block comes from the checkpoint, with the times it saved
+    again = tree_vs_chain_speed(target, draft, tok, prompts[:2], checkpoint_key={"draft": "d"}, **kw)
+    assert again.attrs["resumed_blocks"] == 2
+    assert sorted(again["seconds"]) == sorted(first["seconds"])
+    with pytest.warns(UserWarning, match="not resumed"):
+        other = tree_vs_chain_speed(target, draft, tok, prompts[:2], checkpoint_key={"draft": "d (int8)"}, **kw)
+    assert other.attrs["resumed_blocks"] == 0 and list(tmp_path.glob("speed.json.stale-*"))

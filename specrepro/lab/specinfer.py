@@ -32,12 +32,25 @@ from specrepro.measure.harness import per_run_table, run_interleaved
 
 __all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "TREE_SHAPES", "expansion_widths", "topk_success_table",
            "tree_width_table", "tree_width_summary", "naive_vs_mss_table", "tree_cost_table", "choose_tree",
-           "tree_vs_chain_speed"]
+           "tree_vs_chain_speed", "TREE_SPEED_MODULES", "tree_speed_checkpoint"]
 
 #: SpecInfer Table 2, Alpaca, LLaMA-7B target / LLaMA-68M draft, depth 8: width -> (greedy, stochastic)
 SPECINFER_TABLE2 = {int(r.width): (float(r.greedy), float(r.stochastic)) for r in paper_table("specinfer_table2").itertuples()}
 #: SpecInfer Table 3, Alpaca, width 5: naive sampling -> MSS average verified tokens per step
 SPECINFER_TABLE3 = dict(zip(*paper_table("specinfer_table3").to_dict("list").values()))
+
+
+#: The modules whose code decides what :func:`tree_vs_chain_speed` times (with every package module they import; see
+#: :func:`specrepro.files.code_fingerprint`): a checkpoint of its blocks resumes only under the same code of these.
+TREE_SPEED_MODULES = ("specrepro.lab.specinfer",)
+
+
+def tree_speed_checkpoint(profile: str):
+    """Where notebook 05 keeps the (pass, prompt) blocks of its tree-vs-chain timing under ``profile``:
+    ``build/checkpoints/specinfer_tree_speed.<profile>.json`` (git-ignored), deleted once the table is saved."""
+    from specrepro.files import repo_root
+
+    return repo_root() / "build" / "checkpoints" / f"specinfer_tree_speed.{profile}.json"
 
 
 #: Table 2 tree shapes: "paper" = SpecInfer's ⟨1,1,k,1,...,1⟩ (Sec. 6.4: the branching at the third token),
@@ -303,15 +316,24 @@ def choose_tree(width_runs: pd.DataFrame, target_cost: pd.DataFrame, draft_cost:
 
 def tree_vs_chain_speed(target, draft, tokenizer, prompts, tree: tuple[int, int], gamma: int,
                         sampling: SamplingConfig = SamplingConfig(1.0), max_new_tokens: int = 64, seed: int = 0,
-                        mode: str = "iid", repeats: int = 1, progress: bool = True) -> pd.DataFrame:
+                        mode: str = "iid", repeats: int = 1, progress: bool = True, checkpoint=None,
+                        checkpoint_key: dict | None = None) -> pd.DataFrame:
     """Tokens/s of AR, the best chain (:func:`~specrepro.core.decoding.generate` with a
     :class:`~specrepro.drafters.model.DraftModelDrafter`, γ = ``gamma``) and the best tree (⟨w, 1, ..., 1⟩ of depth d,
     ``tree = (w, d)``), timed by the one harness (:func:`specrepro.measure.harness.run_interleaved`).
 
+    Args:
+        checkpoint: a JSON file where every finished (pass, prompt) block is kept, so that an interrupted timing
+            resumes at the next block (:func:`~specrepro.measure.harness.run_interleaved`); the caller deletes it
+            once the table is saved. None: no checkpoint.
+        checkpoint_key: what names the models (e.g. ``{"target": ..., "draft": ...}``, the draft's dtype or int8
+            copy included): saved blocks resume only under the same names, settings, prompts, machine, torch and
+            tree-decoding code (:data:`TREE_SPEED_MODULES`), which this function adds to the key.
+
     Returns:
         one row per (repeat, prompt, method), :func:`specrepro.measure.harness.per_run_table` columns (method, tokens,
         seconds, tokens_per_s, tokens_per_step, ...); summarize with :func:`specrepro.measure.harness.speedup_table`
-        (baseline "AR").
+        (baseline "AR"). ``attrs["resumed_blocks"]``: the (pass, prompt) blocks read from ``checkpoint``.
     """
     vocab = target.get_output_embeddings().weight.shape[0]
     w, d = tree
@@ -333,7 +355,19 @@ def tree_vs_chain_speed(target, draft, tokenizer, prompts, tree: tuple[int, int]
 
     methods = ["AR", chain, tree_name]
     encoded = [(p.id, _encode(tokenizer, p.text).to(target.device)) for p in prompts]
+    key = None
+    if checkpoint is not None:
+        from specrepro.files import code_fingerprint, cpu_description
+
+        key = dict(checkpoint_key or {}, methods=methods, tree=[w, d], gamma=gamma, mode=mode,
+                   sampling=[sampling.temperature, sampling.top_p, sampling.top_k], max_new_tokens=max_new_tokens,
+                   seed=seed, prompts=[pid for pid, _ in encoded], prompt_tokens=[int(x.numel()) for _, x in encoded],
+                   device=str(target.device), cpu=cpu_description(), torch=torch.__version__,
+                   threads=torch.get_num_threads(), code=code_fingerprint(TREE_SPEED_MODULES))
     runs = run_interleaved({m: runner(m, max_new_tokens) for m in methods}, encoded, repeats=repeats, seed=seed,
                            device=target.device, warmup={m: runner(m, 4) for m in methods}, baseline="AR",
-                           greedy=sampling.greedy, progress=progress, desc="tree vs chain")
-    return per_run_table(runs)
+                           greedy=sampling.greedy, progress=progress, desc="tree vs chain", checkpoint=checkpoint,
+                           checkpoint_key=key)
+    table = per_run_table(runs)
+    table.attrs["resumed_blocks"] = int(runs.attrs.get("resumed_blocks", 0))
+    return table
