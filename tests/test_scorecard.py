@@ -674,6 +674,27 @@ def test_every_speed_and_acceptance_row_shows_its_interval_and_n(committed_card)
             assert np.isfinite(r["ours_lo"]) or r["rule"] in ("row_order", "increases", "decreases"), r["id"]
 
 
+def test_every_n_says_what_it_counts(committed_card):
+    """The card's n carries its unit (runs, settings, prompts × passes, points, samples): never a bare number, in the
+    CSV or in the README's n column."""
+    from specrepro.record.report import render_summary
+
+    scored = committed_card[committed_card["n"].notna()]
+    assert len(scored) >= 20
+    assert scored["n_unit"].astype(str).str.strip().ne("").all(), scored[scored["n_unit"] == ""]["id"].tolist()
+    assert scored["n_unit"].isin(["runs", "settings", "numbers"]).any()
+    n_cells = [line.rsplit(" | ", 2)[1] for line in render_summary(committed_card).splitlines() if "<sub>" in line]
+    assert n_cells and not [c for c in n_cells if re.fullmatch(r"[\d,]+", c)], n_cells
+
+
+def test_n_unit_reads_the_rules_unit_or_its_n_phrase():
+    assert sc.n_unit(sc.Outcome(EXACT, "3/3 runs identical", n=3, unit="runs")) == "runs"
+    assert sc.n_unit(sc.Outcome(TREND, "1.5× [1.2, 1.8] (n = 20 prompts × 3 passes)", n=20)) == "prompts × 3 passes"
+    assert sc.n_unit(sc.Outcome(TREND, "+3 ms per K [+2, +4], n = 160 points", n=160)) == "points"
+    assert sc.n_unit(sc.Outcome(TREND, "1.5×", n=20)) == ""  # says nothing: the committed-card test above catches it
+    assert sc.n_unit(sc.Outcome(NOT_RUN, "", unit="runs")) == ""
+
+
 def test_a_smaller_profile_without_a_draft_model_scores_without_error():
     """Quick-profile-like tables (one prompt, no draft model, no accuracy tree, fewer γ) give verdicts, not errors."""
     names = {n for field in sc.load_claims()["our_table"] for n in sc._names(field)} | {"cost_curves"}

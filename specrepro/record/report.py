@@ -160,14 +160,16 @@ SUMMARY_OURS_CHARS = 150
 
 def _short_ours(r) -> tuple[str, str]:
     """Our number for the summary (its interval kept, its "n = ..." phrases moved to the n column, cut to
-    :data:`SUMMARY_OURS_CHARS`) and the n cell (the first "n = ..." phrase, else the card's n)."""
+    :data:`SUMMARY_OURS_CHARS`) and the n cell (the first "n = ..." phrase, else the card's n and its unit)."""
     text = "" if r.get("ours") is None or (isinstance(r["ours"], float) and math.isnan(r["ours"])) else str(r["ours"])
     m = _N_PHRASE.search(text)
     n_val = r.get("n")
     if m:
         n_cell = m.group(1)
     elif n_val is not None and not (isinstance(n_val, float) and math.isnan(n_val)) and str(n_val) != "":
-        n_cell = str(int(float(n_val)))
+        unit = r.get("n_unit")
+        unit = "" if unit is None or (isinstance(unit, float) and math.isnan(unit)) else str(unit)
+        n_cell = f"{int(float(n_val))} {unit}".strip()
     else:
         n_cell = "—"
     for pattern in _N_REMOVE:

@@ -49,7 +49,7 @@ from specrepro.record.results import STANDARD, read_dirs
 from specrepro.stats import spearman, spearman_interval, stat_ci
 from specrepro.theory import expected_tokens, walltime_improvement
 
-__all__ = ["VERDICTS", "PAPER_KINDS", "GROUPS", "CLAIM_COLUMNS", "CARD_COLUMNS", "ALPHA_TEST", "GOF_LEVEL", "NotRun", "Outcome", "Tables", "claims_path", "params_of", "load_claims", "RULES", "RULE_PARAMS", "COMMON_PARAMS", "rule", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical", "identical_up_to_ties", "paired_ratio", "computed_speedup", "value_in_interval", "row_order", "close_to_prediction", "increases", "decreases", "grows_linearly", "speedup_peaks", "quality_unchanged", "falls_with_head", "typical_shifts", "not_attempted", "score_claim", "score", "rules_table"]
+__all__ = ["VERDICTS", "PAPER_KINDS", "GROUPS", "CLAIM_COLUMNS", "CARD_COLUMNS", "ALPHA_TEST", "GOF_LEVEL", "NotRun", "Outcome", "N_PHRASE", "n_unit", "Tables", "claims_path", "params_of", "load_claims", "RULES", "RULE_PARAMS", "COMMON_PARAMS", "rule", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical", "identical_up_to_ties", "paired_ratio", "computed_speedup", "value_in_interval", "row_order", "close_to_prediction", "increases", "decreases", "grows_linearly", "speedup_peaks", "quality_unchanged", "falls_with_head", "typical_shifts", "not_attempted", "score_claim", "score", "rules_table"]
 
 EXACT, TREND, INCONCLUSIVE = "reproduced exactly", "trend reproduced", "inconclusive"
 NOT_REPRODUCED, NOT_RUN = "not reproduced", "not run"
@@ -65,7 +65,7 @@ GROUPS = ("correctness", "performance")
 CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "rule",
                  "params", "our_table", "notebook", "our_setting", "caveat")
 CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "ours",
-                "ours_value", "ours_lo", "ours_hi", "n", "our_setting", "hardware", "profile", "commit", "verdict",
+                "ours_value", "ours_lo", "ours_hi", "n", "n_unit", "our_setting", "hardware", "profile", "commit", "verdict",
                 "reason", "rule", "our_table", "stability"]
 #: level of every significance test and chi-square goodness-of-fit test the rules read (5% for trends)
 ALPHA_TEST = 0.05
@@ -84,7 +84,9 @@ class NotRun(Exception):
 @dataclass
 class Outcome:
     """One rule's result: the verdict, our number as text (with its interval and n), our point estimate and its
-    95% interval (None where not one number), the sample size n, and the reason (empty when reproduced exactly)."""
+    95% interval (None where not one number), the sample size n, and the reason (empty when reproduced exactly).
+    ``unit`` names what n counts ("runs", "settings"); empty when our text already says it in an "n = 20 prompts"
+    phrase, from which :func:`n_unit` reads it."""
 
     verdict: str
     ours: str
@@ -93,6 +95,20 @@ class Outcome:
     lo: float | None = None
     hi: float | None = None
     n: int | None = None
+    unit: str = ""
+
+
+#: "n = 20 prompts × 3 passes" inside our number's text: the sample size and what it counts
+N_PHRASE = re.compile(r"\bn = ([\d,]+(?:[-–][\d,]+)?)(?: ([A-Za-z]+(?: × \d+ passes)?))?")
+
+
+def n_unit(out: Outcome) -> str:
+    """What an outcome's n counts: its ``unit``, else the unit of the first "n = <number> <unit>" phrase of its text
+    ("prompts", "prompts × 3 passes", "points"), else "" (no n, or a text that does not say)."""
+    if out.unit or out.n is None:
+        return out.unit if out.n is not None else ""
+    m = N_PHRASE.search(out.ours or "")
+    return (m.group(2) or "") if m else ""
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:
@@ -539,11 +555,11 @@ def printed_precision(claim, tables: Tables) -> Outcome:
     else:
         text, value = f"{int(ok.sum())}/{len(ok)} equal at {digits} decimals", None
     if ok.all():
-        return Outcome(EXACT, text, value, n=len(ok))
+        return Outcome(EXACT, text, value, n=len(ok), unit="numbers")
     worst = int(np.argmax(np.abs(ours - paper)))
     return Outcome(NOT_REPRODUCED, text, value,
                    f"{(~ok).sum()} of {len(ok)} differ; worst: ours {ours[worst]:.{digits + 2}f} vs paper "
-                   f"{paper[worst]:g}", n=len(ok))
+                   f"{paper[worst]:g}", n=len(ok), unit="numbers")
 
 
 @rule("tolerance")
@@ -582,9 +598,10 @@ def exact_sampler(claim, tables: Tables) -> Outcome:
     if not controls:
         fails.append("no negative controls were run")
     if fails:
-        return Outcome(NOT_REPRODUCED, text, float(worst["speculative"]), "; ".join(fails), n=n_settings)
+        return Outcome(NOT_REPRODUCED, text, float(worst["speculative"]), "; ".join(fails), n=n_settings,
+                       unit="settings")
     return Outcome(EXACT, text + f"; {len(controls)} negative controls caught", float(worst["speculative"]),
-                   n=n_settings)
+                   n=n_settings, unit="settings")
 
 
 @rule("select", "value")
@@ -602,11 +619,12 @@ def all_identical(claim, tables: Tables) -> Outcome:
     prompts = df.loc[same.index, "prompt"].nunique() if "prompt" in df else None
     text = f"{n_ok}/{len(same)} runs identical" + (f" ({prompts} prompt{'s' if prompts > 1 else ''})" if prompts else "")
     if n_ok == len(same):
-        return Outcome(EXACT, text, 1.0, n=len(same))
+        return Outcome(EXACT, text, 1.0, n=len(same), unit="runs")
     bad = df.loc[same.index[~same.astype(bool)]]
     who = ", ".join(sorted(set(bad["method"].astype(str)))) if "method" in bad else ""
     return Outcome(NOT_REPRODUCED, text, n_ok / len(same),
-                   f"{len(same) - n_ok} runs differ from the baseline" + (f" ({who})" if who else ""), n=len(same))
+                   f"{len(same) - n_ok} runs differ from the baseline" + (f" ({who})" if who else ""), n=len(same),
+                   unit="runs")
 
 
 @rule("select", "value", "explained")
@@ -1273,7 +1291,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
             out = Outcome(NOT_RUN, e.ours, None, str(e))
         out = _judged_draft(claim, tables, names, out)
     row.update(verdict=out.verdict, ours=out.ours, ours_value=out.value, ours_lo=out.lo, ours_hi=out.hi, n=out.n,
-               reason=out.reason)
+               n_unit=n_unit(out), reason=out.reason)
     return row
 
 
