@@ -107,6 +107,42 @@ def test_prose_carries_no_hand_typed_measurements():
     assert not found, found
 
 
+#: measurement-like phrases allowed in notebook markdown: a level written with a space, and the pass@1 harness's
+#: per-problem timeout (a setting, not a result)
+NOTEBOOK_ALLOWED = PROSE_ALLOWED | {"90 %", "5 s"}
+
+
+def _papers_numbers() -> set[float]:
+    """Every number in data/papers/*.csv (the papers' own figures), rounded to 4 decimals."""
+    numbers = set()
+    for path in sorted((ROOT / "data" / "papers").glob("*.csv")):
+        for value in pd.read_csv(path).to_numpy().ravel():
+            try:
+                numbers.add(round(float(value), 4))
+            except (TypeError, ValueError):
+                pass
+    return numbers
+
+
+def test_notebook_markdown_carries_only_the_papers_numbers():
+    """A measured number in a notebook belongs in an output cell; its markdown may quote a paper's figure only if
+    data/papers holds it (a percentage as the fraction the table stores), so that what is printed as the paper's
+    can be traced to the paper's table."""
+    papers = _papers_numbers()
+    found = {}
+    for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        text = _blocks_removed("\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown"))
+        for hit in MEASUREMENT.findall(text):
+            if hit.strip() in NOTEBOOK_ALLOWED:
+                continue
+            number = re.search(r"\d+(?:\.\d+)?", hit)
+            value = float(number.group()) if number else None
+            if value is None or not ({round(value, 4), round(value / 100, 4)} & papers) or hit.startswith("["):
+                found.setdefault(nb.name, []).append(hit)
+    assert not found, found
+
+
 def test_every_relative_link_resolves():
     assert "docs/" in README.read_text()
     for p in PAGES:
