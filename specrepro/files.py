@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["repo_root", "git_commit", "code_fingerprint", "device_description", "cpu_description", "cpu_bf16", "atomic_write_text", "atomic_save_safetensors",
+__all__ = ["repo_root", "checkpoint_file", "git_commit", "code_fingerprint", "device_description", "cpu_description", "cpu_bf16", "atomic_write_text", "atomic_save_safetensors",
            "atomic_directory",            "load_keyed_checkpoint", "resumable_rows"]
 
 
@@ -26,6 +26,13 @@ def repo_root() -> Path:
 
 # paths a run writes (never inputs to a measurement): excluded from the "-dirty" check of the provenance commit
 _OUTPUT_PATHS = ("data/results", "figures", "notebooks/executed", "build", "README.md", "docs")
+
+
+def checkpoint_file(name: str, profile: str) -> Path:
+    """Where a long computation of the table ``name`` under ``profile`` keeps its finished pieces until the table is
+    saved: ``build/checkpoints/<name>.<profile>.json`` (git-ignored; the caller deletes it after saving). What it may
+    resume is decided by the key saved inside it, not by this name."""
+    return repo_root() / "build" / "checkpoints" / f"{name}.{profile}.json"
 
 
 def git_commit() -> str:

@@ -332,3 +332,42 @@ def test_tree_vs_chain_speed_resumes_its_timing_from_a_checkpoint(tmp_path):
     with pytest.warns(UserWarning, match="not resumed"):
         other = tree_vs_chain_speed(target, draft, tok, prompts[:2], checkpoint_key={"draft": "d (int8)"}, **kw)
     assert other.attrs["resumed_blocks"] == 0 and list(tmp_path.glob("speed.json.stale-*"))
+
+
+def test_speed_table_resumes_its_timing_from_a_checkpoint(tmp_path):
+    """Notebook 04's γ sweep resumes at the first unfinished (pass, prompt) block; other methods, another sampling
+    setting or other model names set the checkpoint aside."""
+    from conftest import tiny_lm
+
+    from specrepro.core.sampling import GREEDY, SamplingConfig
+    from specrepro.data import Prompt
+    from specrepro.drafters.model import DraftModelDrafter
+    from specrepro.lab.leviathan import speed_table
+
+    target, draft = tiny_lm("llama", seed=0), tiny_lm("llama", seed=1)
+    tok = _CharTokenizer()
+    prompts = [Prompt(f"p{i}", "abcdefg"[: 3 + i]) for i in range(2)]
+    methods = {"AR": (None, 0), "sd γ=2": (DraftModelDrafter(draft, 8), 2)}
+    ckpt = tmp_path / "runs.json"
+    kw = dict(max_new_tokens=6, progress=False, checkpoint=ckpt, checkpoint_key={"draft": "d"})
+    first = speed_table(target, tok, methods, prompts, sampling=GREEDY, **kw)
+    assert first.attrs["resumed_blocks"] == 0 and first["same_as_ar"].all()
+    again = speed_table(target, tok, methods, prompts, sampling=GREEDY, **kw)
+    assert again.attrs["resumed_blocks"] == 2 and "gamma" in again and again["same_as_ar"].all()
+    assert sorted(again["seconds"]) == sorted(first["seconds"])
+    with pytest.warns(UserWarning, match="not resumed"):
+        t1 = speed_table(target, tok, methods, prompts, sampling=SamplingConfig(1.0), **kw)
+    assert t1.attrs["resumed_blocks"] == 0
+
+
+def test_timing_checkpoint_key_names_the_settings_machine_and_code():
+    from specrepro.measure.harness import timing_checkpoint_key
+
+    prompts = [("a", torch.arange(5)), ("b", torch.arange(3))]
+    key = timing_checkpoint_key(("specrepro.lab.specinfer",), prompts, "cpu", draft="d", gamma=2)
+    assert key["draft"] == "d" and key["prompts"] == ["a", "b"] and key["prompt_tokens"] == [5, 3]
+    assert {"cpu", "torch", "threads", "code", "device"} <= set(key) and json.dumps(key)
+    other = timing_checkpoint_key(("specrepro.lab.leviathan",), prompts, "cpu", draft="d", gamma=2)
+    assert other["code"] != key["code"]
+    with pytest.raises(ModuleNotFoundError):
+        timing_checkpoint_key(("specrepro.nope",), prompts)

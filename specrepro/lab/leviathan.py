@@ -25,6 +25,7 @@ from specrepro.measure.harness import (
     per_run_table,
     run_interleaved,
     speedup_table,
+    timing_checkpoint_key,
 )
 from specrepro.stats import bootstrap_ci
 from specrepro.theory import (
@@ -35,7 +36,12 @@ from specrepro.theory import (
     walltime_improvement,
 )
 
-__all__ = ["leviathan_table1", "leviathan_table3_paper", "alpha_table", "alpha_summary", "speed_table", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
+__all__ = ["leviathan_table1", "leviathan_table3_paper", "alpha_table", "alpha_summary", "speed_table", "SPEED_MODULES", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
+
+#: The modules whose code decides what :func:`speed_table` times (with every package module they import): the chain
+#: loop and the drafters notebook 04 passes it (the draft model, its int8 copy, the n-gram and prompt-lookup drafts)
+SPEED_MODULES = ("specrepro.lab.leviathan", "specrepro.drafters.model", "specrepro.drafters.lookup",
+                 "specrepro.drafters.compress")
 
 #: Leviathan et al. 2023, Table 1: (alpha, gamma) -> (operations factor, speed), c = c_hat = 0.
 LEVIATHAN_TABLE1 = {(float(r.alpha), int(r.gamma)): (float(r.operations), float(r.speed))
@@ -136,7 +142,8 @@ def alpha_summary(runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
 
 def speed_table(target, tokenizer, methods: dict[str, tuple], prompts, max_new_tokens: int = 128,
                 sampling: SamplingConfig = SamplingConfig(0.0), seed: int = 0, warmup: bool = True,
-                repeats: int = 1, progress: bool = True) -> pd.DataFrame:
+                repeats: int = 1, progress: bool = True, checkpoint=None,
+                checkpoint_key: dict | None = None) -> pd.DataFrame:
     """Time chain methods side by side with the one harness (:func:`specrepro.measure.harness.run_interleaved`: interleaved
     prompt by prompt, method order rotated, warm-up, one seeding rule).
 
@@ -144,12 +151,18 @@ def speed_table(target, tokenizer, methods: dict[str, tuple], prompts, max_new_t
         methods: name -> (drafter or None, gamma). None is the AR baseline (exactly one).
         prompts: list of :class:`~specrepro.data.Prompt`.
         repeats: timed passes over the prompts.
+        checkpoint: a JSON file where every finished (pass, prompt) block is kept, so that an interrupted timing
+            resumes at the next block; the caller deletes it once its table is saved. None: no checkpoint.
+        checkpoint_key: what names the models and drafters (e.g. the target, the draft and whether it is the int8
+            copy): saved blocks resume only under the same names, methods, sampling, prompts, machine, torch and
+            code (:data:`SPEED_MODULES`; :func:`specrepro.measure.harness.timing_checkpoint_key`).
 
     Returns:
         one row per (repeat, prompt, method), :func:`specrepro.measure.harness.per_run_table` columns (tokens, seconds,
         tokens_per_s, ms_per_token, steps, tokens_per_step, alpha (NaN for AR), accepted, drafted, target_ms (mean
         target forward, ms), draft_ms (mean draft time per drafted token, ms), overhead_ms, ...) plus gamma and
-        same_as_ar (greedy only: token-identical to the AR output on that prompt).
+        same_as_ar (greedy only: token-identical to the AR output on that prompt). ``attrs["resumed_blocks"]``: the
+        (pass, prompt) blocks read from ``checkpoint``.
 
     Raises:
         ValueError: not exactly one AR method (drafter None).
@@ -166,12 +179,20 @@ def speed_table(target, tokenizer, methods: dict[str, tuple], prompts, max_new_t
     runners = {name: runner(d, g, max_new_tokens) for name, (d, g) in methods.items()}
     warm = {name: runner(d, g, min(8, max_new_tokens)) for name, (d, g) in methods.items()} if warmup else None
     encoded = [(p.id, encode(tokenizer, p.text).to(target.device)) for p in prompts]
+    key = None if checkpoint is None else timing_checkpoint_key(
+        SPEED_MODULES, encoded, target.device, **(checkpoint_key or {}),
+        methods={name: [type(d).__name__ if d is not None else None, g] for name, (d, g) in methods.items()},
+        sampling=[sampling.temperature, sampling.top_p, sampling.top_k], max_new_tokens=max_new_tokens, seed=seed,
+        warmup=warmup)
     runs = run_interleaved(runners, encoded, repeats=repeats, seed=seed, device=target.device, warmup=warm,
-                           baseline=ar[0], greedy=sampling.greedy, progress=progress, desc="speed")
+                           baseline=ar[0], greedy=sampling.greedy, progress=progress, desc="speed",
+                           checkpoint=checkpoint, checkpoint_key=key)
     out = per_run_table(runs)
     out.insert(out.columns.get_loc("method") + 1, "gamma",
                [0 if methods[m][0] is None else methods[m][1] for m in out["method"]])
-    return out.rename(columns={"equal_to_baseline": "same_as_ar"})
+    out = out.rename(columns={"equal_to_baseline": "same_as_ar"})
+    out.attrs["resumed_blocks"] = int(runs.attrs.get("resumed_blocks", 0))
+    return out
 
 
 def summarize_speed(runs: pd.DataFrame, t_target: Callable, t_draft: dict,

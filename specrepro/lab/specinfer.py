@@ -28,7 +28,7 @@ from specrepro.core.trees import (
 )
 from specrepro.drafters.model import DraftModelDrafter
 from specrepro.lab.papers import paper_table
-from specrepro.measure.harness import per_run_table, run_interleaved
+from specrepro.measure.harness import per_run_table, run_interleaved, timing_checkpoint_key
 
 __all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "TREE_SHAPES", "expansion_widths", "topk_success_table",
            "tree_width_table", "tree_width_summary", "naive_vs_mss_table", "tree_cost_table", "choose_tree",
@@ -46,11 +46,11 @@ TREE_SPEED_MODULES = ("specrepro.lab.specinfer",)
 
 
 def tree_speed_checkpoint(profile: str):
-    """Where notebook 05 keeps the (pass, prompt) blocks of its tree-vs-chain timing under ``profile``:
-    ``build/checkpoints/specinfer_tree_speed.<profile>.json`` (git-ignored), deleted once the table is saved."""
-    from specrepro.files import repo_root
+    """Where notebook 05 keeps the (pass, prompt) blocks of its tree-vs-chain timing under ``profile``
+    (:func:`specrepro.files.checkpoint_file` of ``specinfer_tree_speed``)."""
+    from specrepro.files import checkpoint_file
 
-    return repo_root() / "build" / "checkpoints" / f"specinfer_tree_speed.{profile}.json"
+    return checkpoint_file("specinfer_tree_speed", profile)
 
 
 #: Table 2 tree shapes: "paper" = SpecInfer's ⟨1,1,k,1,...,1⟩ (Sec. 6.4: the branching at the third token),
@@ -355,15 +355,10 @@ def tree_vs_chain_speed(target, draft, tokenizer, prompts, tree: tuple[int, int]
 
     methods = ["AR", chain, tree_name]
     encoded = [(p.id, _encode(tokenizer, p.text).to(target.device)) for p in prompts]
-    key = None
-    if checkpoint is not None:
-        from specrepro.files import code_fingerprint, cpu_description
-
-        key = dict(checkpoint_key or {}, methods=methods, tree=[w, d], gamma=gamma, mode=mode,
-                   sampling=[sampling.temperature, sampling.top_p, sampling.top_k], max_new_tokens=max_new_tokens,
-                   seed=seed, prompts=[pid for pid, _ in encoded], prompt_tokens=[int(x.numel()) for _, x in encoded],
-                   device=str(target.device), cpu=cpu_description(), torch=torch.__version__,
-                   threads=torch.get_num_threads(), code=code_fingerprint(TREE_SPEED_MODULES))
+    key = None if checkpoint is None else timing_checkpoint_key(
+        TREE_SPEED_MODULES, encoded, target.device, **(checkpoint_key or {}), methods=methods, tree=[w, d],
+        gamma=gamma, mode=mode, sampling=[sampling.temperature, sampling.top_p, sampling.top_k],
+        max_new_tokens=max_new_tokens, seed=seed)
     runs = run_interleaved({m: runner(m, max_new_tokens) for m in methods}, encoded, repeats=repeats, seed=seed,
                            device=target.device, warmup={m: runner(m, 4) for m in methods}, baseline="AR",
                            greedy=sampling.greedy, progress=progress, desc="tree vs chain", checkpoint=checkpoint,

@@ -41,7 +41,7 @@ import torch
 from specrepro.measure.memory import peak_rss_mb, reset_peak, rss_split_mb
 from specrepro.stats import bootstrap_ci
 
-__all__ = ["RunOutput", "seed_for", "make_generator", "timed_call", "as_run_output", "run_interleaved", "per_run_table", "paired_ratios", "paired_speedup", "speedup_table", "draft_of_method", "in_run_cost_coefficient"]
+__all__ = ["RunOutput", "seed_for", "make_generator", "timed_call", "as_run_output", "run_interleaved", "timing_checkpoint_key", "per_run_table", "paired_ratios", "paired_speedup", "speedup_table", "draft_of_method", "in_run_cost_coefficient"]
 
 
 @dataclass
@@ -279,6 +279,24 @@ def _load_checkpoint(path: Path, key: dict, labels: list[str], prompt_ids: list[
             rows.extend(block)
             done.add((r, i))
     return rows, done
+
+
+def timing_checkpoint_key(modules: Sequence[str], prompts: Sequence[tuple[str, torch.Tensor]],
+                          device: str | torch.device = "cpu", **settings) -> dict:
+    """The ``checkpoint_key`` of a :func:`run_interleaved` call that timing functions build: the caller's
+    ``settings`` (the models' names, methods, sampling, token budget, seed; JSON-serialisable), the prompts (ids and
+    token counts), the machine (device, CPU, torch and its thread count) and the code that decides what is timed
+    (:func:`specrepro.files.code_fingerprint` of ``modules`` and every package module they import). Blocks saved
+    under another key are not resumed. Not the commit: results get committed while a long run waits to resume.
+
+    Raises:
+        ModuleNotFoundError: a name in ``modules`` that is not a module of the package.
+    """
+    from specrepro.files import code_fingerprint, cpu_description
+
+    return dict(settings, prompts=[pid for pid, _ in prompts], prompt_tokens=[int(ids.numel()) for _, ids in prompts],
+                device=str(device), cpu=cpu_description(), torch=torch.__version__, threads=torch.get_num_threads(),
+                code=code_fingerprint(tuple(modules)))
 
 
 def per_run_table(runs: pd.DataFrame) -> pd.DataFrame:

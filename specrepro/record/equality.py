@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specrepro.files import repo_root
+from specrepro.files import checkpoint_file
 
 __all__ = ["configure_parser", "run_command", "checkpoint_path", "bench_divergences", "divergences_name",
            "DECODING_MODULES", "add_workload_options"]
@@ -38,7 +38,7 @@ def checkpoint_path(name: str, profile: str) -> Path:
     ``build/checkpoints/<name>.<profile>.json`` (git-ignored), deleted once the table is saved. An interrupted run
     with the same models, settings, prompts, torch and decoding code (:data:`DECODING_MODULES`) resumes at the first
     unfinished prompt, whatever the commit or machine."""
-    return repo_root() / "build" / "checkpoints" / f"{name}.{profile}.json"
+    return checkpoint_file(name, profile)
 
 
 def add_workload_options(p: argparse.ArgumentParser, *, workload_help: str, gamma: int) -> None:
