@@ -39,6 +39,7 @@ from specrepro.record.scorecard import (
     EXACT,
     GROUPS,
     INCONCLUSIVE,
+    N_PHRASE,
     NOT_REPRODUCED,
     NOT_RUN,
     TREND,
@@ -150,8 +151,6 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: "n = 20 prompts" inside our number's text (its sample size, which the summary gives a column of its own)
-_N_PHRASE = re.compile(r"n = ([\d,]+(?:[-–][\d,]+)?(?: [A-Za-z]+)?(?: × \d+ passes)?)")
 _N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"),
              re.compile(r"[,;]?\s*\bn = [\d,]+(?:[-–][\d,]+)?(?: [A-Za-z]+)*(?: × \d+ passes)?"))
 #: the longest "ours" cell of the summary; a longer one is cut at its last "; " (else ", ") before this length
@@ -162,10 +161,10 @@ def _short_ours(r) -> tuple[str, str]:
     """Our number for the summary (its interval kept, its "n = ..." phrases moved to the n column, cut to
     :data:`SUMMARY_OURS_CHARS`) and the n cell (the first "n = ..." phrase, else the card's n and its unit)."""
     text = "" if r.get("ours") is None or (isinstance(r["ours"], float) and math.isnan(r["ours"])) else str(r["ours"])
-    m = _N_PHRASE.search(text)
+    m = N_PHRASE.search(text)
     n_val = r.get("n")
     if m:
-        n_cell = m.group(1)
+        n_cell = " ".join(g for g in m.groups() if g)
     elif n_val is not None and not (isinstance(n_val, float) and math.isnan(n_val)) and str(n_val) != "":
         unit = r.get("n_unit")
         unit = "" if unit is None or (isinstance(unit, float) and math.isnan(unit)) else str(unit)
