@@ -62,7 +62,7 @@ BENCH_ARGS := --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-to
 # prompt's methods interleaved within every pass; the per-prompt ratio is the geometric mean over the passes)
 BENCH_REPEATS ?= 3
 
-.PHONY: help setup test unit nbval nbval-refresh reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164
+.PHONY: help setup test unit nbval nbval-refresh reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164 status
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -148,6 +148,10 @@ $(EXECUTED_DIR)/09_verifiers.ipynb: $(filter %_verifiers_t1.json %_verifiers_nuc
 # build/humaneval164/ and notebooks/executed/humaneval164/ (README, Profiles, gives its estimated run time).
 chen-164: $(STAMP)  ## notebook 07 (Chen Table 1, pass@1) on all 164 HumanEval problems, CPU (profile humaneval164)
 	$(MAKE) --no-print-directory PROFILE=humaneval164 fetch notebooks/executed/humaneval164/07_chen_humaneval.ipynb
+
+# MEASURE=1: time this machine's forward cost for the estimates (about a minute) when the record has none for its CPU
+status: $(STAMP)  ## every shard, executed notebook and figure: current, stale (why) or missing, with run-time estimates
+	$(PY) -m specrepro status $(if $(MEASURE),--measure)
 
 scorecard: $(STAMP)  ## re-score the committed standard tables and rewrite README's generated blocks (as notebook 08 does)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro scorecard --readme > /dev/null

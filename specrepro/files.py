@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["repo_root", "checkpoint_file", "git_commit", "code_fingerprint", "device_description", "cpu_description", "cpu_bf16", "atomic_write_text", "atomic_save_safetensors",
-           "atomic_directory",            "load_keyed_checkpoint", "resumable_rows"]
+           "atomic_directory",            "load_keyed_checkpoint", "resumable_rows", "READS_ENV", "note_read",
+           "reads", "clear_reads", "MachineSnapshot", "machine_snapshot", "machine_state", "LOAD_FLAG_PCT"]
 
 
 def repo_root() -> Path:
@@ -168,6 +169,129 @@ def cpu_bf16(cpuinfo: str | None = None) -> bool | None:
         return None
     flags = set(line.partition(":")[2].split())
     return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+#: Set by :func:`specrepro.record.nbrun.run_notebook` to a file path: every :func:`note_read` of the notebook's kernel
+#: is appended there as one JSON line, so that the executed notebook can record the tables it read.
+READS_ENV = "SPECREPRO_READS"
+
+_READS: dict[str, str] = {}
+
+
+def _rel(path: Path) -> str:
+    """``path`` relative to the repository root when it lies inside it (POSIX form), else absolute."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(repo_root().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def note_read(path: str | os.PathLike, data: bytes | None = None) -> str | None:
+    """Record that this process read (or wrote) the table ``path``, with the sha256 of its bytes now (or of
+    ``data``, the bytes just read or written): the ledger from which figures and executed notebooks record what they
+    were drawn from, so that a later change to one of those tables shows them stale (``python -m specrepro status``).
+
+    The ledger is this process's (:func:`reads`); when the environment names a file under :data:`READS_ENV`, the
+    entry is also appended there as one JSON line (the notebook runner reads it back). A path that does not exist is
+    not recorded.
+
+    Returns:
+        the sha256 recorded, or None when there was nothing to read.
+    """
+    import json
+
+    path = Path(path)
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+    digest = sha256_bytes(data)
+    rel = _rel(path)
+    _READS[rel] = digest
+    log = os.environ.get(READS_ENV)
+    if log:
+        with open(log, "a") as f:  # one short line per call: appends of this size do not interleave
+            f.write(json.dumps({"path": rel, "sha256": digest}) + "\n")
+    return digest
+
+
+def reads() -> dict[str, str]:
+    """The tables this process has read or written so far (:func:`note_read`): ``{path relative to the repository:
+    sha256}``, the latest bytes of each, sorted by path."""
+    return dict(sorted(_READS.items()))
+
+
+def clear_reads() -> None:
+    """Forget the ledger of :func:`reads` (tests; a long-lived process starting a new artifact)."""
+    _READS.clear()
+
+
+#: A timed block is flagged as timed under load when other processes used at least this share of the machine's CPU
+#: time during it, or the hypervisor stole at least this share (percent; fixed before any timing was read).
+LOAD_FLAG_PCT = 10.0
+
+
+class MachineSnapshot(tuple):
+    """(wall seconds, load average over 1 minute, /proc/stat jiffies: total, idle + iowait, steal; this process's
+    CPU seconds) at one moment; :func:`machine_state` compares two. Fields are NaN where the system does not say."""
+
+    __slots__ = ()
+
+
+def machine_snapshot() -> MachineSnapshot:
+    """The machine's state now, for :func:`machine_state`: load average, the kernel's CPU time counters (Linux
+    ``/proc/stat``: all, idle + iowait, steal) and this process's own CPU time (``os.times``: user + system,
+    children included)."""
+    import math
+    import time
+
+    try:
+        load1 = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        load1 = math.nan
+    total = idle = steal = math.nan
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+        total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest time is inside user)
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+        steal = fields[7] if len(fields) > 7 else 0.0
+    except (OSError, ValueError, IndexError):
+        pass
+    t = os.times()
+    own = t.user + t.system + t.children_user + t.children_system
+    return MachineSnapshot((time.monotonic(), load1, total, idle, steal, own))
+
+
+def machine_state(before: MachineSnapshot, after: MachineSnapshot) -> dict:
+    """What the machine did between two :func:`machine_snapshot` calls around a timed block.
+
+    Returns:
+        ``load_before``, ``load_after`` (1-minute load averages; they include this process), ``steal_pct`` (CPU
+        time the hypervisor gave to other guests, percent of the machine's CPU time in the block),
+        ``other_cpu_pct`` (CPU time used by processes other than this one and its children, percent of the
+        machine's CPU time: 50 means one of two cores busy elsewhere), ``under_load`` (True when either share
+        reaches :data:`LOAD_FLAG_PCT`; None where ``/proc/stat`` is unreadable). Jiffies are 1/100 s, so a block
+        shorter than about a second reads coarsely.
+    """
+    import math
+
+    _, load0, tot0, idle0, steal0, own0 = before
+    _, load1, tot1, idle1, steal1, own1 = after
+    d_total = tot1 - tot0
+    if not (math.isfinite(d_total) and d_total > 0):
+        return {"load_before": load0, "load_after": load1, "steal_pct": math.nan, "other_cpu_pct": math.nan,
+                "under_load": None}
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    busy = d_total - (idle1 - idle0) - (steal1 - steal0)
+    other = max(0.0, busy - (own1 - own0) * hz)
+    steal_pct = 100.0 * (steal1 - steal0) / d_total
+    other_pct = 100.0 * other / d_total
+    return {"load_before": round(load0, 2), "load_after": round(load1, 2), "steal_pct": round(steal_pct, 1),
+            "other_cpu_pct": round(other_pct, 1),
+            "under_load": bool(steal_pct >= LOAD_FLAG_PCT or other_pct >= LOAD_FLAG_PCT)}
 
 
 def umask_mode() -> int:

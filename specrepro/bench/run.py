@@ -305,16 +305,22 @@ def run_bench(
         included: the memory a machine needs to run it; :mod:`specrepro.measure.memory`),
         per_position_acceptance (P(accept position i | positions < i accepted); per depth for trees), greedy_equal_to_ar (greedy only; None
         under sampling); with ``predict``, for fixed-γ chain methods also predicted_tokens_per_step (Leviathan
-        Eq. 1), free_draft_bound, predicted_speedup (hardware-aware) and measured_over_predicted.
+        Eq. 1), free_draft_bound, predicted_speedup (hardware-aware) and measured_over_predicted. ``config`` also
+        records ``seconds`` (this call's wall time, s), ``blocks`` and ``blocks_under_load`` (the (pass, prompt)
+        blocks timed while another process or the hypervisor took at least
+        :data:`specrepro.files.LOAD_FLAG_PCT` percent of the CPU; the runs' ``under_load`` column says which).
 
     Raises:
         BenchOptionError: see :func:`validate_options`; also an unknown pair or both ``pair`` and ``target``, a
             method whose model cannot take tree attention, Medusa heads trained for another base model.
     """
+    import time
+
     import pandas as pd
 
     from specrepro.data import Prompt, load_workload
 
+    t_start = time.monotonic()
     if methods is None:
         methods = list(DEFAULT_METHODS)
         if draft is None and pair is None and (models is None or models[1] is None):
@@ -415,6 +421,13 @@ def run_bench(
     summary = _summarize(runs, resolved, sampling.greedy, seed=seed)
     if costs is not None:
         summary = add_predictions(summary, costs, runs)
+    # the sitting's own run time (loading, cost model and the blocks it timed; resumed blocks took earlier sittings)
+    # and how many of its (pass, prompt) blocks were timed while other processes or the hypervisor took the CPU
+    config["seconds"] = round(time.monotonic() - t_start, 1)
+    if "under_load" in runs.columns:
+        blocks = runs.drop_duplicates(["repeat", "prompt_index"])
+        config["blocks"] = int(len(blocks))
+        config["blocks_under_load"] = int((blocks["under_load"] == True).sum())  # noqa: E712 (None: not measured)
     result = BenchResult(summary=summary, runs=runs, config=config)
     if json_path is not None:
         from specrepro.files import atomic_write_text

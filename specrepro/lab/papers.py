@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import pandas as pd
 
-from specrepro.files import repo_root
+from specrepro.files import note_read, repo_root
 
 __all__ = ["paper_table", "PAPER_TABLES"]
 
@@ -20,7 +20,12 @@ PAPER_TABLES = ("leviathan_table1", "leviathan_table2", "leviathan_table3", "che
 
 @lru_cache(maxsize=None)
 def _read(name: str) -> pd.DataFrame:
-    return pd.read_csv(repo_root() / "data" / "papers" / f"{name}.csv")
+    import io
+
+    path = repo_root() / "data" / "papers" / f"{name}.csv"
+    data = path.read_bytes()
+    note_read(path, data)  # a figure or notebook that prints the paper's rows records the bytes they came from
+    return pd.read_csv(io.BytesIO(data))
 
 
 def paper_table(name: str) -> pd.DataFrame:

@@ -22,6 +22,7 @@ from specrepro.core.decoding import default_eos_ids, generate
 from specrepro.core.sampling import SamplingConfig
 from specrepro.core.trees import DraftTreeProposer, tree_generate
 from specrepro.drafters.model import DraftModelDrafter
+from specrepro.files import note_read
 from specrepro.lab.papers import paper_table
 from specrepro.measure.harness import paired_speedup
 from specrepro.stats import ratio_of_sums_ci
@@ -123,7 +124,9 @@ def verifier_table(files: dict, seed: int = 0) -> pd.DataFrame:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such bench file; `make {path}` writes it")
-        frames.append(verifier_rows(json.loads(path.read_text()), setting, seed=seed))
+        data = path.read_bytes()
+        note_read(path, data)  # the notebook that tabulates it records the bytes it read
+        frames.append(verifier_rows(json.loads(data), setting, seed=seed))
     return pd.concat(frames, ignore_index=True)
 
 

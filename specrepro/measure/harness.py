@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from specrepro.files import machine_snapshot, machine_state
 from specrepro.measure.memory import peak_rss_mb, reset_peak, rss_split_mb
 from specrepro.stats import bootstrap_ci
 
@@ -164,7 +165,10 @@ def run_interleaved(
         accepted,
         alpha_terms, depths (lists per step), peak_rss_mb (the process's resident high-water mark during this call,
         MiB; :mod:`specrepro.measure.memory`: the models' weights included), rss_anon_mb / rss_file_mb (resident
-        anonymous and file-backed memory right after the call, MiB), equal_to_baseline. ``attrs["resumed_blocks"]``: the (repeat, prompt)
+        anonymous and file-backed memory right after the call, MiB), equal_to_baseline, and the machine's state
+        during the row's (repeat, prompt) block (:func:`specrepro.files.machine_state`): load_before, load_after,
+        steal_pct, other_cpu_pct, under_load (True: another process or the hypervisor took at least
+        :data:`specrepro.files.LOAD_FLAG_PCT` percent of the CPU while the block was timed). ``attrs["resumed_blocks"]``: the (repeat, prompt)
         blocks loaded from ``checkpoint`` rather than timed in this call.
 
     Raises:
@@ -207,6 +211,7 @@ def run_interleaved(
             order = labels[k:] + labels[:k]
             outs: dict[str, RunOutput] = {}
             first = len(rows)
+            snap = machine_snapshot()
             for pos, label in enumerate(order):
                 bar.set_postfix_str(f"{label} · {pid}", refresh=False)
                 gen = make_generator(seed_for(seed, r, i), dev)
@@ -237,9 +242,11 @@ def run_interleaved(
                     "peak_rss_mb": peak, "rss_anon_mb": now["anon"], "rss_file_mb": now["file"],
                 })
                 bar.update(1)
+            state = machine_state(snap, machine_snapshot())  # was the machine idle while this block was timed?
             for row in rows[first:]:
                 row["equal_to_baseline"] = (outs[row["method"]].tokens == outs[baseline].tokens) \
                     if (greedy and baseline is not None) else None
+                row.update(state)
             if checkpoint is not None:
                 from specrepro.files import atomic_write_text
 

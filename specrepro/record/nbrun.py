@@ -13,6 +13,8 @@ relative paths behave as in JupyterLab), and the result is written atomically (a
 Each executed notebook carries its own run time: :func:`stamp_run` writes the wall-clock minutes, the profile, the
 commit, the CPU and the date into the notebook's metadata (``metadata.specrepro.run``), which the ``runtimes`` block
 of docs/profiles.md (:func:`specrepro.record.report.render_runtimes`) tabulates. Run times are measured, never typed.
+It also carries what it was drawn from (:func:`stamp_inputs`): the sha256 of every table its kernel read or wrote
+and of its source's code cells, which ``python -m specrepro status`` compares with today's.
 
 What it is not: the choice of where outputs go (the Makefile's ``EXECUTED_DIR``) or of what the record is
 (:mod:`specrepro.record.results`).
@@ -27,8 +29,10 @@ import sys
 import time
 from pathlib import Path
 
+from specrepro.files import READS_ENV
+
 __all__ = ["RUN_KEY", "declared_parameters", "notebook_parameters", "stamp_run", "run_facts", "code_drift", "run_notebook",
-           "main"]
+           "read_log", "source_code_sha256", "stamp_inputs", "recorded_inputs", "main"]
 
 RUN_KEY = "specrepro"  # the executed notebook's metadata key that holds {"run": {...}} (:func:`stamp_run`)
 
@@ -145,12 +149,84 @@ def run_notebook(source: str | Path, output: str | Path, profile: str | Path, ke
     output.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     partial = output.with_name(output.name.removesuffix(".ipynb") + ".partial.ipynb")
-    papermill.execute_notebook(str(source), str(partial), parameters=params, kernel_name=kernel,
-                               cwd=str(source.resolve().parent), progress_bar=False)
+    log = output.with_name(output.name.removesuffix(".ipynb") + ".partial.reads")
+    log.unlink(missing_ok=True)
+    previous = os.environ.get(READS_ENV)
+    os.environ[READS_ENV] = str(log.resolve())  # the kernel inherits it: every table it reads is logged there
+    try:
+        papermill.execute_notebook(str(source), str(partial), parameters=params, kernel_name=kernel,
+                                   cwd=str(source.resolve().parent), progress_bar=False)
+    finally:
+        if previous is None:
+            os.environ.pop(READS_ENV, None)
+        else:
+            os.environ[READS_ENV] = previous
     clean_notebook(partial)
     stamp_run(partial, time.perf_counter() - t0, profile.stem)
+    stamp_inputs(partial, read_log(log), source)
+    log.unlink(missing_ok=True)
     os.replace(partial, output)
     return output
+
+
+def read_log(path: str | Path) -> dict[str, str]:
+    """The tables a notebook's kernel read or wrote, from the log :func:`specrepro.files.note_read` appends to
+    (one JSON line each): ``{path: sha256}``, the last bytes of each, sorted by path; empty when there is no log."""
+    import json
+
+    out: dict[str, str] = {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            out[str(entry["path"])] = str(entry["sha256"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short by an interrupted write names nothing
+    return dict(sorted(out.items()))
+
+
+def source_code_sha256(source: str | Path) -> str:
+    """The sha256 of a notebook's code cells (papermill's injected cell left out), the text of each stripped at its
+    end and the cells joined by a NUL: what an executed notebook records of the source that ran, so that a change
+    to the code shows it stale while a change to markdown alone does not."""
+    import hashlib
+
+    import nbformat
+
+    nb = nbformat.read(str(source), as_version=4)
+    code = [c.source.rstrip() for c in nb.cells
+            if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])]
+    return hashlib.sha256("\0".join(code).encode()).hexdigest()
+
+
+def stamp_inputs(notebook: str | Path, inputs: dict[str, str], source: str | Path) -> None:
+    """Record in an executed notebook's metadata what it was drawn from, atomically:
+    ``metadata.specrepro.inputs`` = ``{table path: sha256}`` of every table its kernel read or wrote
+    (:func:`read_log`) and ``metadata.specrepro.source_code_sha256`` (:func:`source_code_sha256` of ``source``).
+    ``python -m specrepro status`` compares both with the tables and the source as they are now."""
+    import nbformat
+
+    from specrepro.files import atomic_write_text
+
+    path = Path(notebook)
+    nb = nbformat.read(str(path), as_version=4)
+    meta = nb.metadata.setdefault(RUN_KEY, {})
+    meta["inputs"] = dict(inputs)
+    meta["source_code_sha256"] = source_code_sha256(source)
+    atomic_write_text(path, nbformat.writes(nb) + "\n")
+
+
+def recorded_inputs(notebook: str | Path) -> dict[str, str] | None:
+    """The ``{table path: sha256}`` :func:`stamp_inputs` wrote into an executed notebook, or None (executed before
+    inputs were recorded)."""
+    import nbformat
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    inputs = nb.metadata.get(RUN_KEY, {}).get("inputs")
+    return dict(inputs) if inputs is not None else None
 
 
 def main(argv=None) -> int:

@@ -29,6 +29,8 @@ from specrepro.files import (
     cpu_description,
     device_description,
     git_commit,
+    note_read,
+    reads,
     repo_root,
     sha256_bytes,
 )
@@ -161,6 +163,7 @@ def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", comp
     files = {path: df.to_csv(index=False, float_format="%.6g").encode()}
     files.update({path.parent / n: text.encode() for n, text in (companions or {}).items()})
     write_with_provenance(files, path.with_suffix(".provenance.json"), provenance(profile, device, **extra))
+    note_read(path, files[path])  # what a figure drawn next from this table records it was drawn from
     return path
 
 
@@ -210,7 +213,9 @@ def load_table(name: str, profile: str = STANDARD, **settings):
         wanted = json.loads(json.dumps(settings))
         if any(recorded.get(k, _MISSING) != v for k, v in wanted.items()):
             return None
-    return pd.read_csv(path)
+    data = path.read_bytes()
+    note_read(path, data)
+    return pd.read_csv(io.BytesIO(data))
 
 
 _MISSING = object()
@@ -230,10 +235,15 @@ def add_footer(fig, text: str):
 def save_figure(fig, name: str, profile: str = STANDARD, device: str = "cpu", **extra) -> Path:
     """Save ``fig`` as PNG and PDF under ``figures_dir(profile)`` with a provenance footer and sidecar.
 
-    The footer names the commit, profile and device so a figure carries where it came from. Returns the PNG path.
+    The footer names the commit, profile and device so a figure carries where it came from. The sidecar also records
+    ``inputs``: ``{table path: sha256}`` of every table this process had read or written when the figure was saved
+    (:func:`specrepro.files.reads`; :func:`save_table`, :func:`load_table` and the scorecard's readers note them), so
+    that ``python -m specrepro status`` shows the figure stale once one of those tables changes. Returns the PNG
+    path.
     """
     check_clean_for_record(profile)
     prov = provenance(profile, device, **extra)
+    prov["inputs"] = reads()
     add_footer(fig, f"specrepro {prov['commit']} · profile {profile} · {prov['device']}")
     out = figures_dir(profile) / name
     meta = {"Title": name, "Subject": json.dumps(prov, sort_keys=True)}
