@@ -39,10 +39,13 @@ from specrepro.files import cpu_description, repo_root, sha256_bytes
 from specrepro.record.nbrun import code_drift, recorded_inputs, run_facts
 
 __all__ = ["Shard", "SHARDS", "STATES", "shard_status", "notebook_status", "figure_status", "input_changes",
-           "forward_costs", "measure_forward_ms", "status_table", "configure_parser", "run_command"]
+           "forward_costs", "measure_forward_ms", "SHARD_BOUND_MIN", "status_table", "configure_parser", "run_command"]
 
 #: the states an artifact can be in
 STATES = ("current", "stale", "missing")
+#: a shard is sized to finish within this many minutes on the slowest CPU the record has met; a sitting that took
+#: longer is noted (the shard resumes over sittings, but should be split)
+SHARD_BOUND_MIN = 60
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,8 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
         recipe: the shard's command lines (default: :func:`make_recipe`), for bench files.
     """
     root = root or repo_root()
-    row = {"kind": "shard", "name": shard.target, "state": "current", "why": "", "minutes": math.nan, "cpu": ""}
+    row = {"kind": "shard", "name": shard.target, "state": "current", "why": "", "minutes": math.nan, "cpu": "",
+           "note": ""}
     missing = [o for o in shard.outputs if not (root / o).is_file()]
     if missing:
         return {**row, "state": "missing", "why": f"`make {shard.target}` writes it"}
@@ -171,12 +175,13 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
             # included, so a lower bound)
             timed = sum(float(r.get("seconds") or 0.0) for r in json.loads(path.read_text()).get("runs", []))
             row["minutes"] = round(timed / 60, 1) if timed else math.nan
+            row["note"] = "run time of its timed calls alone (a lower bound)"
         lines = recipe if recipe is not None else make_recipe(shard.target, root)
         bench = [ln for ln in lines if " bench " in f" {ln} "]
         if bench:
             reasons += bench_setting_changes(config, _recipe_settings(bench[0]))
         if config.get("blocks_under_load"):
-            row["why"] = f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load; "
+            row["note"] = f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load"
     else:
         sidecar = path.with_suffix(".provenance.json")
         if not sidecar.is_file():
@@ -190,8 +195,10 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
                 f = sidecar.parent / fname
                 if not f.is_file() or sha256_bytes(f.read_bytes()) != digest:
                     reasons.append(f"{fname} differs from its sidecar's sha256")
+    if math.isfinite(row["minutes"]) and row["minutes"] > SHARD_BOUND_MIN:
+        row["note"] = "; ".join(filter(None, [row.get("note"), f"one sitting took over {SHARD_BOUND_MIN} min"]))
     if reasons:
-        return {**row, "state": "stale", "why": row["why"] + "; ".join(reasons)}
+        return {**row, "state": "stale", "why": "; ".join(reasons)}
     return row
 
 
@@ -307,8 +314,8 @@ def _estimate(minutes: float, cpu: str, costs: dict[str, float], here_ms: float 
 def status_table(root: Path | None = None, here_ms: float | None = None, profile: str = "standard",
                  recipes: dict | None = None) -> pd.DataFrame:
     """Every shard, standard executed notebook and figure of the record: kind, name, state, why, minutes (last
-    measured run), cpu (where it ran), estimate_min (for this machine; NaN when a forward cost is unknown here or
-    there).
+    measured run), cpu (where it ran), note (shards: blocks timed under load, a sitting over
+    :data:`SHARD_BOUND_MIN`), estimate_min (for this machine; NaN when a forward cost is unknown here or there).
 
     Args:
         here_ms: this machine's one-token forward cost of the 1.5B target (ms); default: the record's for this CPU
@@ -348,10 +355,13 @@ def run_command(args, parser=None) -> int:
     counts = df.groupby(["kind", "state"]).size().unstack(fill_value=0)
     print(counts.to_string())
     print()
-    show = df.assign(minutes=df["minutes"].map(lambda m: "" if not math.isfinite(m) else f"{m:g}"),
-                     estimate_min=df["estimate_min"].map(lambda m: "" if not math.isfinite(m) else f"{m:g}"))
-    with pd.option_context("display.width", 250, "display.max_colwidth", 110, "display.max_rows", 500):
-        print(show[["kind", "name", "state", "minutes", "estimate_min", "why"]].to_string(index=False))
+    width = int(df["name"].str.len().max())
+    for row in df.itertuples():
+        took = "" if not math.isfinite(row.minutes) else f"last run {row.minutes:g} min"
+        if took and math.isfinite(row.estimate_min):
+            took += f", about {row.estimate_min:g} min here"
+        extra = "; ".join(x for x in (row.why, getattr(row, "note", "") or "") if isinstance(x, str) and x)
+        print(f"{row.kind:<9}{row.state:<8} {row.name:<{width}}  {took}" + (f"  | {extra}" if extra else ""))
     if args.json_path:
         from specrepro.files import atomic_write_text
 
