@@ -1,12 +1,16 @@
-"""The verdict history (specrepro.record.history): the record's commits re-scored; a verdict that moved with its rule
-or with the data is marked unstable, with both readings."""
+"""The verdict history (specrepro.record.history): the record's commits re-scored, one reading per distinct (table
+bytes, rule version) pair; a verdict that moved with its rule or with the data is marked unstable, with both
+readings."""
 
 from __future__ import annotations
+
+import os
+import subprocess
 
 import pandas as pd
 import pytest
 
-from specrepro.record.history import HISTORY_COLUMNS, record_commits, stability, verdict_history
+from specrepro.record.history import HISTORY_COLUMNS, record_commits, rule_version, stability, verdict_history
 
 
 def _rows(*rows):
@@ -30,8 +34,60 @@ def test_history_rescores_committed_states_of_the_record():
         pytest.skip("a shallow clone: fewer than two commits of the record")
     h = verdict_history(max_commits=2)
     assert list(h.columns) == HISTORY_COLUMNS
-    assert h["commit"].nunique() == 2 and h.groupby("commit")["claim"].nunique().min() > 10
+    assert h["claim"].nunique() > 10 and h["commit"].iloc[0] == commits[0][0][:12]
+    # every claim of the two states is read once per distinct evidence: its states add up to the states holding it
+    assert h.groupby("claim")["states"].sum().max() == 2
+    assert not h.duplicated(["claim", "rule_version", "evidence"]).any()
     assert not h["verdict"].str.startswith("error").any(), h[h["verdict"].str.startswith("error")]
+
+
+def _git(root, *args):
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+def test_a_reading_is_one_distinct_pair_of_table_bytes_and_rule_version_not_one_commit(tmp_path):
+    """Three commits of a record: the second changes another table only (the claim's evidence is the same: one
+    reading, two states), the third changes the claim's table (a second reading, on other data)."""
+    from specrepro.record.scorecard import CLAIM_COLUMNS
+
+    (tmp_path / "data" / "results").mkdir(parents=True)
+    row = {c: "" for c in CLAIM_COLUMNS}
+    row.update(id="g", paper="P", arxiv="0000.00000v1", source="Table 1", claim="identical", paper_value="identical",
+               paper_kind="asserted", group="correctness", rule="all_identical", params="value=same", our_table="t")
+    pd.DataFrame([row]).to_csv(tmp_path / "data" / "claims.csv", index=False)
+    table = pd.DataFrame({"prompt": ["a", "b"], "method": "sd", "same": [True, True]})
+    _git(tmp_path, "init", "-q")
+    for i, (name, df) in enumerate((("t", table), ("u", table), ("t", table.assign(same=[True, False])))):
+        df.to_csv(tmp_path / "data" / "results" / f"{name}.csv", index=False)
+        _git(tmp_path, "add", "data")
+        _git(tmp_path, "commit", "-q", "-m", f"state {i}")
+    h = verdict_history(root=tmp_path)
+    assert len(record_commits(root=tmp_path)) == 3
+    assert list(h["states"]) == [2, 1] and list(h["verdict"]) == ["reproduced exactly", "not reproduced"]
+    assert h["rule_version"].nunique() == 1 and h["evidence"].nunique() == 2
+    s = stability(h).set_index("claim")
+    assert s.loc["g", "readings"] == 2 and s.loc["g", "moved_with_data"] and not s.loc["g", "moved_with_rule"]
+
+
+def test_the_rule_version_changes_with_the_rule_code_and_its_inputs(monkeypatch):
+    from specrepro.record import history, scorecard
+
+    v = rule_version("paired_ratio", "method=x")
+    assert v == rule_version("paired_ratio", "method=x")
+    assert v != rule_version("paired_ratio", "method=y") and v != rule_version("paired_ratio", "method=x", "2.0")
+    # the rule's source, and the helpers and clauses it reaches, are part of it
+    src = history.rule_source("paired_ratio")
+    assert "def paired_ratio(" in src and "def _judge(" in src and "def judge_interval(" in src
+    assert "holds the paper's number" in src  # INTERVAL_CLAUSES, through judge_interval
+
+    def paired_ratio(claim, tables):  # same name, other code
+        return None
+
+    monkeypatch.setitem(scorecard.RULES, "paired_ratio", paired_ratio)
+    assert rule_version("paired_ratio", "method=x") != v
+    assert rule_version("no_such_rule", "") == rule_version("no_such_rule", "")
 
 
 def test_a_claims_file_with_an_unquoted_comma_in_its_last_column_is_read(tmp_path):

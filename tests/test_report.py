@@ -58,12 +58,12 @@ def test_markdown_and_summary_have_one_table_per_group_headed_by_its_counts():
         for group in sc.GROUPS:
             rows = card[card["group"] == group]
             heading = report.group_counts(rows, group)
-            assert heading.startswith(f"{group.capitalize()}: {len(rows)} claims — ")
+            assert heading.startswith(f"{group.capitalize()}: {len(rows)} claims, {len(rows)} judged — ")
             assert heading in md
             counts = rows["verdict"].value_counts()
             for v, n in counts.items():
                 assert f"{n} {v}" in heading
-            assert sc.NOT_RUN not in heading  # verdicts without a claim are left out
+            assert sc.NOT_RUN not in heading and "not judged" not in heading  # verdicts without a claim left out
     summary = report.render_summary(card, "standard")
     assert summary.index("Correctness:") < summary.index("Performance:")
     # correctness first, the claims' order within each group
@@ -271,7 +271,7 @@ def test_plot_verdicts_uses_integer_ticks():
     ax = report.plot_verdicts(card)
     ticks = [t for t in ax.get_xticks() if t >= 0]
     assert all(float(t).is_integer() for t in ticks)
-    assert {t.get_text() for t in ax.get_legend().get_texts()} == {sc.NOT_RUN}
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {sc.NOT_RUN, sc.NOT_TESTABLE}
 
 
 def test_plot_helpers_integer_ticks_interval_bars_and_labels():
@@ -356,3 +356,21 @@ def test_gpu_block_prints_the_intervals_a_cost_curve_file_has(tmp_path):
     (tmp_path / "cost_curves_test.json").write_text(json.dumps({"config": cfg, "models": {"/x/big": row}}))
     text = report.render_gpu("standard", tmp_path)
     assert "| big | eager | 10.00 [9.50, 10.25] | 11.00 |" in text and "[95% interval of the median]" in text
+
+
+def test_group_counts_separate_what_was_judged_from_what_was_not():
+    rows = pd.DataFrame({"id": list("abcdef"), "verdict": [sc.EXACT, sc.TREND, sc.TREND, sc.COMPUTED,
+                                                            sc.NOT_TESTABLE, sc.NOT_RUN]})
+    assert report.group_counts(rows, "performance") == (
+        "Performance: 6 claims, 3 judged — 1 reproduced exactly, 2 trend reproduced; not judged: 1 computed, "
+        "1 not testable here, 1 not run")
+    assert report.group_counts(rows.iloc[3:]) == "3 claims, 0 judged — none; not judged: 1 computed, 1 not testable " \
+                                                  "here, 1 not run"
+
+
+def test_the_rendered_scorecards_carry_the_verdicts_definitions_from_the_code():
+    card = empty_card()
+    for md in (report.render_markdown(card, "standard"), report.render_summary(card, "standard")):
+        assert sc.verdict_definitions() in md + "\n"
+        for v in sc.VERDICTS:
+            assert f"**{v}**: {sc.VERDICT_DEFINITIONS[v]}." in md

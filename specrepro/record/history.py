@@ -1,12 +1,17 @@
-"""The verdict history: every committed state of the record re-scored, claim by claim, so that a verdict that moves
-when its rule moves, or that two committed runs disagree on, shows.
+"""The verdict history: every distinct piece of evidence the record has held for a claim, re-scored, so that a verdict
+that moves when its rule moves, or that two committed runs disagree on, shows.
 
-What this file is: ``python -m specrepro verdict-history``. For each commit that changed the record (``data/results``
-or ``data/claims.csv``), the tables and the claims file of that commit are read from git (``git archive``, nothing is
-checked out) and every claim is scored by today's rule code with that commit's rule and parameters. One row per
-(commit, claim): date, rule, its parameters, the rule version (a hash of rule and parameters), our number, verdict.
-A claim is *unstable* when its verdict differs between commits: :func:`stability` says whether it moved with its
-rule (a new rule version) or with the data (the same rule on other committed runs), with both readings.
+What this file is: ``python -m specrepro verdict-history``. Evidence is counted once: a *reading* is one distinct
+pair (the bytes of the claim's tables, the rule version), not one commit. For each commit that changed the record
+(``data/results`` or ``data/claims.csv``), the git blob ids of each claim's tables (``<name>.csv``, ``<name>.json``
+and their ``.provenance.json``) and the claim's rule version (:func:`rule_version`: a hash of the rule's name, the
+claim's parameters and paper number, and the source of today's rule code - the rule function and every scorecard
+function and clause it reaches) form the claim's evidence key; only a key not seen at an earlier commit is scored,
+by today's rule code with that commit's claims file and tables (read from git with ``git archive``, nothing is
+checked out). One row per reading: the first commit that held it, its date, the number of commits that held it
+(``states``), rule, parameters, rule version, evidence key, our number, verdict. A claim is *unstable* when its
+readings disagree: :func:`stability` says whether it moved with its rule (a new rule version) or with the data (the
+same rule version on other tables), with both readings.
 
 What it is not: the scorecard (:mod:`specrepro.record.scorecard`, today's record only).
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import io
 import subprocess
 import tarfile
@@ -24,9 +30,11 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.files import repo_root
+from specrepro.record import scorecard as _scorecard
 from specrepro.record.scorecard import (
     CLAIM_COLUMNS,
     NOT_RUN,
+    NOT_TESTABLE,
     RULE_PARAMS,
     COMMON_PARAMS,
     RULES,
@@ -35,10 +43,14 @@ from specrepro.record.scorecard import (
     score_claim,
 )
 
-__all__ = ["record_commits", "score_commit", "verdict_history", "stability", "configure_parser", "run_command"]
+__all__ = ["record_commits", "rule_source", "rule_version", "evidence_key", "score_commit", "verdict_history",
+           "stability", "configure_parser", "run_command"]
 
 RECORD_PATHS = ("data/results", "data/claims.csv")
-HISTORY_COLUMNS = ["commit", "date", "claim", "rule", "params", "rule_version", "ours", "ours_value", "verdict"]
+HISTORY_COLUMNS = ["commit", "date", "states", "claim", "rule", "params", "rule_version", "evidence", "ours",
+                   "ours_value", "verdict"]
+#: the files of a result table whose bytes are its evidence (a table is a CSV or a bench JSON, with its provenance)
+TABLE_SUFFIXES = (".csv", ".json", ".provenance.json")
 
 
 def _git(*args: str, root: Path | None = None, text: bool = True):
@@ -53,9 +65,59 @@ def record_commits(root: Path | None = None, max_commits: int | None = None) -> 
     return list(reversed(rows))
 
 
-def rule_version(rule: str, params: str) -> str:
-    """A short hash of a claim's rule and parameters: two rows with the same version were judged by the same rule."""
-    return hashlib.sha256(f"{rule}|{params}".encode()).hexdigest()[:8]
+def rule_source(rule: str) -> str:
+    """The source of today's code of rule ``rule``: the rule function and every function or clause table of
+    :mod:`specrepro.record.scorecard` that it reaches by name (transitively), in a fixed order; "" for a rule unknown
+    today."""
+    fn = RULES.get(rule)
+    if fn is None:
+        return ""
+    seen, todo, parts = set(), [fn], []
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if inspect.isfunction(obj):
+            parts.append((obj.__name__, inspect.getsource(obj)))
+            codes = [obj.__code__]
+            while codes:
+                code = codes.pop()
+                for name in code.co_names:
+                    ref = getattr(_scorecard, name, None)
+                    if inspect.isfunction(ref) and ref.__module__ == _scorecard.__name__:
+                        todo.append(ref)
+                    elif isinstance(ref, tuple) and ref and all(isinstance(c, _scorecard.Clause) for c in ref):
+                        parts.append((name, repr([(c.verdict, c.text, inspect.getsource(c.holds).strip())
+                                                  for c in ref])))
+                codes += [c for c in code.co_consts if inspect.iscode(c)]
+    return "\n".join(src for _, src in sorted(set(parts)))
+
+
+def rule_version(rule: str, params: str, paper_value: str = "", paper_kind: str = "") -> str:
+    """A short hash of how a claim is judged: its rule's name, the claim's parameters, the paper's number and kind it
+    is judged against, and today's source of the rule (:func:`rule_source`); two readings with the same version were
+    judged by the same rule code with the same inputs besides the tables."""
+    text = "|".join((rule, params, paper_value, paper_kind, rule_source(rule)))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _blobs(commit: str, root: Path | None = None) -> dict[str, str]:
+    """Path -> git blob id of every file under data/results at ``commit``."""
+    out = _git("ls-tree", "-r", commit, "--", "data/results", root=root)
+    blobs = {}
+    for line in out.splitlines():
+        meta, _, path = line.partition("\t")
+        blobs[path] = meta.split()[2]
+    return blobs
+
+
+def evidence_key(tables: str, blobs: dict[str, str]) -> str:
+    """A short hash of the bytes of a claim's tables (``tables``: its ``our_table`` field) at one commit, from the git
+    blob ids ``blobs`` of data/results (:data:`TABLE_SUFFIXES` of each table; an absent file counts as absent)."""
+    names = [n.strip() for n in str(tables).split(";") if n.strip()]
+    ids = [f"{n}{suf}:{blobs.get(f'data/results/{n}{suf}', '-')}" for n in names for suf in TABLE_SUFFIXES]
+    return hashlib.sha256("|".join(ids).encode()).hexdigest()[:12]
 
 
 def _claims_at(directory: Path) -> pd.DataFrame:
@@ -75,17 +137,37 @@ def _claims_at(directory: Path) -> pd.DataFrame:
     return df.apply(lambda col: col.str.strip())
 
 
-def score_commit(commit: str, root: Path | None = None) -> list[dict]:
-    """Every claim of the record at ``commit``, scored by today's rule code with that commit's claims file.
+def score_commit(commit: str, root: Path | None = None, seen: dict | None = None) -> list[dict]:
+    """The claims of the record at ``commit`` whose evidence (rule version, evidence key) is not in ``seen``, scored
+    by today's rule code with that commit's claims file; ``seen`` (evidence -> the row that first read it) is
+    updated: a reading already seen only counts one more state.
 
     Returns:
-        one dict per claim (:data:`HISTORY_COLUMNS` without commit and date); a rule unknown today, or parameters it
-        no longer takes, gives the verdict "rule gone"; a rule that raises on that commit's tables, "error: ...".
+        one dict per new reading (:data:`HISTORY_COLUMNS` without commit, date and states); a rule unknown today, or
+        parameters it no longer takes, gives the verdict "rule gone"; a rule that raises on that commit's tables,
+        "error: ...".
     """
+    seen = {} if seen is None else seen
     present = [p for p in RECORD_PATHS
                if subprocess.run(["git", "cat-file", "-e", f"{commit}:{p}"], cwd=root or repo_root(),
                                  capture_output=True).returncode == 0]
     if "data/claims.csv" not in present:  # a record before the claims file: nothing to score
+        return []
+    blobs = _blobs(commit, root) if "data/results" in present else {}
+    claims_text = _git("show", f"{commit}:data/claims.csv", root=root)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "data").mkdir()
+        (Path(tmp) / "data" / "claims.csv").write_text(claims_text, encoding="utf-8")
+        claims = _claims_at(Path(tmp))
+    todo = []
+    for _, claim in claims.iterrows():
+        key = (claim["id"], rule_version(claim["rule"], claim["params"], claim["paper_value"], claim["paper_kind"]),
+               evidence_key(claim["our_table"], blobs))
+        if key in seen:
+            seen[key]["states"] = seen[key].get("states", 1) + 1
+        else:
+            todo.append((key, claim))
+    if not todo:
         return []
     data = _git("archive", "--format=tar", commit, *present, root=root, text=False)
     rows = []
@@ -93,48 +175,51 @@ def score_commit(commit: str, root: Path | None = None) -> list[dict]:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(tmp, filter="data")
         tmp = Path(tmp)
-        claims = _claims_at(tmp)
         (tmp / "data" / "results").mkdir(parents=True, exist_ok=True)
         tables = Tables("standard", dirs=[tmp / "data" / "results"])
-        for _, claim in claims.iterrows():
-            base = {"claim": claim["id"], "rule": claim["rule"], "params": claim["params"],
-                    "rule_version": rule_version(claim["rule"], claim["params"])}
+        for key, claim in todo:
+            base = {"claim": claim["id"], "rule": claim["rule"], "params": claim["params"], "rule_version": key[1],
+                    "evidence": key[2]}
             if claim["rule"] not in RULES or set(params_of(claim)) - set(RULE_PARAMS[claim["rule"]]) - set(COMMON_PARAMS):
-                rows.append({**base, "ours": "", "ours_value": None, "verdict": "rule gone"})
-                continue
-            try:
-                card = score_claim(claim, tables)
-                rows.append({**base, "ours": card["ours"], "ours_value": card["ours_value"],
-                             "verdict": card["verdict"]})
-            except Exception as exc:  # an old table this rule cannot read: recorded, not fatal
-                rows.append({**base, "ours": "", "ours_value": None,
-                             "verdict": f"error: {type(exc).__name__}"})
+                row = {**base, "ours": "", "ours_value": None, "verdict": "rule gone"}
+            else:
+                try:
+                    card = score_claim(claim, tables)
+                    row = {**base, "ours": card["ours"], "ours_value": card["ours_value"], "verdict": card["verdict"]}
+                except Exception as exc:  # an old table this rule cannot read: recorded, not fatal
+                    row = {**base, "ours": "", "ours_value": None, "verdict": f"error: {type(exc).__name__}"}
+            seen[key] = row
+            rows.append(row)
     return rows
 
 
 def verdict_history(root: Path | None = None, max_commits: int | None = None, progress: bool = False) -> pd.DataFrame:
-    """The history of every claim's verdict over the record's commits (:func:`record_commits`), one row per
-    (commit, claim), oldest first."""
-    rows = []
+    """The readings of every claim over the record's commits (:func:`record_commits`): one row per distinct (claim,
+    rule version, evidence key), at the first commit that held it, with the number of commits that held it
+    (``states``), oldest first."""
+    rows, seen = [], {}
     commits = record_commits(root, max_commits)
     for i, (commit, date) in enumerate(commits):
         if progress:
             print(f"[{i + 1}/{len(commits)}] {commit[:12]} {date}", flush=True)
-        rows += [{"commit": commit[:12], "date": date, **r} for r in score_commit(commit, root)]
+        for r in score_commit(commit, root, seen):
+            r.update(commit=commit[:12], date=date, states=1)
+            rows.append(r)
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
 
 
 def stability(history: pd.DataFrame) -> pd.DataFrame:
-    """Per claim: whether its verdict ever changed across the committed record (verdicts of commits that scored it,
-    "not run", "rule gone" and errors left out), and why.
+    """Per claim: whether its verdict ever changed across its readings (distinct evidence, :func:`verdict_history`;
+    "not run", "not testable here", "rule gone" and errors left out), and why.
 
     Returns:
-        DataFrame with columns claim, readings (number of commits that scored it), verdicts (each distinct verdict
-        with the commits that gave it), unstable (bool), moved_with_rule (a verdict change coincided with a new rule
-        version), moved_with_data (two commits with the same rule version disagree).
+        DataFrame with columns claim, readings (number of distinct readings that judged it), verdicts (each distinct
+        verdict with the first commits of the readings that gave it), unstable (bool), moved_with_rule (a verdict
+        change coincided with a new rule version), moved_with_data (two readings with the same rule version, i.e. on
+        other tables, disagree).
     """
     out = []
-    scored = history[~history["verdict"].isin([NOT_RUN, "rule gone"]) & ~history["verdict"].str.startswith("error")]
+    scored = history[~history["verdict"].isin([NOT_RUN, NOT_TESTABLE, "rule gone"]) & ~history["verdict"].str.startswith("error")]
     for claim, d in scored.groupby("claim", sort=False):
         by_verdict = d.groupby("verdict", sort=False)["commit"].agg(lambda c: ", ".join(c))
         same_rule_disagrees = bool((d.groupby("rule_version")["verdict"].nunique() > 1).any())
@@ -163,11 +248,12 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     check_clean_for_record(args.profile)
     history = verdict_history(max_commits=args.max_commits, progress=True)
     stable = stability(history)
-    save_table(history, "verdict_history", profile=args.profile, commits=int(history["commit"].nunique()))
-    save_table(stable, "verdict_stability", profile=args.profile, commits=int(history["commit"].nunique()))
+    commits = len(record_commits())
+    save_table(history, "verdict_history", profile=args.profile, commits=commits, readings=len(history))
+    save_table(stable, "verdict_stability", profile=args.profile, commits=commits, readings=len(history))
     unstable = stable[stable["unstable"]]
-    print(f"{history['commit'].nunique()} commits of the record, {len(stable)} claims scored; "
-          f"{len(unstable)} unstable:")
+    print(f"{len(history)} distinct readings from {history['commit'].nunique()} commits of the record, "
+          f"{len(stable)} claims scored; {len(unstable)} unstable:")
     with pd.option_context("display.width", 200, "display.max_colwidth", 120):
         print(unstable.to_string(index=False) if len(unstable) else "(none)")
     return 0

@@ -36,15 +36,19 @@ from specrepro.record.results import (
     writes_record,
 )
 from specrepro.record.scorecard import (
+    COMPUTED,
     EXACT,
     GROUPS,
     INCONCLUSIVE,
+    JUDGED,
     N_PHRASE,
     NOT_REPRODUCED,
     NOT_RUN,
+    NOT_TESTABLE,
     TREND,
     VERDICTS,
     score,
+    verdict_definitions,
 )
 
 __all__ = ["KEY_FIGURES", "VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_counts", "render_markdown",
@@ -74,7 +78,7 @@ KEY_FIGURES = (
 )
 
 VERDICT_COLORS = {EXACT: "#1b9e77", TREND: "#7fc97f", INCONCLUSIVE: "#fdc086", NOT_REPRODUCED: "#d95f02",
-                  NOT_RUN: "#bdbdbd"}
+                  COMPUTED: "#80b1d3", NOT_TESTABLE: "#969696", NOT_RUN: "#bdbdbd"}
 
 
 def _cell(text) -> str:
@@ -101,19 +105,29 @@ def _groups(card: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def group_counts(rows: pd.DataFrame, group: str = "") -> str:
-    """``Correctness: 8 claims — 7 reproduced exactly, 1 trend reproduced`` (the verdicts with at least one claim, in
-    :data:`VERDICTS` order); without a group name it starts at the number of claims."""
+    """``Performance: 17 claims, 14 judged — 2 reproduced exactly, 10 trend reproduced; not judged: 1 computed, 1 not
+    testable here``: the number of claims, how many a verdict of :data:`specrepro.record.scorecard.JUDGED` judged
+    and the count of each verdict with at least one claim, in :data:`VERDICTS` order (the judged ones, then the
+    others after "not judged"); without a group name it starts at the number of claims."""
     counts = rows["verdict"].value_counts()
     n = rows["id"].nunique()
-    verdicts = ", ".join(f"{int(counts[v])} {v}" for v in VERDICTS if counts.get(v, 0))
+    judged = int(sum(counts.get(v, 0) for v in JUDGED))
+    said = ", ".join(f"{int(counts[v])} {v}" for v in JUDGED if counts.get(v, 0))
+    other = ", ".join(f"{int(counts[v])} {v}" for v in VERDICTS if v not in JUDGED and counts.get(v, 0))
     head = f"{group.capitalize()}: " if group else ""
-    return f"{head}{n} claim{'s' if n != 1 else ''} — {verdicts or 'none scored'}"
+    return (f"{head}{n} claim{'s' if n != 1 else ''}, {judged} judged — {said or 'none'}"
+            + (f"; not judged: {other}" if other else ""))
 
 
 def _card_head(card: pd.DataFrame, profile: str) -> str:
     counts = card["verdict"].value_counts()
     summary = " · ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
     return f"{card['id'].nunique()} distinct claims, one per statement of a paper: {summary}"
+
+
+def _definitions_note() -> str:
+    return ("Verdicts, as the rules in `specrepro/record/scorecard.py` define them (`VERDICT_DEFINITIONS`, rendered "
+            "from the same clauses the code evaluates):\n\n" + verdict_definitions())
 
 
 def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
@@ -132,9 +146,8 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
     if commits:
         head += f", tables from commit{'s' if len(commits) > 1 else ''} " + ", ".join(f"`{c}`" for c in commits)
     head += (f". {_card_head(card, profile)}. Intervals are 95% "
-             f"bootstrap intervals over prompts (or problems); \"inconclusive\" means the interval contains the null "
-             f"or none can be computed from the committed tables.")
-    lines = [head]
+             f"bootstrap intervals over prompts (or problems).")
+    lines = [head, "", _definitions_note().rstrip("\n")]
     for group, rows in _groups(card):
         lines += ["", f"### {group_counts(rows, group or 'ungrouped')}", "",
                   "| paper · where | claim (the paper's setting) | paper | ours (our setting) | verdict | why |",
@@ -210,7 +223,8 @@ def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | 
     link = _rel(full, base)
     lines = [f"Profile **{profile}**: {_card_head(card, profile)}. Each claim's setting, ours, the hardware and "
              f"commit of the table that measured it and the reason for its verdict: [`{link}`]({link}) "
-             f"(and `scorecard.csv` beside it). Intervals are 95% bootstrap intervals over prompts (or problems)."]
+             f"(and `scorecard.csv` beside it). Intervals are 95% bootstrap intervals over prompts (or problems).",
+             "", _definitions_note().rstrip("\n")]
     for group, rows in _groups(card):
         lines += ["", f"**{group_counts(rows, group or 'ungrouped')}**", "",
                   "| claim | paper | ours [95% CI] | n | verdict |", "|---|---|---|---|---|"]
@@ -221,8 +235,8 @@ def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | 
             lines.append("| " + " | ".join((claim, _cell(r["paper_value"]), _cell(ours), _cell(n_cell),
                                              f"**{r['verdict']}**" + marks)) + " |")
     if card.get("stability", pd.Series(dtype=str)).astype(bool).any():
-        lines += ["", "*unstable*: the verdict history (`verdict_stability.csv`) read another verdict on another "
-                      "committed state of the record; both readings are in the full card."]
+        lines += ["", "*unstable*: the verdict history (`verdict_stability.csv`) read another verdict from other evidence "
+                      "(another committed version of the claim's tables, or of its rule); both readings are in the full card."]
     if any(_dirty(r) for _, r in card.iterrows()):
         lines += ["", "*uncommitted code*: the table behind the row was written from a working tree whose code "
                       "differed from its commit (the card's commit ends in `-dirty`), so no commit holds the exact "

@@ -5,23 +5,16 @@ version, exact location, the paper's setting, a sentence, the paper's number and
 **measured**, **computed** or **asserted** by the paper, its group - **correctness** or **performance**, which only
 the rendering reads - the result table that measures it, the name of a rule and
 the rule's parameters). Each rule is a function registered in :data:`RULES` whose docstring states how it turns our
-numbers into one verdict:
-
-* ``reproduced exactly`` - the paper's value lies inside our 95% interval and the interval excludes the null (for a
-  number the paper computed: our computed number is within the tolerance the rule's docstring states; for an
-  asserted yes/no statement: the stated test says yes and can see a wrong answer);
-* ``trend reproduced`` - the interval excludes the null in the paper's direction (speedup interval above 1,
-  Spearman ρ significant at 5%, ...) but does not contain the paper's value;
-* ``inconclusive`` - the interval contains the null, or no interval can be computed from the committed tables
-  (a summary-only table); the reason says which;
-* ``not reproduced`` - the interval excludes the paper's direction (or a computed value or yes/no test fails);
-* ``not run`` - the table that would measure it was not written for this profile (or was never attempted).
+numbers into one verdict. The verdicts are defined once, in :data:`VERDICT_DEFINITIONS`, assembled from the clauses
+that the judging helpers evaluate (:data:`INTERVAL_CLAUSES` for a number or direction read from a 95% interval,
+:data:`MARGIN_CLAUSES` for agreement within a stated margin, :data:`TEST_CLAUSES` for an asserted yes/no property);
+the README's and ``scorecard.md``'s definitions are rendered from the same text (:func:`verdict_definitions`).
 
 Intervals are 95% percentile-bootstrap intervals over prompts (or problems) of per-prompt values, from
 :func:`specrepro.stats.bootstrap_ci` / :func:`specrepro.measure.harness.paired_ratios` (the harness's one definition of a
 paired speedup); trends use ``scipy.stats`` tests. No rule takes a maximum over γ or methods unless its claim says
-"best of N" (then the chosen row's interval is reported). No verdict is typed by hand; a rule that raises is a bug
-and propagates (only :class:`NotRun`, "this profile did not measure it", becomes a verdict).
+"best of N" (then the chosen row's interval is reported). No verdict is typed by hand and no rule reads a claim's id; a
+rule that raises is a bug and propagates (only :class:`NotRun`, "this profile did not measure it", becomes a verdict).
 
 What it is not: the rendering of the scorecard (markdown, README blocks, figures: :mod:`specrepro.record.report`), an
 experiment (nothing here runs a model) or a store of the papers' numbers beyond ``data/claims.csv``.
@@ -49,18 +42,29 @@ from specrepro.record.results import STANDARD, read_dirs
 from specrepro.stats import spearman, spearman_interval, stat_ci
 from specrepro.theory import expected_tokens, walltime_improvement
 
-__all__ = ["VERDICTS", "PAPER_KINDS", "GROUPS", "CLAIM_COLUMNS", "CARD_COLUMNS", "ALPHA_TEST", "GOF_LEVEL", "NotRun", "Outcome", "N_PHRASE", "n_unit", "Tables", "claims_path", "params_of", "load_claims", "RULES", "RULE_PARAMS", "COMMON_PARAMS", "rule", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical", "identical_up_to_ties", "paired_ratio", "computed_speedup", "value_in_interval", "row_order", "close_to_prediction", "increases", "decreases", "grows_linearly", "speedup_peaks", "quality_unchanged", "falls_with_head", "typical_shifts", "not_attempted", "score_claim", "score", "rules_table"]
+__all__ = ["VERDICTS", "JUDGED", "PAPER_KINDS", "GROUPS", "CLAIM_COLUMNS", "CARD_COLUMNS", "ALPHA_TEST", "GOF_LEVEL",
+           "Clause", "INTERVAL_CLAUSES", "MARGIN_CLAUSES", "TEST_CLAUSES", "OTHER_DEFINITIONS", "VERDICT_DEFINITIONS",
+           "verdict_definitions", "judge_interval", "judge_margin", "judge_test", "NotRun", "Outcome", "N_PHRASE",
+           "n_unit", "Tables", "claims_path", "params_of", "load_claims", "RULES", "RULE_PARAMS", "COMMON_PARAMS",
+           "rule", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical", "identical_up_to_ties",
+           "paired_ratio", "computed_speedup", "value_in_interval", "row_order", "close_to_prediction", "increases",
+           "decreases", "grows_linearly", "speedup_peaks", "quality_unchanged", "falls_with_head", "typical_shifts",
+           "needs_precondition", "not_testable", "score_claim", "score", "rules_table"]
 
 EXACT, TREND, INCONCLUSIVE = "reproduced exactly", "trend reproduced", "inconclusive"
 NOT_REPRODUCED, NOT_RUN = "not reproduced", "not run"
-VERDICTS = (EXACT, TREND, INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN)
+COMPUTED, NOT_TESTABLE = "computed", "not testable here"
+VERDICTS = (EXACT, TREND, INCONCLUSIVE, NOT_REPRODUCED, COMPUTED, NOT_TESTABLE, NOT_RUN)
+#: the verdicts that judge a claim against a reading of ours; computed, not testable here and not run judge nothing
+JUDGED = (EXACT, TREND, INCONCLUSIVE, NOT_REPRODUCED)
 #: what the paper's number is: measured in an experiment, computed from a formula, or asserted (stated or proved,
 #: no measurement behind it)
 PAPER_KINDS = ("measured", "computed", "asserted")
-#: what a claim is about, for the scorecard's two tables (rendering only; no rule reads it): **correctness** - exactness,
-#: greedy identity (task quality under greedy decoding included: identical completions score alike), closed forms and
-#: arithmetic, statements true by construction; **performance** - speedups, acceptance rates, tokens per step, task
-#: quality under sampling
+#: what a claim is about, for the scorecard's two tables (rendering only; no rule reads it): **correctness** - what is
+#: exact by construction or proved by a test that could fail: exactness, greedy identity (and task quality under
+#: greedy decoding, equal because the completions are identical), closed forms evaluated at the paper's inputs;
+#: **performance** - everything timed or counted in runs: speedups, loop times, acceptance rates, tokens per step,
+#: task quality under sampling, and closed forms evaluated at our measured inputs
 GROUPS = ("correctness", "performance")
 CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "rule",
                  "params", "our_table", "notebook", "our_setting", "caveat")
@@ -70,6 +74,125 @@ CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_val
 #: level of every significance test and chi-square goodness-of-fit test the rules read (5% for trends)
 ALPHA_TEST = 0.05
 GOF_LEVEL = 1e-3
+
+
+# ------------------------------------------------------------------------------------------- verdict definitions
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One clause of a verdict's definition: the verdict, its text (rendered into the README's definitions) and the
+    predicate that a judging helper evaluates; a helper returns the verdict of the first clause that holds."""
+
+    verdict: str
+    text: str
+    holds: Callable[..., bool]
+
+
+def _has_ci(lo, hi) -> bool:
+    return lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+
+
+def _beyond(lo, hi, null: float, direction: int) -> bool:
+    """Whether [lo, hi] excludes ``null`` on the side ``direction`` points to (+1: above, -1: below)."""
+    return _has_ci(lo, hi) and (lo > null if direction > 0 else hi < null)
+
+
+#: a number or a direction the paper measured, read from our 95% interval [lo, hi] of the statistic against its
+#: null (``null``, on the paper's side ``direction``), and whether the interval holds the paper's number
+#: (``holds_paper``: None when the paper states a direction only); :func:`judge_interval`
+INTERVAL_CLAUSES = (
+    Clause(EXACT, "our 95% interval holds the paper's number (or meets its range) and excludes the null on the "
+                  "paper's side (where the number and the null are on two scales, each has its own interval)",
+           lambda lo, hi, null, direction, holds_paper: _beyond(lo, hi, null, direction) and holds_paper is True),
+    Clause(TREND, "the interval excludes the null on the paper's side but does not hold the paper's number, or the "
+                  "paper states a direction and no number",
+           lambda lo, hi, null, direction, holds_paper: _beyond(lo, hi, null, direction)),
+    Clause(NOT_REPRODUCED, "the interval excludes the null on the other side",
+           lambda lo, hi, null, direction, holds_paper: _beyond(lo, hi, null, -direction)),
+    Clause(INCONCLUSIVE, "the interval contains the null, or no interval can be computed",
+           lambda lo, hi, null, direction, holds_paper: True),
+)
+#: agreement within a stated margin (task quality unchanged within ±10 points; a formula that the measurement follows
+#: within its tolerance), read from our 95% interval [lo, hi] and the margin [m_lo, m_hi]; :func:`judge_margin`
+MARGIN_CLAUSES = (
+    Clause(EXACT, "for agreement within a stated margin: the whole interval lies within the margin",
+           lambda lo, hi, m_lo, m_hi: _has_ci(lo, hi) and m_lo <= lo and hi <= m_hi),
+    Clause(NOT_REPRODUCED, "for agreement within a stated margin: the whole interval lies outside it",
+           lambda lo, hi, m_lo, m_hi: _has_ci(lo, hi) and (lo > m_hi or hi < m_lo)),
+    Clause(INCONCLUSIVE, "for agreement within a stated margin: the interval straddles an end of the margin, or no "
+                         "interval can be computed",
+           lambda lo, hi, m_lo, m_hi: True),
+)
+#: an asserted yes/no property (exactness, greedy identity, a closed form at the paper's own inputs), read from the
+#: stated test's answer and whether the test can fail (it catches negative controls, or compares outputs or printed
+#: numbers exactly); :func:`judge_test`
+TEST_CLAUSES = (
+    Clause(EXACT, "for an asserted property or a closed form: the stated test says yes and can fail (it catches "
+                  "the negative controls, or compares tokens or printed digits exactly)",
+           lambda says_yes, can_fail: says_yes and can_fail),
+    Clause(NOT_REPRODUCED, "for an asserted property or a closed form: the stated test says no",
+           lambda says_yes, can_fail: not says_yes),
+    Clause(INCONCLUSIVE, "for an asserted property: the test says yes but is not shown to catch a wrong answer",
+           lambda says_yes, can_fail: True),
+)
+#: the verdicts that judge nothing, with their definitions
+OTHER_DEFINITIONS = {
+    COMPUTED: "our number is the paper's closed form evaluated at our measured inputs (e.g. our α): shown beside the "
+              "paper's, with our measurement beside it, never counted as a reproduction",
+    NOT_TESTABLE: "the claim needs a regime we cannot reach here; the reason says which (from a measured "
+                  "precondition where there is one)",
+    NOT_RUN: "the table that would measure it is not in the record for this profile",
+}
+
+
+def _definitions() -> dict[str, str]:
+    out = {}
+    for v in VERDICTS:
+        texts = [c.text for clauses in (INTERVAL_CLAUSES, MARGIN_CLAUSES, TEST_CLAUSES) for c in clauses
+                 if c.verdict == v]
+        if v in OTHER_DEFINITIONS:
+            texts.append(OTHER_DEFINITIONS[v])
+        out[v] = "; ".join(texts)
+    return out
+
+
+#: verdict -> its definition, assembled from the clauses the judging helpers evaluate (one source for code and docs)
+VERDICT_DEFINITIONS = _definitions()
+
+
+def verdict_definitions(bold: bool = True) -> str:
+    """Markdown: each verdict in :data:`VERDICTS` order with its definition from :data:`VERDICT_DEFINITIONS`, one
+    bullet each, and which verdicts judge a claim (:data:`JUDGED`)."""
+    name = (lambda v: f"**{v}**") if bold else (lambda v: v)
+    lines = [f"* {name(v)}: {VERDICT_DEFINITIONS[v]}." for v in VERDICTS]
+    return "\n".join(lines) + "\n"
+
+
+def _first(clauses, *args) -> Clause:
+    return next(c for c in clauses if c.holds(*args))
+
+
+def judge_interval(lo, hi, null: float, direction: int, holds_paper: bool | None) -> str:
+    """The verdict of :data:`INTERVAL_CLAUSES` for our 95% interval [lo, hi] (None or NaN: no interval), the null on
+    the paper's side ``direction`` (+1: the paper's side is above it) and whether the interval holds the paper's
+    number (``holds_paper``; None: the paper states a direction only)."""
+    return _first(INTERVAL_CLAUSES, lo, hi, null, direction, holds_paper).verdict
+
+
+def judge_margin(lo, hi, margin: tuple[float, float]) -> str:
+    """The verdict of :data:`MARGIN_CLAUSES` for our 95% interval [lo, hi] against the stated margin (lo, hi)."""
+    return _first(MARGIN_CLAUSES, lo, hi, *margin).verdict
+
+
+def judge_test(says_yes: bool, can_fail: bool) -> str:
+    """The verdict of :data:`TEST_CLAUSES` for an asserted property's test."""
+    return _first(TEST_CLAUSES, bool(says_yes), bool(can_fail)).verdict
+
+
+def _meets(lo, hi, paper: tuple[float, float]) -> bool:
+    """Whether the interval [lo, hi] holds the paper's number (or meets its range ``paper`` = (lo, hi))."""
+    return _has_ci(lo, hi) and lo <= paper[1] and hi >= paper[0]
 
 
 class NotRun(Exception):
@@ -269,18 +392,24 @@ def _float(params: dict, key: str, default: float) -> float:
     return float(params[key]) if params.get(key, "") != "" else default
 
 
+#: a signed number (ASCII or Unicode minus, optional +), optionally followed by a range's other end ("1.2-1.5",
+#: "-0.32 to +0.29", "1.2–1.5")
+_NUMBER_RANGE = re.compile(r"(?<![\d.])([-+−]?\d+(?:\.\d+)?)(?:\s*(?:-|–|to)\s*([-+−]?\d+(?:\.\d+)?))?")
+
+
 def _paper_range(claim) -> tuple[float, float]:
-    """The paper's number ``x`` or range ``lo-hi`` (first number(s) of ``paper_value``) as (lo, hi).
+    """The paper's number ``x`` or range ``lo-hi`` / ``lo to hi`` (the first number(s) of ``paper_value``, signs
+    kept) as (lo, hi).
 
     Raises:
         ValueError: ``paper_value`` has no number.
     """
-    text = claim["paper_value"].replace("–", "-").replace("×", "")
-    m = re.search(r"(\d+(?:\.\d+)?)\s*(?:-\s*(\d+(?:\.\d+)?))?", text)
+    text = claim["paper_value"].replace("×", "")
+    m = _NUMBER_RANGE.search(text)
     if not m:
         raise ValueError(f"claim {claim['id']}: no number in paper_value {claim['paper_value']!r}")
-    lo = float(m.group(1))
-    return lo, float(m.group(2)) if m.group(2) else lo
+    lo = float(m.group(1).replace("−", "-"))
+    return lo, float(m.group(2).replace("−", "-")) if m.group(2) else lo
 
 
 def _decimals(text: str, default: int = 2) -> int:
@@ -321,10 +450,6 @@ def _truth(series) -> pd.Series:
     return series.map(one)
 
 
-def _has_ci(lo, hi) -> bool:
-    return lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
-
-
 def _prompt_unit(df) -> str:
     """The unit of n for per-prompt rows: "prompts", or "prompts × 3 passes" when each prompt was timed in several
     passes (a ``repeat`` column; the passes of a prompt are one unit of the interval, so n counts prompts)."""
@@ -332,38 +457,48 @@ def _prompt_unit(df) -> str:
     return "prompts" if passes <= 1 else f"prompts × {passes} passes"
 
 
-def _fmt_ci(est: float, lo: float, hi: float, n: int, unit: str, digits: int = 2, suffix: str = "") -> str:
+def _fmt_ci(est: float, lo: float, hi: float, n: int, unit: str, digits: int = 2, suffix: str = "",
+            sign: bool = False) -> str:
     """``1.43× [1.26, 1.66], n = 5 prompts`` (or ``..., no interval (n = 1 ...)``); ``unit``'s first word is made
-    singular for n = 1 ("1 prompt × 3 passes")."""
-    head = f"{est:.{digits}f}{suffix}"
+    singular for n = 1 ("1 prompt × 3 passes"); ``sign``: every number with its sign (``-0.16 [-0.19, -0.14]``)."""
+    f = f"{'+' if sign else ''}.{digits}f"
+    head = f"{est:{f}}{suffix}"
     first, _, rest = unit.partition(" ")
     unit = (first[:-1] if n == 1 and first.endswith("s") else first) + (f" {rest}" if rest else "")
     if _has_ci(lo, hi):
-        return f"{head} [{lo:.{digits}f}, {hi:.{digits}f}], n = {n} {unit}"
+        return f"{head} [{lo:{f}}, {hi:{f}}], n = {n} {unit}"
     return f"{head}, no interval (n = {n} {unit})"
 
 
-def _judge(est: float, lo: float, hi: float, paper: tuple[float, float], null: float, direction: int,
-           what: str) -> tuple[str, str]:
-    """The interval verdict of a measured claim: exactly if the paper's value (range) meets [lo, hi] and the
-    interval excludes the null on the paper's side; trend if only the latter; not reproduced if the interval lies
-    on the other side of the null; inconclusive otherwise (or without an interval). Returns (verdict, reason)."""
+def _judge(lo, hi, paper: tuple[float, float] | None, null: float, direction: int, what: str) -> tuple[str, str]:
+    """The verdict of :data:`INTERVAL_CLAUSES` (:func:`judge_interval`) for a measured claim whose number (``paper``,
+    a value or range; None: a direction only) and null lie on the scale of our interval [lo, hi], with the reason:
+    where the interval lies against the null and the paper's number. Returns (verdict, reason); the reason of
+    "reproduced exactly" is empty."""
+    holds = None if paper is None else _meets(lo, hi, paper)
+    verdict = judge_interval(lo, hi, null, direction, holds)
     if not _has_ci(lo, hi):
-        return INCONCLUSIVE, f"no interval for {what} (fewer than 2 prompts)"
-    above = lo > null if direction > 0 else hi < null
-    against = hi < null if direction > 0 else lo > null
-    meets = lo <= paper[1] and hi >= paper[0]
+        return verdict, f"no interval for {what} (fewer than 2 prompts)"
+    pv = "" if paper is None else f"{paper[0]:g}" if paper[0] == paper[1] else f"{paper[0]:g} to {paper[1]:g}"
     side = "above" if direction > 0 else "below"
-    pv = f"{paper[0]:g}" if paper[0] == paper[1] else f"{paper[0]:g}-{paper[1]:g}"
-    if above and meets:
-        return EXACT, ""
-    if above:
+    if verdict == EXACT:
+        return verdict, ""
+    if verdict == TREND:
+        if paper is None:
+            return verdict, f"the interval lies {side} {null:g}; the paper states a direction, no number to hold"
         where = "below" if hi < paper[0] else "above"
-        return TREND, f"the interval lies {side} {null:g} but {where} the paper's {pv}"
-    if against:
-        return NOT_REPRODUCED, f"the interval [{lo:.2f}, {hi:.2f}] lies on the wrong side of {null:g}"
-    return INCONCLUSIVE, f"the interval [{lo:.2f}, {hi:.2f}] contains {null:g}" + (
-        f" (and the paper's {pv})" if meets else "")
+        return verdict, f"the interval lies {side} {null:g} but {where} the paper's {pv}"
+    if verdict == NOT_REPRODUCED:
+        return verdict, f"the interval [{lo:.2f}, {hi:.2f}] lies on the other side of {null:g}"
+    return verdict, f"the interval [{lo:.2f}, {hi:.2f}] contains {null:g}" + (
+        f" (and the paper's {pv})" if holds else f" (and not the paper's {pv})" if paper is not None else "")
+
+
+def _all_of(verdicts) -> str:
+    """The verdict of a claim that must hold in every setting or series: not reproduced if any is, else inconclusive if
+    any is, else trend reproduced if any is, else reproduced exactly."""
+    verdicts = list(verdicts)
+    return next(v for v in (NOT_REPRODUCED, INCONCLUSIVE, TREND, EXACT) if v in verdicts)
 
 
 def _steps(df: pd.DataFrame) -> np.ndarray:
@@ -530,9 +665,10 @@ EXACT_RULES = ("speculative", "block")
 
 @rule("select", "compare", "value")
 def printed_precision(claim, tables: Tables) -> Outcome:
-    """For numbers the paper computed from a closed form. Reproduced exactly if every compared number of ours,
-    rounded to the decimals the paper prints, equals the paper's (tolerance: half a unit of the last printed
-    decimal); not reproduced otherwise (a closed form matches or it does not: no trend, no interval).
+    """For numbers the paper computed from a closed form at its own inputs (:data:`TEST_CLAUSES`): the test is
+    whether every compared number of ours, rounded to the decimals the paper prints, equals the paper's (tolerance:
+    half a unit of the last printed decimal); it compares printed digits, so it can fail. Reproduced exactly if it
+    says yes, not reproduced if not (a closed form matches or it does not: no trend, no interval).
 
     Params: ``compare`` = ``ours=paper, ...`` column pairs compared row by row (the paper's numbers as the notebook
     tabulated them beside ours), or ``value`` = one column compared with ``paper_value``.
@@ -554,22 +690,24 @@ def printed_precision(claim, tables: Tables) -> Outcome:
         text, value = f"{ours[0]:.{digits}f}", float(ours[0])
     else:
         text, value = f"{int(ok.sum())}/{len(ok)} equal at {digits} decimals", None
-    if ok.all():
-        return Outcome(EXACT, text, value, n=len(ok), unit="numbers")
+    verdict = judge_test(ok.all(), can_fail=True)
+    if verdict == EXACT:
+        return Outcome(verdict, text, value, n=len(ok), unit="numbers")
     worst = int(np.argmax(np.abs(ours - paper)))
-    return Outcome(NOT_REPRODUCED, text, value,
+    return Outcome(verdict, text, value,
                    f"{(~ok).sum()} of {len(ok)} differ; worst: ours {ours[worst]:.{digits + 2}f} vs paper "
                    f"{paper[worst]:g}", n=len(ok), unit="numbers")
 
 
 @rule("tolerance")
 def exact_sampler(claim, tables: Tables) -> Outcome:
-    """For an asserted (proved) exactness statement. Reproduced exactly if (a) exact enumeration puts speculative
-    sampling - and every other exact chain rule the table has (``block``: block verification, Sun et al. 2025) -
-    within ``tolerance`` (TV, default 1e-12) of the target in every setting, (b) their chi-square goodness-of-fit
-    tests are not rejected at level 1e-3, and (c) every negative control (any other rule) is caught by (a) somewhere
-    (TV > 0.01) and rejected by (b), so the checks can see a wrong sampler; not reproduced otherwise. Tables:
-    ``exactness_enumeration; exactness_goodness_of_fit`` (notebook 01).
+    """For an asserted (proved) exactness statement (:data:`TEST_CLAUSES`). The test says yes if (a) exact
+    enumeration puts speculative sampling - and every other exact chain rule the table has (``block``: block
+    verification, Sun et al. 2025) - within ``tolerance`` (TV, default 1e-12) of the target in every setting and (b)
+    their chi-square goodness-of-fit tests are not rejected at level 1e-3; it can fail if negative controls were run
+    (any other rule) and every one is caught by (a) somewhere (TV > 0.01) and rejected by (b). Reproduced exactly if
+    both; not reproduced if the test says no; inconclusive if it says yes but a control passes unseen (or none ran).
+    Tables: ``exactness_enumeration; exactness_goodness_of_fit`` (notebook 01).
     """
     p = params_of(claim)
     enum_name, gof_name = _names(claim["our_table"])
@@ -593,22 +731,21 @@ def exact_sampler(claim, tables: Tables) -> Outcome:
         if r in pvals and pvals[r] < GOF_LEVEL:
             fails.append(f"{r}: χ² rejects the sampler (p = {pvals[r]:.1e})")
     blind = [r for r in controls if worst[r] <= 0.01 or pvals.get(r, 1.0) >= GOF_LEVEL]
-    if blind:
-        fails.append(f"negative controls not caught: {', '.join(blind)}")
-    if not controls:
-        fails.append("no negative controls were run")
-    if fails:
-        return Outcome(NOT_REPRODUCED, text, float(worst["speculative"]), "; ".join(fails), n=n_settings,
-                       unit="settings")
-    return Outcome(EXACT, text + f"; {len(controls)} negative controls caught", float(worst["speculative"]),
-                   n=n_settings, unit="settings")
+    verdict = judge_test(not fails, can_fail=bool(controls) and not blind)
+    why = "; ".join(fails) if fails else (
+        f"negative controls not caught: {', '.join(blind)}" if blind else
+        "" if controls else "no negative controls were run")
+    if controls and not blind:
+        text += f"; {len(controls)} negative controls caught"
+    return Outcome(verdict, text, float(worst["speculative"]), why, n=n_settings, unit="settings")
 
 
 @rule("select", "value")
 def all_identical(claim, tables: Tables) -> Outcome:
-    """For an asserted identity (greedy speculative decoding returns the target's greedy tokens). Reproduced exactly
-    if every selected run's ``value`` column is true (output token-identical to the greedy baseline); not reproduced
-    if any is false (the reason counts them); not run if no run recorded the comparison.
+    """For an asserted identity (greedy decoding of a method returns the baseline's greedy tokens;
+    :data:`TEST_CLAUSES`: the test compares tokens, so it can fail). Reproduced exactly if every selected run's
+    ``value`` column is true (output token-identical to the greedy baseline); not reproduced if any is false (the
+    reason counts them); not run if no run recorded the comparison.
     """
     p = params_of(claim)
     df = _rows(claim, tables, p)
@@ -618,11 +755,12 @@ def all_identical(claim, tables: Tables) -> Outcome:
     n_ok = int(same.sum())
     prompts = df.loc[same.index, "prompt"].nunique() if "prompt" in df else None
     text = f"{n_ok}/{len(same)} runs identical" + (f" ({prompts} prompt{'s' if prompts > 1 else ''})" if prompts else "")
-    if n_ok == len(same):
-        return Outcome(EXACT, text, 1.0, n=len(same), unit="runs")
+    verdict = judge_test(n_ok == len(same), can_fail=True)
+    if verdict == EXACT:
+        return Outcome(verdict, text, 1.0, n=len(same), unit="runs")
     bad = df.loc[same.index[~same.astype(bool)]]
     who = ", ".join(sorted(set(bad["method"].astype(str)))) if "method" in bad else ""
-    return Outcome(NOT_REPRODUCED, text, n_ok / len(same),
+    return Outcome(verdict, text, n_ok / len(same),
                    f"{len(same) - n_ok} runs differ from the baseline" + (f" ({who})" if who else ""), n=len(same),
                    unit="runs")
 
@@ -630,12 +768,13 @@ def all_identical(claim, tables: Tables) -> Outcome:
 @rule("select", "value", "explained")
 def identical_up_to_ties(claim, tables: Tables) -> Outcome:
     """For an asserted identity checked on a whole workload in floating point (one greedy speculative and one greedy
-    AR output per prompt). Reproduced exactly if every output is token-identical to AR's (``value``) or departs from
-    it only at a near-tie of the target's top-2 logits (``explained``: the run's tie bound, fixed by its command
-    before any output exists; batched verification and one-token decoding round differently and may break an exact
-    or near tie either way), the reason then counting those near-ties; not reproduced if any output departs where
-    the target's choice was not a near-tie; not run without the table. Our number is the share of prompts with a
-    departure that is not a near-tie, with its 95% Clopper-Pearson interval over prompts.
+    AR output per prompt; :data:`TEST_CLAUSES`: the test compares tokens, so it can fail). The test says yes if
+    every output is token-identical to AR's (``value``) or departs from it only at a near-tie of the target's top-2
+    logits (``explained``: the run's tie bound, fixed by its command before any output exists; batched verification
+    and one-token decoding round differently and may break an exact or near tie either way), the reason then
+    counting those near-ties: reproduced exactly; not reproduced if any output departs where the target's choice was
+    not a near-tie; not run without the table. Our number is the share of prompts with a departure that is not a
+    near-tie, with its 95% Clopper-Pearson interval over prompts.
     """
     from scipy.stats import binomtest
 
@@ -652,24 +791,26 @@ def identical_up_to_ties(claim, tables: Tables) -> Outcome:
     ci = binomtest(n_bad, n).proportion_ci(0.95, method="exact")
     text = (f"{n_same}/{n} prompts identical, {n_tie} near-tie departures, {n_bad} other departures "
             f"(share {n_bad / n:.3f} [{ci.low:.3f}, {ci.high:.3f}], n = {n} prompts)")
-    if n_bad:
+    verdict = judge_test(n_bad == 0, can_fail=True)
+    if verdict != EXACT:
         bad = df.loc[~same & ~tie]
         who = ", ".join(map(str, bad["prompt_id" if "prompt_id" in bad else "prompt"].head(5)))
-        return Outcome(NOT_REPRODUCED, text, n_bad / n,
+        return Outcome(verdict, text, n_bad / n,
                        f"{n_bad} outputs depart from AR where the target's top-2 logits were not a near-tie ({who})",
                        lo=ci.low, hi=ci.high, n=n)
     reason = (f"{n_tie} outputs depart from AR, each at a near-tie of the target's top-2 logits (floating-point "
               "rounding, not the algorithm)" if n_tie else "")
-    return Outcome(EXACT, text, 0.0, reason, lo=ci.low, hi=ci.high, n=n)
+    return Outcome(verdict, text, 0.0, reason, lo=ci.low, hi=ci.high, n=n)
 
 
 @rule("select", "method", "baseline", "value", "null", "summary", "beside")
 def paired_ratio(claim, tables: Tables) -> Outcome:
     """For a measured ratio (a speedup over AR, tree over chain, MSS over naive sampling). Per prompt, the method's
     ``value`` (default tokens_per_s) over the baseline's on the same prompt (and repeat), from
-    :func:`specrepro.measure.harness.paired_ratios`; our number is the median over prompts with its 95% bootstrap interval.
-    Reproduced exactly if the paper's value (or range) lies inside the interval and the interval lies above the null
-    (``null``, default 1); trend reproduced if the interval lies above the null only; not reproduced if it lies
+    :func:`specrepro.measure.harness.paired_ratios`; our number is the median over prompts with its 95% bootstrap interval,
+    judged by :data:`INTERVAL_CLAUSES` with the null ``null`` (default 1) and the paper's side above it.
+    Reproduced exactly if the interval holds the paper's value (or meets its range) and lies above the null; trend
+    reproduced if the interval lies above the null only; not reproduced if it lies
     below; inconclusive if it contains the null, or if the table is summary-only (no ``prompt`` column: one pooled
     row per method, so no interval; ``summary`` names the pooled ratio column shown instead). ``beside`` (a method
     query) names extensions of ours shown after the verdict's number with their own paired ratio and interval, never
@@ -720,7 +861,7 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
         r = paired_ratios(df, m, bases[0], value)
         results.append((m, *stat_ci(r.to_numpy())))
     name, est, lo, hi, n = max(results, key=lambda t: t[1])
-    verdict, why = _judge(est, lo, hi, paper, null, +1, f"{name} over {bases[0]}")
+    verdict, why = _judge(lo, hi, paper, null, +1, f"{name} over {bases[0]}")
     text = _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×") + (
         f"; best of {len(cands)}: {name}" if len(cands) > 1 else f" ({name} / {bases[0]})")
     text += beside()
@@ -734,13 +875,14 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
 
 @rule("select", "method", "baseline", "c", "tolerance")
 def computed_speedup(claim, tables: Tables) -> Outcome:
-    """For a speedup the paper computed from α (Leviathan Thm 3.8 with its c), not measured. Ours, computed the same
-    way: per prompt, the walltime improvement (1 − α^(γ+1)) / ((1 − α)(γc + 1)) at that prompt's measured α, γ and
-    the paper's ``c`` (default 0), averaged over the prompt's timed passes; median over prompts with its 95%
-    bootstrap interval. Reproduced exactly if the paper's value lies inside that interval or within the relative
-    ``tolerance`` (default 10%) of our median; not reproduced otherwise (a computation matches or not: no trend).
-    Our measured speedup of the same runs (paired per-prompt ratio over ``baseline``, with its interval) is reported
-    beside it, not judged: the paper measured nothing here.
+    """For a speedup the paper computed from α (Leviathan Thm 3.8 with its c), not measured: always "computed"
+    (:data:`OTHER_DEFINITIONS`), never a reproduction. Ours, computed the same way: per prompt, the walltime
+    improvement (1 − α^(γ+1)) / ((1 − α)(γc + 1)) at that prompt's measured α, γ and the paper's ``c`` (default 0),
+    averaged over the prompt's timed passes; median over prompts with its 95% bootstrap interval. The reason says
+    whether the paper's number lies inside that interval (or within the relative ``tolerance``, default 10%, of our
+    median), i.e. whether our α gives the paper's computed number. Our measured speedup of the same runs (paired
+    per-prompt ratio over ``baseline``, with its interval) is reported beside it, not judged: the paper measured
+    nothing here.
     """
     p = params_of(claim)
     df = _rows(claim, tables, p)
@@ -753,53 +895,50 @@ def computed_speedup(claim, tables: Tables) -> Outcome:
     est, lo, hi, n = stat_ci(predicted.to_numpy())
     paper = _paper_range(claim)[0]
     tol = _float(p, "tolerance", 0.10)
-    text = "computed " + _fmt_ci(est, lo, hi, n, _prompt_unit(rows), suffix="×") + f" (α = {np.nanmean(_num(rows['alpha'])):.2f}, c = {c:g})"
-    measured, expl = "", ""
+    text = ("computed " + _fmt_ci(est, lo, hi, n, _prompt_unit(rows), suffix="×")
+            + f" (α = {np.nanmean(_num(rows['alpha'])):.2f}, c = {c:g})")
+    measured = ""
     if p.get("baseline"):
         (base,) = _methods(df, p["baseline"], "baseline")
         m_est, m_lo, m_hi, m_n = stat_ci(paired_ratios(df, name, base).to_numpy())
-        measured = "; measured " + _fmt_ci(m_est, m_lo, m_hi, m_n, _prompt_unit(df), suffix="×")
-        side = ("below 1" if _has_ci(m_lo, m_hi) and m_hi < 1 else "above 1" if _has_ci(m_lo, m_hi) and m_lo > 1
-                else "around 1")
-        expl = (f"apart, not judged (the paper measured nothing here): our measurement lies {side}; "
-                + _explain(rows, df[df["method"].astype(str) == base], tables, _names(claim["our_table"])[0]))
-    inside = _has_ci(lo, hi) and lo <= paper <= hi
-    if inside or abs(est / paper - 1) <= tol:
-        return Outcome(EXACT, text + measured, est, f"computed numbers agree; {expl}" if expl else "", lo, hi, n)
-    return Outcome(NOT_REPRODUCED, text + measured, est,
-                   f"computed {est:.2f}× is {abs(est / paper - 1):.0%} from the paper's {paper:g} (tolerance "
-                   f"{tol:.0%}): our α differs" + (f"; {expl}" if expl else ""), lo, hi, n)
+        measured = "; measured beside, not judged: " + _fmt_ci(m_est, m_lo, m_hi, m_n, _prompt_unit(df), suffix="×")
+    agree = _meets(lo, hi, (paper, paper)) or abs(est / paper - 1) <= tol
+    why = (f"a closed form at our measured α, not a measurement: the paper's {paper:g} "
+           + ("lies within our computed interval or tolerance" if agree else
+              f"is {abs(est / paper - 1):.0%} from our computed {est:.2f}× (tolerance {tol:.0%}): our α differs"))
+    return Outcome(COMPUTED, text + measured, est, why, lo, hi, n)
 
 
 @rule("select", "value", "null")
 def value_in_interval(claim, tables: Tables) -> Outcome:
     """For a measured rate (an acceptance rate α). Per prompt the ``value`` column (one row per prompt); our number
-    is the mean over prompts with its 95% bootstrap interval. Reproduced exactly if the paper's value lies inside the
-    interval and the interval lies above the ``null`` (default 0.5: "most of the time"); trend reproduced if it lies
+    is the mean over prompts with its 95% bootstrap interval (:data:`INTERVAL_CLAUSES`). Reproduced exactly if the
+    interval holds the paper's value and lies above the ``null`` (default 0.5: "most of the time"); trend reproduced if it lies
     above the null only; not reproduced if below; inconclusive if it contains the null.
     """
     p = params_of(claim)
     df = _rows(claim, tables, p)
     est, lo, hi, n = stat_ci(_num(df[p["value"]]), np.mean)
     positions = int(_num(df["positions"]).sum()) if "positions" in df else None
-    verdict, why = _judge(est, lo, hi, _paper_range(claim), _float(p, "null", 0.5), +1, p["value"])
+    verdict, why = _judge(lo, hi, _paper_range(claim), _float(p, "null", 0.5), +1, p["value"])
     text = _fmt_ci(est, lo, hi, n, "prompts") + (f", {positions} positions" if positions else "")
     return Outcome(verdict, text, est, why, lo, hi, n)
 
 
 @rule("select", "key", "lower", "higher", "value", "cells")
 def row_order(claim, tables: Tables) -> Outcome:
-    """For a measured ordering (row ``lower`` below row ``higher`` in every setting). Per prompt and setting (the
-    ``cells`` columns, e.g. workload and temperature), the paired difference value(higher) − value(lower); per
-    setting, its mean over prompts with a 95% bootstrap interval. Trend reproduced if every setting's interval lies
-    above 0; not reproduced if any lies below 0; inconclusive otherwise. No exact verdict: the papers' numbers come
-    from other models, tokenizers and corpora, so only the direction is judged.
+    """For a measured ordering (row ``lower`` below row ``higher`` in every setting), a direction without a number
+    (:data:`INTERVAL_CLAUSES`, null 0): per prompt and setting (the ``cells`` columns, e.g. workload and
+    temperature), the paired difference value(higher) − value(lower); per setting, its mean over prompts with a 95%
+    bootstrap interval. Trend reproduced if every setting's interval lies above 0; not reproduced if any lies below
+    0; inconclusive otherwise. No exact verdict: the papers' numbers come from other models, tokenizers and corpora,
+    so only the direction is judged.
     """
     p = params_of(claim)
     df = _rows(claim, tables, p)
     key, value = p["key"], p["value"]
     cells = [c.strip() for c in p.get("cells", "").split(",") if c.strip()]
-    parts, below, unsure, los = [], [], [], []
+    parts, verdicts, los = [], {}, []
     n_min = None
     for cell, d in (df.groupby(cells, sort=True) if cells else [((), df)]):
         wide = d.pivot_table(index="prompt", columns=key, values=value, aggfunc="mean")
@@ -810,19 +949,14 @@ def row_order(claim, tables: Tables) -> Outcome:
         label = " ".join(str(x) for x in (cell if isinstance(cell, tuple) else (cell,)))
         parts.append(f"{label}: {_fmt_ci(est, lo, hi, n, 'prompts', digits=3)}")
         los.append(lo)
-        if _has_ci(lo, hi) and hi < 0:
-            below.append(label)
-        elif not (_has_ci(lo, hi) and lo > 0):
-            unsure.append(label)
+        verdicts[label] = _judge(lo, hi, None, 0.0, +1, label)[0]
     text = f"{p['higher']} − {p['lower']} {value}: " + "; ".join(parts)
-    if below:
-        return Outcome(NOT_REPRODUCED, text, None, f"{p['higher']} is below {p['lower']} in {', '.join(below)}",
-                       n=n_min)
-    if unsure:
-        return Outcome(INCONCLUSIVE, text, None, f"the interval contains 0 (or cannot be computed) in "
-                                                 f"{', '.join(unsure)}", n=n_min)
-    return Outcome(TREND, text, float(min(los)), "direction only: other models, tokenizers and corpora than the "
-                                                 "paper's", n=n_min)
+    verdict = _all_of(verdicts.values())
+    where = ", ".join(k for k, v in verdicts.items() if v == verdict)
+    why = {NOT_REPRODUCED: f"{p['higher']} is below {p['lower']} in {where}",
+           INCONCLUSIVE: f"the interval contains 0 (or cannot be computed) in {where}",
+           TREND: "direction only: other models, tokenizers and corpora than the paper's"}[verdict]
+    return Outcome(verdict, text, float(min(los)) if verdict == TREND else None, why, n=n_min)
 
 
 @rule("select", "method", "measured", "tolerance", "c")
@@ -834,99 +968,50 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
     the first table's own runs (:func:`specrepro.measure.harness.in_run_cost_coefficient`: per draft model, the draft's time
     per drafted token without its prompt prefill over AR's target forward per step, same prompt and pass), so that
     prediction and measurement share one machine state; otherwise (``c=summary``, the default) it is the ``c`` that
-    the second table records for the method (notebook 04: from cost curves timed once, before the runs). With
-    ``c=in_run`` the text reports each draft's c and, beside it, the second table's. Per row the gap
-    |measured / predicted − 1|; per prompt its median over settings and passes; our number is the median over
-    prompts with a 95% bootstrap interval.
+    the second table records for the method (notebook 04: from cost curves timed once, before the runs).
 
-    Reproduced exactly if the interval's upper end is at most the tolerance (for a paper_kind "computed" formula:
-    ``tolerance``, default 10%, absorbing that acceptance is not i.i.d. in real text) or, for a gap the paper
-    measured (paper_value), if the paper's gap lies inside our interval or above it (we are at least as close);
-    trend reproduced otherwise if the measured values rise with the predicted ones within prompts (Spearman's ρ
-    between predicted and measured over each prompt's rows, at least 3 of them; the mean over prompts with a 95%
-    bootstrap interval lies above 0: prompts are the independent units, never a prompt's runs); not reproduced if
-    the gap interval lies wholly above the tolerance (or the paper's gap) and no such rise; inconclusive otherwise.
+    The statistic keeps its sign: per row the gap measured / predicted − 1 (negative: slower than predicted), per
+    prompt its median over settings and passes, our number the median over prompts with a 95% bootstrap interval.
+    Beside it, whether the measurement rises with the prediction: Spearman's ρ over each prompt's rows (at least 3),
+    the mean over prompts with a 95% bootstrap interval (prompts are the independent units).
+
+    A formula the paper computed (paper_kind computed): :data:`MARGIN_CLAUSES` with the margin ±``tolerance``
+    (default 10%, absorbing that acceptance is not i.i.d. in real text) on the gap's interval. A gap the paper
+    measured (paper_value: the paper's own signed gap, e.g. the median over its table's rows):
+    :data:`INTERVAL_CLAUSES` on two scales - the gap's interval must hold the paper's signed gap, and ρ's interval
+    must exclude its null 0 (a prediction that tells nothing about the measurement) on the positive side.
     """
     p = params_of(claim)
-    df = _rows(claim, tables, p)
-    rows = df.query(p["method"], engine="python") if p.get("method") else df
-    if rows.empty:
-        raise NotRun("no rows to compare with the prediction")
-    alpha = np.clip(_num(rows["alpha"]), 0, 0.999999)
-    gamma = _num(rows["gamma"])
-    if p["measured"] == "tokens_per_step":
-        measured = _num(rows["tokens_per_step"])
-        predicted = np.asarray(expected_tokens(alpha, gamma), dtype=float)
-        c_note = ""
-    elif p["measured"] == "speedup":
-        summary = _table(claim, tables, 1)
-        key = ["method", "temperature"] if "temperature" in summary else ["method"]
-        c_summary = rows[key].merge(summary[key + ["c"]].drop_duplicates(key), on=key, how="left")["c"]
-        c_source = p.get("c", "summary")
-        if c_source == "in_run":
-            baseline = df.loc[pd.to_numeric(df["gamma"], errors="coerce") == 0, "method"]
-            if baseline.empty:
-                raise NotRun(f"no AR runs (gamma 0) in {_names(claim['our_table'])[0]} to measure c against")
-            in_run = in_run_cost_coefficient(df, baseline=str(baseline.iloc[0]))
-            by_draft = in_run.set_index("draft")
-            drafts = rows["method"].map(draft_of_method)
-            c = drafts.map(by_draft["c"]).to_numpy(dtype=float)
-            if not np.isfinite(c).all():
-                raise NotRun(f"no γ sweep in {_names(claim['our_table'])[0]} to measure c in the runs for "
-                             f"{sorted(set(drafts[~np.isfinite(c)]))}")
-            shown = by_draft.loc[list(dict.fromkeys(drafts))]
-            c_note = "; c in the runs " + ", ".join(
-                f"{d} {r.c:.2f} [{r.c_lo:.2f}, {r.c_hi:.2f}]" for d, r in shown.iterrows())
-            before = c_summary.groupby(drafts.to_numpy()).median()
-            if before.notna().any():
-                c_note += " (pre-run cost curve: " + ", ".join(f"{before[d]:.2f}" for d in shown.index
-                                                               if pd.notna(before.get(d))) + ")"
-        elif c_source == "summary":
-            c, c_note = c_summary.to_numpy(dtype=float), ""
-        else:
-            raise ValueError(f"claim {claim['id']}: c must be in_run or summary, not {c_source!r}")
-        # the same prompt's AR run at the same temperature and in the same timed pass (repeat)
-        key = [k for k in ("temperature", "repeat") if k in df] + ["prompt"]
-        ar = df[df["gamma"] == 0].set_index(key)
-        idx = pd.MultiIndex.from_frame(rows[key]) if len(key) > 1 else pd.Index(rows["prompt"])
-        measured = _num(rows["tokens_per_s"]) / ar["tokens_per_s"].reindex(idx).to_numpy(dtype=float)
-        predicted = np.asarray(walltime_improvement(alpha, gamma, np.nan_to_num(c)), dtype=float)
-    else:
-        raise ValueError(f"claim {claim['id']}: measured must be tokens_per_step or speedup, not {p['measured']!r}")
-    gap = np.abs(measured / predicted - 1)
+    rows, measured, predicted, c_note = _measured_and_predicted(claim, tables, p)
+    gap = measured / predicted - 1
     per_prompt = pd.Series(gap, index=rows["prompt"].to_numpy()).groupby(level=0).median()
     est, lo, hi, n = stat_ci(per_prompt.to_numpy())
-    # does the measurement rise with the prediction? Spearman's ρ within each prompt (over its settings and passes),
-    # then the mean over prompts with a 95% bootstrap interval: the prompt is the unit, runs of one prompt are not
-    # independent samples
     pairs = pd.DataFrame({"prompt": rows["prompt"].to_numpy(), "pred": predicted, "meas": measured})
     rhos = [spearman(g["pred"].to_numpy(), g["meas"].to_numpy())[0] for _, g in pairs.groupby("prompt", sort=False)
             if len(g) >= 3]
     rhos = np.asarray([r for r in rhos if np.isfinite(r)], dtype=float)
     rho, rho_lo, rho_hi, rho_n = stat_ci(rhos, np.mean) if rhos.size else (math.nan, math.nan, math.nan, 0)
-    rises = _has_ci(rho_lo, rho_hi) and rho_lo > 0
-    if claim["paper_kind"] == "computed":
-        bound, ok = _float(p, "tolerance", 0.10), _has_ci(lo, hi) and hi <= _float(p, "tolerance", 0.10)
-        against = f"tolerance {bound:.0%}"
-    else:
-        bound = _paper_range(claim)[0]
-        ok = _has_ci(lo, hi) and lo <= bound
-        against = f"the paper's {bound:.0%}"
-    text = (f"median gap {_fmt_ci(est, lo, hi, n, 'prompts')} ({len(gap)} runs)"
-            + ("" if math.isnan(rho) else f", ρ within prompts {_fmt_ci(rho, rho_lo, rho_hi, rho_n, 'prompts')}")
+    text = (f"median signed gap {_fmt_ci(est, lo, hi, n, 'prompts', sign=True)} ({len(gap)} runs)"
+            + ("" if math.isnan(rho) else f"; ρ within prompts {_fmt_ci(rho, rho_lo, rho_hi, rho_n, 'prompts')}")
             + c_note)
-    if ok:
-        return Outcome(EXACT, text, est, "", lo, hi, n)
-    if not _has_ci(lo, hi):
-        return Outcome(INCONCLUSIVE, text, est, "no interval (fewer than 2 prompts)", lo, hi, n)
-    if rises:
-        return Outcome(TREND, text, est, f"gap interval [{lo:.0%}, {hi:.0%}] exceeds {against}, but the "
-                                         f"measurement rises with the prediction within prompts", lo, hi, n)
-    if lo > bound:
-        return Outcome(NOT_REPRODUCED, text, est, f"gap interval [{lo:.0%}, {hi:.0%}] lies above {against} and the "
-                                                  f"measurement does not rise significantly with the prediction",
-                       lo, hi, n)
-    return Outcome(INCONCLUSIVE, text, est, f"gap interval [{lo:.0%}, {hi:.0%}] straddles {against}", lo, hi, n)
+    if claim["paper_kind"] == "computed":
+        tol = _float(p, "tolerance", 0.10)
+        verdict = judge_margin(lo, hi, (-tol, tol))
+        why = {EXACT: "", NOT_REPRODUCED: f"the gap's interval lies outside ±{tol:.0%}",
+               INCONCLUSIVE: f"the gap's interval is not within ±{tol:.0%}"}[verdict]
+        return Outcome(verdict, text, est, why, lo, hi, n)
+    paper = _paper_range(claim)
+    holds = _meets(lo, hi, paper)
+    verdict = judge_interval(rho_lo, rho_hi, 0.0, +1, holds)
+    pv = f"{paper[0]:+.2f}" if paper[0] == paper[1] else f"{paper[0]:+.2f} to {paper[1]:+.2f}"
+    gap_part = (f"the gap's interval holds the paper's {pv}" if holds else
+                f"the gap's interval [{lo:+.2f}, {hi:+.2f}] does not hold the paper's {pv}" if _has_ci(lo, hi)
+                else "no gap interval")
+    why = {EXACT: "",
+           TREND: f"ρ's interval lies above 0 but {gap_part}",
+           NOT_REPRODUCED: "ρ's interval lies below 0: the measurement falls as the prediction rises",
+           INCONCLUSIVE: f"ρ's interval contains 0 or cannot be computed; {gap_part}"}[verdict]
+    return Outcome(verdict, text, est, why, lo, hi, n)
 
 
 def _monotone(claim, tables: Tables, sign: int) -> Outcome:
@@ -934,8 +1019,7 @@ def _monotone(claim, tables: Tables, sign: int) -> Outcome:
     df = _rows(claim, tables, p)
     x_col, y_col = p["x"], p["y"]
     groups = list(df.groupby(p["series"], sort=False)) if p.get("series") else [(y_col, df)]
-    texts, fails, unsure, smaller, stats_, n_all = [], [], [], [], [], None
-    word = "rises" if sign > 0 else "falls"
+    texts, verdicts, stats_, n_all = [], {}, [], None
     paper_change = _series_numbers(claim, p.get("paper_change", ""))
     for label, d in groups:
         if d[x_col].nunique() < 3:
@@ -944,47 +1028,28 @@ def _monotone(claim, tables: Tables, sign: int) -> Outcome:
         if "prompt" in d.columns:  # per-prompt rows: paired difference y(last x) − y(first x) per prompt
             wide = d.pivot_table(index="prompt", columns=x_col, values=y_col, aggfunc="mean")
             est, lo, hi, n = stat_ci((wide[xs[-1]] - wide[xs[0]]).to_numpy(), np.mean)
-            n_all = n if n_all is None else min(n_all, n)
-            texts.append(f"{label}: {y_col} at {x_col} = {xs[-1]:g} minus at {xs[0]:g}: "
-                         + _fmt_ci(est, lo, hi, n, "prompts"))
-            sig = _has_ci(lo, hi) and (lo > 0 if sign > 0 else hi < 0)
-            wrong = _has_ci(lo, hi) and (hi < 0 if sign > 0 else lo > 0)
             target = paper_change.get(str(label))
-            if not sig and not wrong and target is not None and _has_ci(lo, hi) and (
-                    hi < target if sign > 0 else lo > target):
-                smaller.append(f"{label} (the paper's {target:+.2f} lies outside [{lo:+.2f}, {hi:+.2f}])")
-                stats_.append(est)
-                continue
-            stats_.append(est)
-        else:  # summary points: Spearman's test over the x values
+            texts.append(f"{label}: {y_col} at {x_col} = {xs[-1]:g} minus at {xs[0]:g}: "
+                         + _fmt_ci(est, lo, hi, n, "prompts", sign=True)
+                         + (f" (paper {target:+.2f})" if target is not None else ""))
+            verdicts[str(label)] = _judge(lo, hi, None if target is None else (target, target), 0.0, sign,
+                                          str(label))
+        else:  # summary points: Spearman's test over the x values (a direction, no interval of the change)
             d = d.sort_values(x_col)
             ys = _num(d[y_col])
-            rho, pval = spearman(_num(d[x_col]), ys)
+            est, pval = spearman(_num(d[x_col]), ys)
             n = len(d)
-            n_all = n if n_all is None else min(n_all, n)
-            r_lo, r_hi = spearman_interval(rho, n)
+            r_lo, r_hi = spearman_interval(est, n)
             texts.append(f"{label}: {ys[0]:.2f} → {ys[-1]:.2f}"
-                         + ("" if math.isnan(rho) else f" (ρ = {rho:.2f} [{r_lo:.2f}, {r_hi:.2f}], p = {pval:.2g}, "
+                         + ("" if math.isnan(est) else f" (ρ = {est:.2f} [{r_lo:.2f}, {r_hi:.2f}], p = {pval:.2g}, "
                                                        f"n = {n} points)"))
-            sig = not math.isnan(rho) and sign * rho > 0 and pval < ALPHA_TEST
-            wrong = not math.isnan(rho) and sign * rho < 0 and pval < ALPHA_TEST
-            stats_.append(rho)
-        if wrong:
-            fails.append(f"{label} does the opposite significantly")
-        elif not sig:
-            unsure.append(str(label))
-    text = "; ".join(texts)
-    if fails:
-        return Outcome(NOT_REPRODUCED, text, None, "; ".join(fails), n=n_all)
-    if smaller:
-        return Outcome(NOT_REPRODUCED, text, None, f"smaller than the paper's change, no significant "
-                                                   f"{'rise' if sign > 0 else 'fall'}: {'; '.join(smaller)}", n=n_all)
-    if unsure:
-        return Outcome(INCONCLUSIVE, text, None, f"no significant {'rise' if sign > 0 else 'fall'} for "
-                                                 f"{', '.join(unsure)} (interval contains 0 / p ≥ {ALPHA_TEST})",
-                       n=n_all)
-    return Outcome(TREND, text, float(np.mean(stats_)), f"{y_col} {word} with {x_col}; direction only: the paper's "
-                                                        f"numbers come from other models", n=n_all)
+            verdicts[str(label)] = _judge(r_lo, r_hi, None, 0.0, sign, str(label))
+        n_all = n if n_all is None else min(n_all, n)
+        stats_.append(est)
+    verdict = _all_of(v for v, _ in verdicts.values())
+    why = "; ".join(f"{k}: {r}" for k, (v, r) in verdicts.items() if v == verdict and r)
+    return Outcome(verdict, "; ".join(texts), float(np.mean(stats_)) if verdict in (EXACT, TREND) else None, why,
+                   n=n_all)
 
 
 def _series_numbers(claim, text: str) -> dict[str, float]:
@@ -1009,35 +1074,35 @@ def _series_numbers(claim, text: str) -> dict[str, float]:
 
 @rule("select", "x", "y", "series", "paper_change")
 def increases(claim, tables: Tables) -> Outcome:
-    """For a measured direction (y rises with x). Per-prompt rows: per prompt the paired difference y(largest x) −
-    y(smallest x), mean over prompts with a 95% bootstrap interval; summary rows (no ``prompt`` column): Spearman's
-    ρ over the x values (scipy.stats.spearmanr; its approximate interval by Fisher's z is shown). Trend reproduced if, for every ``series``, the interval lies above
-    0 (or ρ > 0 with p < 0.05); not reproduced if any lies below 0 (or ρ < 0 with p < 0.05), or if for a series
-    whose interval contains 0 the paper's own change (``paper_change``, ``series:number,...``: the paper's y at
-    the largest x minus at the smallest) lies above the interval (a rise smaller than the paper's: the interval
-    rules the paper's number out); inconclusive otherwise (the interval holds both 0 and the paper's change). No
-    exact verdict: the papers' numbers come from other models, so a significant rise of any size is the trend.
+    """For a measured direction (y rises with x; :data:`INTERVAL_CLAUSES`, null 0). Per-prompt rows: per prompt the
+    paired difference y(largest x) − y(smallest x), its mean over prompts with a 95% bootstrap interval, judged
+    against the paper's own change where ``paper_change`` gives it (``series:number,...``: the paper's y at the
+    largest x minus at the smallest) - reproduced exactly if the interval holds it and lies above 0, trend
+    reproduced if it lies above 0 only (or the paper gives no change); summary rows (no ``prompt`` column):
+    Spearman's ρ over the x values with its 95% interval by Fisher's z, a direction only. Not reproduced if an
+    interval lies below 0; inconclusive if one contains 0. Every ``series`` must hold: the claim's verdict is the
+    weakest of its series' (not reproduced, then inconclusive, then trend reproduced, then reproduced exactly).
     """
     return _monotone(claim, tables, +1)
 
 
 @rule("select", "x", "y", "series", "paper_change")
 def decreases(claim, tables: Tables) -> Outcome:
-    """As :func:`increases` with the direction reversed: trend reproduced if y falls with x significantly (interval
-    below 0, or ρ < 0 with p < 0.05) for every series; not reproduced if it rises significantly, or if an interval
-    containing 0 lies above the paper's (negative) change; inconclusive otherwise. No exact verdict (direction only).
+    """As :func:`increases` with the direction reversed: the paper's side of the null 0 is below it (y falls with
+    x); reproduced exactly if the interval lies below 0 and holds the paper's (negative) change, trend reproduced if
+    below 0 only, not reproduced if above 0, inconclusive if it contains 0; the weakest series decides.
     """
     return _monotone(claim, tables, -1)
 
 
-@rule("select", "x", "y", "tolerance")
+@rule("select", "x", "y")
 def grows_linearly(claim, tables: Tables) -> Outcome:
-    """For a measured "about linear in x" statement. Least squares y = a + b·x (scipy.stats.linregress) over the
-    selected rows, with the slope's 95% t-interval. Reproduced exactly if the slope's interval lies above 0 and a
-    line explains the data (r² ≥ ``tolerance``, default 0.9); trend reproduced if y rises significantly (slope
-    interval above 0, or Spearman ρ > 0 with p < 0.05) but r² is lower; not reproduced if the slope's interval lies
-    below 0; inconclusive otherwise. Rows that repeat a timing (a ``repeat`` column beside ``prompt``) are averaged
-    per prompt and x first: the prompt is the unit, so repeated passes do not narrow the interval.
+    """For a measured "about linear in x" statement without a number (:data:`INTERVAL_CLAUSES`, a direction: the
+    null is slope 0, the paper's side above it). Least squares y = a + b·x (scipy.stats.linregress) over the selected
+    rows, with the slope's 95% t-interval and r² shown. Trend reproduced if the slope's interval lies above 0; not
+    reproduced if it lies below 0; inconclusive if it contains 0. No exact verdict: the paper gives no number. Rows
+    that repeat a timing (a ``repeat`` column beside ``prompt``) are averaged per prompt and x first: the prompt is
+    the unit, so repeated passes do not narrow the interval.
     """
     from scipy import stats
 
@@ -1052,34 +1117,24 @@ def grows_linearly(claim, tables: Tables) -> Outcome:
         raise NotRun(f"fewer than 3 values of {p['x']}")
     fit = stats.linregress(x, y)
     t = stats.t.ppf(0.975, len(x) - 2)
-    lo, hi = fit.slope - t * fit.stderr, fit.slope + t * fit.stderr
-    r2 = float(fit.rvalue ** 2)
-    rho, pval = spearman(x, y)
-    text = (f"{fit.slope:+.1f} {p['y'].replace('_', ' ')} per unit {p['x']} [{lo:+.1f}, {hi:+.1f}], r² = {r2:.2f}, "
-            f"n = {len(x)} points")
-    if lo > 0 and r2 >= _float(p, "tolerance", 0.9):
-        return Outcome(EXACT, text, float(fit.slope), "", float(lo), float(hi), len(x))
-    if lo > 0 or (rho > 0 and pval < ALPHA_TEST):
-        return Outcome(TREND, text, float(fit.slope), f"rises, but a line explains only r² = {r2:.2f}",
-                       float(lo), float(hi), len(x))
-    if hi < 0:
-        return Outcome(NOT_REPRODUCED, text, float(fit.slope), f"{p['y']} falls with {p['x']}", float(lo), float(hi),
-                       len(x))
-    return Outcome(INCONCLUSIVE, text, float(fit.slope), "the slope's interval contains 0", float(lo), float(hi),
-                   len(x))
+    lo, hi = float(fit.slope - t * fit.stderr), float(fit.slope + t * fit.stderr)
+    text = (f"{fit.slope:+.1f} {p['y'].replace('_', ' ')} per unit {p['x']} [{lo:+.1f}, {hi:+.1f}], "
+            f"r² = {fit.rvalue ** 2:.2f}, n = {len(x)} points")
+    verdict, why = _judge(lo, hi, None, 0.0, +1, "the slope")
+    return Outcome(verdict, text, float(fit.slope), why, lo, hi, len(x))
 
 
 @rule("select", "x", "tolerance")
 def speedup_peaks(claim, tables: Tables) -> Outcome:
-    """For "the speedup plateaus or regresses as K grows, optimal at K = k" (paper_value: k). Needs per-prompt runs
-    (``prompt``, ``method``, ``tokens_per_s`` and the draft length column ``x``; x = 0 is AR). Per prompt, the
-    tokens/s at the largest K swept over the tokens/s at the paper's k (:func:`specrepro.measure.harness.paired_ratios`),
-    median over prompts with a 95% bootstrap interval. Reproduced exactly if the interval's upper end is below
-    1 + ``tolerance`` (default 0.05: no gain past k, a plateau or a regression) and our best K (highest median paired
-    speedup over AR) equals k; trend reproduced if the upper end is below 1 + tolerance but our best K is another;
-    not reproduced if the lower end is above 1 + tolerance (the speedup still grows past k); inconclusive otherwise,
-    and always for a summary-only table
-    (no per-prompt rows: no interval).
+    """For "the speedup plateaus or regresses as K grows, optimal at K = k" (paper_value: k;
+    :data:`INTERVAL_CLAUSES` on two scales). Needs per-prompt runs (``prompt``, ``method``, ``tokens_per_s`` and the
+    draft length column ``x``; x = 0 is AR). The statistic: per prompt, the tokens/s at the largest K swept over the
+    tokens/s at the paper's k (:func:`specrepro.measure.harness.paired_ratios`), median over prompts with a 95%
+    bootstrap interval; its null is 1 + ``tolerance`` (default 0.05: still a gain past k), the paper's side below it
+    (a plateau or a regression). The paper's number k is held if it lies in the 95% bootstrap interval (over prompts)
+    of our best K (highest median paired speedup over AR). Reproduced exactly if both; trend reproduced if the
+    interval lies below the null only; not reproduced if it lies above it (the speedup still grows past k);
+    inconclusive otherwise, and always for a summary-only table (no per-prompt rows: no interval).
     """
     p = params_of(claim)
     df = _rows(claim, tables, p)
@@ -1098,32 +1153,32 @@ def speedup_peaks(claim, tables: Tables) -> Outcome:
     if 0 not in by_k.index or k_paper not in by_k.index:
         raise NotRun(f"the sweep lacks K = 0 (AR) or the paper's K = {k_paper}")
     ks = sorted(k for k in by_k.index if k > 0)
-    medians = {k: float(np.median(paired_ratios(df, by_k[k], by_k[0]).to_numpy())) for k in ks}
-    k_best = max(medians, key=medians.get)
+    over_ar = pd.DataFrame({k: paired_ratios(df, by_k[k], by_k[0]) for k in ks}).dropna()
+    medians = over_ar.median()
+    k_best = int(medians.idxmax())
+    k_lo, k_hi = _best_k_interval(over_ar)
     est, lo, hi, n = stat_ci(paired_ratios(df, by_k[ks[-1]], by_k[k_paper]).to_numpy())
-    text = (f"best K = {k_best} ({medians[k_best]:.2f}× AR); K = {ks[-1]} over K = {k_paper}: "
+    text = (f"best K = {k_best} [{k_lo:g}, {k_hi:g}] ({medians[k_best]:.2f}× AR); K = {ks[-1]} over K = {k_paper}: "
             + _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×"))
-    if not _has_ci(lo, hi):
-        return Outcome(INCONCLUSIVE, text, float(k_best), "no interval (fewer than 2 prompts)", lo, hi, n)
-    if hi < 1 + tol:
-        if k_best == k_paper:
-            return Outcome(EXACT, text, float(k_best), "", lo, hi, n)
-        return Outcome(TREND, text, float(k_best), f"no gain past K = {k_paper}, but our best K is {k_best}", lo, hi, n)
-    if lo > 1 + tol:
-        return Outcome(NOT_REPRODUCED, text, float(k_best), f"the speedup still grows past K = {k_paper}", lo, hi, n)
-    return Outcome(INCONCLUSIVE, text, float(k_best), "the interval does not tell a plateau from a gain", lo, hi, n)
+    verdict = judge_interval(lo, hi, 1 + tol, -1, k_lo <= k_paper <= k_hi)
+    why = {EXACT: "",
+           TREND: f"no gain past K = {k_paper}, but the best K's interval [{k_lo:g}, {k_hi:g}] excludes {k_paper}",
+           NOT_REPRODUCED: f"the speedup still grows past K = {k_paper}",
+           INCONCLUSIVE: "the interval does not tell a plateau from a gain" if _has_ci(lo, hi) else
+           "no interval (fewer than 2 prompts)"}[verdict]
+    return Outcome(verdict, text, float(k_best), why, lo, hi, n)
 
 
 @rule("setting", "method", "baseline", "margin")
 def quality_unchanged(claim, tables: Tables) -> Outcome:
-    """For "task quality is unchanged under speculative sampling". Per problem of the completions table (second
-    table; columns setting, method, prompt, completion, and ``passed`` when the notebook stored per-problem results),
-    the paired difference passed(method) − passed(baseline): 0 where the two completions are token-identical (same
-    text, hence the same pass/fail), else from ``passed``. Our number is the mean difference (pass@1 points) with its
-    95% bootstrap interval over problems. Reproduced exactly ("quality unchanged") if the interval lies within
-    ±``margin`` (default 0.10 = 10 points); not reproduced if it lies wholly outside (quality changed); inconclusive
-    otherwise, and when completions differ but the table has no per-problem ``passed`` column (then no paired
-    interval can be computed; the pooled pass@1 of the first table is shown).
+    """For "task quality is unchanged under speculative sampling" (:data:`MARGIN_CLAUSES`, the margin ±``margin``,
+    default 0.10 = 10 points). Per problem of the completions table (second table; columns setting, method, prompt,
+    completion, and ``passed`` when the notebook stored per-problem results), the paired difference passed(method) −
+    passed(baseline): 0 where the two completions are token-identical (same text, hence the same pass/fail), else
+    from ``passed``. Our number is the mean difference (pass@1 points) with its 95% bootstrap interval over problems.
+    Reproduced exactly ("quality unchanged") if the interval lies within the margin; not reproduced if it lies wholly
+    outside (quality changed); inconclusive otherwise, and when completions differ but the table has no per-problem
+    ``passed`` column (then no paired interval can be computed; the pooled pass@1 of the first table is shown).
     """
     p = params_of(claim)
     setting, method, base = p["setting"], p["method"], p.get("baseline") or "ar"
@@ -1145,8 +1200,9 @@ def quality_unchanged(claim, tables: Tables) -> Outcome:
     elif same.all():
         diff = np.zeros(len(common))
     else:
-        return Outcome(INCONCLUSIVE, f"{pooled_text} (n = {len(common)} problems, {int(same.sum())} identical "
-                                     f"completions), no paired interval", None,
+        return Outcome(judge_margin(None, None, (-margin, margin)),
+                       f"{pooled_text} (n = {len(common)} problems, {int(same.sum())} identical completions), no "
+                       f"paired interval", None,
                        f"per-problem pass/fail is not stored ({_names(claim['our_table'])[1]} has no 'passed' "
                        f"column) and {int((~same).sum())} completions differ: no paired interval can be computed",
                        n=len(common))
@@ -1157,22 +1213,21 @@ def quality_unchanged(claim, tables: Tables) -> Outcome:
         text += ", every completion token-identical"
     if pooled_text:
         text += f" ({pooled_text})"
-    if _has_ci(lo, hi) and -margin <= lo and hi <= margin:
-        return Outcome(EXACT, text, est, "", lo, hi, n)
-    if _has_ci(lo, hi) and (lo > margin or hi < -margin):
-        return Outcome(NOT_REPRODUCED, text, est, f"the interval lies outside ±{margin * 100:.0f} points: quality "
-                                                  f"changed", lo, hi, n)
-    return Outcome(INCONCLUSIVE, text, est, f"the interval is not within ±{margin * 100:.0f} points", lo, hi, n)
+    verdict = judge_margin(lo, hi, (-margin, margin))
+    why = {EXACT: "", NOT_REPRODUCED: f"the interval lies outside ±{margin * 100:.0f} points: quality changed",
+           INCONCLUSIVE: f"the interval is not within ±{margin * 100:.0f} points"}[verdict]
+    return Outcome(verdict, text, est, why, lo, hi, n)
 
 
 @rule("select", "value", "count")
 def falls_with_head(claim, tables: Tables) -> Outcome:
-    """For "head k's prediction gets worse with k" (an asserted statement without a number). Rows = heads with the
-    held-out accuracy ``value`` (default top1) over ``count`` positions (default positions). Trend reproduced if head
-    1's accuracy exceeds the last head's significantly (Fisher's exact test, one-sided p < 0.05, scipy.stats; the
-    heads are scored on nearly the same positions, which the test treats as independent samples) and the accuracy
-    never rises from one head to the next; not reproduced if the last head is significantly more accurate than head
-    1; inconclusive otherwise. No exact verdict: the paper gives no number.
+    """For "head k's prediction gets worse with k" (an asserted direction without a number; :data:`INTERVAL_CLAUSES`,
+    null 0). Rows = heads with the held-out accuracy ``value`` (default top1) over ``count`` positions (default
+    positions). The statistic: head 1's accuracy minus the last head's, with Newcombe's 95% interval (the heads are
+    scored on nearly the same positions, which the interval treats as independent samples). Trend reproduced if the
+    interval lies above 0; not reproduced if below 0; inconclusive if it contains 0. No exact verdict: the paper
+    gives no number. Each head's Wilson interval, Fisher's one-sided p and any rise from one head to the next are
+    shown beside.
     """
     from scipy import stats
 
@@ -1183,31 +1238,28 @@ def falls_with_head(claim, tables: Tables) -> Outcome:
     if len(acc) < 2:
         raise NotRun("fewer than 2 heads")
     hits = np.round(acc * cnt).astype(int)
-    table = [[hits[0], cnt[0] - hits[0]], [hits[-1], cnt[-1] - hits[-1]]]
-    p_fall = float(stats.fisher_exact(table, alternative="greater").pvalue)
-    p_rise = float(stats.fisher_exact(table, alternative="less").pvalue)
+    p_fall = float(stats.fisher_exact([[hits[0], cnt[0] - hits[0]], [hits[-1], cnt[-1] - hits[-1]]],
+                                      alternative="greater").pvalue)
+    est, lo, hi = _diff_of_proportions(hits[0], cnt[0], hits[-1], cnt[-1])
     cis = [stats.binomtest(int(h), int(c)).proportion_ci(method="wilson") for h, c in zip(hits, cnt)]
     text = ("top-1 " + ", ".join(f"head {int(h)} {a:.2f} [{ci.low:.2f}, {ci.high:.2f}]"
                                  for h, a, ci in zip(df["head"], acc, cis))
+            + f"; head 1 − head {int(df['head'].iloc[-1])}: {est:+.2f} [{lo:+.2f}, {hi:+.2f}]"
             + f"; n = {int(cnt.min())}-{int(cnt.max())} positions per head; Fisher p = {p_fall:.1e}")
     rises = [f"head {int(df['head'].iloc[i + 1])} > head {int(df['head'].iloc[i])}"
              for i in range(len(acc) - 1) if acc[i + 1] > acc[i]]
-    if p_fall < ALPHA_TEST and not rises:
-        return Outcome(TREND, text, float(acc[0]), "falls with k; the paper gives no number to compare",
-                       n=int(cnt.min()))
-    if p_rise < ALPHA_TEST:
-        return Outcome(NOT_REPRODUCED, text, float(acc[0]), "the last head is significantly more accurate than "
-                                                            "head 1", n=int(cnt.min()))
-    return Outcome(INCONCLUSIVE, text, float(acc[0]), "; ".join(rises) or "head 1 is not significantly more accurate "
-                                                                          "than the last head", n=int(cnt.min()))
+    verdict, why = _judge(lo, hi, None, 0.0, +1, "head 1 − the last head")
+    if rises:
+        why += f"; beside: {', '.join(rises)}"
+    return Outcome(verdict, text, float(acc[0]), why, lo, hi, n=int(cnt.min()))
 
 
 @rule("select")
 def typical_shifts(claim, tables: Tables) -> Outcome:
-    """For the asserted "typical acceptance does not preserve the target's distribution". Reproduced exactly if the
-    chi-square test rejects typical acceptance (p < 1e-3) and rejects none of the distribution-preserving modes
-    (p ≥ 1e-3), so the test can tell them apart; not reproduced if it does not reject typical acceptance; inconclusive
-    if it rejects a preserving mode too (the test cannot separate them).
+    """For the asserted "typical acceptance does not preserve the target's distribution" (:data:`TEST_CLAUSES`). The
+    test says yes if the chi-square test rejects typical acceptance (p < 1e-3); it can fail (it is shown to tell the
+    cases apart) if it rejects none of the distribution-preserving modes (p ≥ 1e-3). Reproduced exactly if both; not
+    reproduced if it does not reject typical acceptance; inconclusive if it rejects a preserving mode too.
     """
     p = params_of(claim)
     df = _rows(claim, tables, p)
@@ -1220,19 +1272,107 @@ def typical_shifts(claim, tables: Tables) -> Outcome:
     n = int(_num(df["samples"]).min()) if "samples" in df else None
     text = (f"TV {tv_t:.3f} (typical) vs ≤ {tv_e:.3f} (exact modes); χ² p = {p_t:.1e} vs ≥ {p_e:.2f}"
             + (f", n = {n} samples each" if n else ""))
-    if p_t >= GOF_LEVEL:
-        return Outcome(NOT_REPRODUCED, text, tv_t, "the χ² test does not reject typical acceptance", n=n)
-    if p_e < GOF_LEVEL:
-        return Outcome(INCONCLUSIVE, text, tv_t, "the χ² test also rejects a distribution-preserving mode", n=n)
-    return Outcome(EXACT, text, tv_t, n=n)
+    verdict = judge_test(p_t < GOF_LEVEL, can_fail=p_e >= GOF_LEVEL)
+    why = {EXACT: "", NOT_REPRODUCED: "the χ² test does not reject typical acceptance",
+           INCONCLUSIVE: "the χ² test also rejects a distribution-preserving mode"}[verdict]
+    return Outcome(verdict, text, tv_t, why, n=n)
+
+
+def _measured_and_predicted(claim, tables: Tables, p: dict) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, str]:
+    """The rows :func:`close_to_prediction` compares, their measured and predicted values, and a note on c."""
+    df = _rows(claim, tables, p)
+    rows = df.query(p["method"], engine="python") if p.get("method") else df
+    if rows.empty:
+        raise NotRun("no rows to compare with the prediction")
+    alpha = np.clip(_num(rows["alpha"]), 0, 0.999999)
+    gamma = _num(rows["gamma"])
+    if p["measured"] == "tokens_per_step":
+        return rows, _num(rows["tokens_per_step"]), np.asarray(expected_tokens(alpha, gamma), dtype=float), ""
+    if p["measured"] != "speedup":
+        raise ValueError(f"claim {claim['id']}: measured must be tokens_per_step or speedup, not {p['measured']!r}")
+    summary = _table(claim, tables, 1)
+    key = ["method", "temperature"] if "temperature" in summary else ["method"]
+    c_summary = rows[key].merge(summary[key + ["c"]].drop_duplicates(key), on=key, how="left")["c"]
+    c_source = p.get("c", "summary")
+    if c_source == "in_run":
+        baseline = df.loc[pd.to_numeric(df["gamma"], errors="coerce") == 0, "method"]
+        if baseline.empty:
+            raise NotRun(f"no AR runs (gamma 0) in {_names(claim['our_table'])[0]} to measure c against")
+        by_draft = in_run_cost_coefficient(df, baseline=str(baseline.iloc[0])).set_index("draft")
+        drafts = rows["method"].map(draft_of_method)
+        c = drafts.map(by_draft["c"]).to_numpy(dtype=float)
+        if not np.isfinite(c).all():
+            raise NotRun(f"no γ sweep in {_names(claim['our_table'])[0]} to measure c in the runs for "
+                         f"{sorted(set(drafts[~np.isfinite(c)]))}")
+        shown = by_draft.loc[list(dict.fromkeys(drafts))]
+        c_note = "; c in the runs " + ", ".join(
+            f"{d} {r.c:.2f} [{r.c_lo:.2f}, {r.c_hi:.2f}]" for d, r in shown.iterrows())
+        before = c_summary.groupby(drafts.to_numpy()).median()
+        if before.notna().any():
+            c_note += " (pre-run cost curve: " + ", ".join(f"{before[d]:.2f}" for d in shown.index
+                                                           if pd.notna(before.get(d))) + ")"
+    elif c_source == "summary":
+        c, c_note = c_summary.to_numpy(dtype=float), ""
+    else:
+        raise ValueError(f"claim {claim['id']}: c must be in_run or summary, not {c_source!r}")
+    # the same prompt's AR run at the same temperature and in the same timed pass (repeat)
+    key = [k for k in ("temperature", "repeat") if k in df] + ["prompt"]
+    ar = df[df["gamma"] == 0].set_index(key)
+    idx = pd.MultiIndex.from_frame(rows[key]) if len(key) > 1 else pd.Index(rows["prompt"])
+    measured = _num(rows["tokens_per_s"]) / ar["tokens_per_s"].reindex(idx).to_numpy(dtype=float)
+    return rows, measured, np.asarray(walltime_improvement(alpha, gamma, np.nan_to_num(c)), dtype=float), c_note
+
+
+def _best_k_interval(ratios: pd.DataFrame, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of the best K (the column of ``ratios`` - prompts × K, paired speedups
+    over AR - with the highest median over prompts), resampling prompts."""
+    rng = np.random.default_rng(seed)
+    values, ks = ratios.to_numpy(dtype=float), np.asarray(ratios.columns, dtype=float)
+    picks = rng.integers(0, len(values), size=(n_resamples, len(values)))
+    best = ks[np.nanargmax(np.nanmedian(values[picks], axis=1), axis=1)]
+    return float(np.percentile(best, 2.5)), float(np.percentile(best, 97.5))
+
+
+def _diff_of_proportions(h1: int, n1: int, h2: int, n2: int) -> tuple[float, float, float]:
+    """p1 − p2 with Newcombe's 95% hybrid score interval (from each proportion's Wilson interval)."""
+    from scipy import stats
+
+    a = stats.binomtest(int(h1), int(n1)).proportion_ci(method="wilson")
+    b = stats.binomtest(int(h2), int(n2)).proportion_ci(method="wilson")
+    p1, p2 = h1 / n1, h2 / n2
+    return (p1 - p2, p1 - p2 - math.hypot(p1 - a.low, b.high - p2), p1 - p2 + math.hypot(a.high - p1, p2 - b.low))
+
+
+@rule("select", "method", "baseline", "value", "null", "summary", "beside", "requires", "requires_baseline")
+def needs_precondition(claim, tables: Tables) -> Outcome:
+    """For a claim whose regime needs a precondition that our own runs must show first (Medusa-2 fine-tunes a
+    backbone that Medusa-1 heads already speed up): the precondition is the paired ratio of ``requires`` over
+    ``requires_baseline`` (queries on the same table, :func:`specrepro.measure.harness.paired_ratios`, median over
+    prompts with a 95% bootstrap interval), and it holds if the interval lies above ``null`` (default 1). If it
+    holds, the claim is judged exactly as :func:`paired_ratio` judges it; if not, "not testable here": the reason
+    gives the precondition's reading, and the claim's own paired ratio is shown beside, never judged.
+    """
+    p = params_of(claim)
+    df = _rows(claim, tables, p)
+    (req,) = _methods(df, p.get("requires", ""), "requires")
+    (req_base,) = _methods(df, p.get("requires_baseline", ""), "requires_baseline")
+    est, lo, hi, n = stat_ci(paired_ratios(df, req, req_base, p.get("value") or "tokens_per_s").to_numpy())
+    out = paired_ratio(claim, tables)
+    null = _float(p, "null", 1.0)
+    if _beyond(lo, hi, null, +1):
+        return out
+    pre = _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×")
+    return Outcome(NOT_TESTABLE, f"not judged: {out.ours}", None,
+                   f"needs {req} to speed up {req_base} first; here {req} / {req_base} = {pre}, not above {null:g}",
+                   n=out.n)
 
 
 @rule()
-def not_attempted(claim, tables: Tables) -> Outcome:
-    """For a statement nothing here measures (the claim's ``caveat`` says why). Always "not run": never reproduced,
-    never not reproduced.
+def not_testable(claim, tables: Tables) -> Outcome:
+    """For a statement whose regime nothing here can reach (the claim's ``caveat`` says why, e.g. a multi-GPU serving
+    system): always "not testable here", never reproduced, never not reproduced.
     """
-    raise NotRun(claim["caveat"] or "no table measures this claim")
+    return Outcome(NOT_TESTABLE, "", None, claim["caveat"] or "no regime here can test this claim")
 
 
 # ------------------------------------------------------------------------------------------------------ scoring
@@ -1261,7 +1401,8 @@ def _judged_draft(claim, tables: Tables, names: list[str], out: Outcome) -> Outc
 def score_claim(claim: pd.Series, tables: Tables) -> dict:
     """Apply the claim's rule to the tables and return one scorecard row (:data:`CARD_COLUMNS`).
 
-    A missing table or a rule's :class:`NotRun` gives "not run", and so does a table drafted by the int8 copy of the
+    A missing table or a rule's :class:`NotRun` gives "not run" (a claim that names no table is its rule's alone:
+    :func:`not_testable`), and so does a table drafted by the int8 copy of the
     draft for a claim that judges the draft in its own dtype (``draft=own dtype``); any other exception of a rule propagates (a rule
     that raises on the committed tables is a bug, and ``make test`` must fail on it).
     """
@@ -1278,9 +1419,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
                hardware=_hardware(prov), profile=prov.get("profile", tables.profile if names else ""),
                commit=prov.get("commit", ""))
     missing = [n for n in names if tables.get(n) is None]
-    if not names:
-        out = Outcome(NOT_RUN, "", None, claim["caveat"] or "no table measures this claim")
-    elif missing:
+    if missing:
         where = (f"notebooks/{claim['notebook']}.ipynb" if claim["notebook"]
                  else " ".join(f"make data/results/{n}.csv" for n in missing))
         out = Outcome(NOT_RUN, "", None, f"{', '.join(missing)} not written for profile {tables.profile}: run {where}")
@@ -1308,9 +1447,9 @@ def score(profile: str = STANDARD, claims: pd.DataFrame | None = None, tables: T
 
 def stability_notes(tables: Tables) -> dict[str, str]:
     """Claim id -> a note for every claim the verdict history (``verdict_stability``, written by ``python -m
-    specrepro verdict-history``) marks unstable: each verdict it read with the number of committed states of the
-    record that gave it, and whether the verdict moved with its rule, with the data, or both. Empty without the
-    table."""
+    specrepro verdict-history``) marks unstable: each verdict it read with the number of distinct readings (tables'
+    bytes and rule version) that gave it, and whether the verdict moved with its rule, with the data, or both. Empty
+    without the table."""
     import re
 
     stab = tables.get("verdict_stability")
@@ -1324,7 +1463,7 @@ def stability_notes(tables: Tables) -> dict[str, str]:
                                                                                         str(r["verdicts"]))]
         why = [w for w, k in (("its rule", "moved_with_rule"), ("the committed runs", "moved_with_data"))
                if str(r[k]).lower() == "true"]
-        notes[r["claim"]] = (f"unstable over {int(r['readings'])} committed states: {'; '.join(readings)} "
+        notes[r["claim"]] = (f"unstable over {int(r['readings'])} distinct readings: {'; '.join(readings)} "
                              f"(moved with {' and '.join(why)})")
     return notes
 
