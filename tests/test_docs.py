@@ -23,9 +23,10 @@ README_MAX_BYTES = 20_000
 #: the project's own tracker references ("issue 18", "issues 17-19", "issue #20"); upstream threads are cited as
 #: owner/repo#N and are fine
 PROCESS_WORDS = re.compile(r"\bissues?\s*#?\s*\d+", re.I)
-#: what a hand-typed measurement looks like in prose: a ratio, a duration or size, an interval, a percentage, a count
-#: of runs
-MEASUREMENT = re.compile(r"\d+\.\d+\s?[×x](?![\w])"
+#: what a hand-typed measurement looks like in prose: a ratio or speedup (1.5x, 2×; not a dimension such as 1,536 ×
+#: 32,768), a rate (tokens/s), a duration or size, an interval, a percentage, a count of runs
+MEASUREMENT = re.compile(r"\b\d+(?:\.\d+)?\s?[×x](?![\w])(?!\s?[\d,]*\d)"
+                         r"|\b\d+(?:\.\d+)?\s?(?:tokens?/s|tok/s)"
                          r"|\b\d+(?:\.\d+)?\s?(?:ms|min|GB|MB|h|s)\b"
                          r"|\[\s?[-+]?\d+(?:\.\d+)?,\s?[-+]?\d+(?:\.\d+)?\s?\]"
                          r"|\b\d+(?:\.\d+)?\s?%"
@@ -63,13 +64,15 @@ def test_readme_scorecard_has_the_two_groups_with_their_counts():
     claims = sc.load_claims()
     card = pd.read_csv(record_dir("results") / "scorecard.csv", keep_default_na=False)
     assert list(card["group"]) == list(claims["group"]), "scorecard.csv's groups differ from data/claims.csv"
-    headings = re.findall(r"^\*\*(\w+): (\d+) claims? — (.*)\*\*$", block, re.M)
+    headings = re.findall(r"^\*\*(\w+): (\d+) claims?, (\d+) judged — (.*?)(?:; not judged: (.*))?\*\*$", block, re.M)
     assert [h[0].lower() for h in headings] == list(sc.GROUPS)
-    for name, n, verdicts in headings:
+    for name, n, judged, verdicts, others in headings:
         rows = card[card["group"] == name.lower()]
-        assert int(n) == len(rows)
-        stated = {v: int(k) for k, v in (part.split(" ", 1) for part in verdicts.split(", "))}
+        assert int(n) == len(rows) and int(judged) == rows["verdict"].isin(sc.JUDGED).sum()
+        parts = [p for p in (verdicts.split(", ") if verdicts != "none" else []) + (others.split(", ") if others else [])]
+        stated = {v: int(k) for k, v in (part.split(" ", 1) for part in parts)}
         assert stated == {v: int(k) for v, k in rows["verdict"].value_counts().items()}
+    assert sc.verdict_definitions() in block, "the block prints the verdicts' definitions from the code"
     # one short row per claim, in two tables
     rows = [ln for ln in block.splitlines() if ln.startswith("| ") and "<sub>" in ln]
     assert len(rows) == len(claims)
@@ -173,3 +176,43 @@ def test_model_hashes_in_the_docs_are_the_zoo_s():
     hashes = re.findall(r"`([0-9a-f]{64})`", (ROOT / "docs" / "models.md").read_text())
     assert len(hashes) >= 3
     assert all(h in code for h in hashes)
+
+
+def test_no_verdict_is_defined_in_hand_written_prose():
+    """The verdicts are defined once, in code (``VERDICT_DEFINITIONS``), and rendered into the generated blocks; a
+    page's prose that defines one (``**inconclusive**: ...``) could disagree with the code."""
+    for p in PAGES:
+        prose = _blocks_removed(p.read_text())
+        defined = [v for v in sc.VERDICTS if re.search(rf"\*\*{re.escape(v)}\*\*\s*[:(—-]", prose)]
+        assert not defined, f"{p.name} defines {defined} in prose: render them from the code instead"
+
+
+def test_a_commands_heading_counts_its_commands():
+    """"## Two commands" is followed by a block of exactly two commands."""
+    numbers = {"one": 1, "two": 2, "three": 3, "four": 4}
+    checked = 0
+    for p in PAGES:
+        for word, block in re.findall(r"^## (\w+) commands?\n.*?```bash\n(.*?)```", p.read_text(), re.M | re.S):
+            if word.lower() not in numbers:
+                continue
+            commands = [ln for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+            assert len(commands) == numbers[word.lower()], f"{p.name}: '{word} commands' lists {len(commands)}"
+            checked += 1
+    assert checked >= 1
+
+
+def test_a_gpu_named_in_prose_is_one_the_gpu_record_holds():
+    """A GPU model named in a page's prose (``NVIDIA H200``) must be one that a file under data/gpu/ records as its
+    device: the pages may not say a test passed on hardware no record shows."""
+    recorded = " ".join(json.dumps(json.loads(f.read_text())) for f in sorted((ROOT / "data" / "gpu").glob("*.json")))
+    for p in PAGES:
+        for gpu in re.findall(r"NVIDIA ([A-Z]+\d+\w*)", _blocks_removed(p.read_text())):
+            assert f"NVIDIA {gpu}" in recorded, f"{p.name} names NVIDIA {gpu}; data/gpu/ records no run on it"
+
+
+def test_data_readme_lists_exactly_the_scorecards_verdicts():
+    text = " ".join((ROOT / "data" / "README.md").read_text().split())
+    listed = re.search(r"The verdicts, [^:]*: ([^.]*)\.", text)
+    assert listed, "data/README.md lists the verdicts after 'The verdicts, ...:'"
+    assert [v.strip() for v in listed.group(1).split(";")] == list(sc.VERDICTS)
+    assert not re.search(r"partly reproduced|not measured", text)
