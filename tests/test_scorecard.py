@@ -968,3 +968,21 @@ def test_the_prediction_claims_paper_number_is_the_median_signed_gap_of_the_pape
     assert sc._paper_range(claims.loc["lev-t2-prediction"]) == (round(float(gaps.median()), 2),) * 2
     low, high = (float(x.replace("−", "-")) for x in re.search(r"rows (\S+) to (\S+)\)", value).groups())
     assert (low, high) == (round(float(gaps.min()), 2), round(float(gaps.max()), 2))
+
+
+def test_the_scorecard_is_split_into_short_files_and_re_exports_every_name():
+    """Registry, verdicts, tables, rule helpers and rules live in their own files, each under 600 lines; every public
+    name of each is still importable from specrepro.record.scorecard."""
+    import importlib
+
+    from specrepro.record.history import RULE_MODULES
+
+    for name in RULE_MODULES:
+        module = importlib.import_module(name)
+        path = Path(module.__file__)
+        assert len(path.read_text().splitlines()) < 600, path.name
+        missing = [n for n in getattr(module, "__all__", []) if not hasattr(sc, n)]
+        assert not missing, (name, missing)
+    assert {fn.__module__ for fn in sc.RULES.values()} == {"specrepro.record.rules_asserted",
+                                                           "specrepro.record.rules_measured",
+                                                           "specrepro.record.rules_trends"}

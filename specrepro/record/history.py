@@ -30,9 +30,9 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.files import repo_root
-from specrepro.record import scorecard as _scorecard
 from specrepro.record.scorecard import (
     CLAIM_COLUMNS,
+    Clause,
     NOT_RUN,
     NOT_TESTABLE,
     RULE_PARAMS,
@@ -65,10 +65,16 @@ def record_commits(root: Path | None = None, max_commits: int | None = None) -> 
     return list(reversed(rows))
 
 
+#: the modules whose functions and clause tables make up the scorecard's rule code
+RULE_MODULES = ("specrepro.record.scorecard", "specrepro.record.verdicts", "specrepro.record.tables",
+                "specrepro.record.rulekit", "specrepro.record.rules_asserted", "specrepro.record.rules_measured",
+                "specrepro.record.rules_trends")
+
+
 def rule_source(rule: str) -> str:
-    """The source of today's code of rule ``rule``: the rule function and every function or clause table of
-    :mod:`specrepro.record.scorecard` that it reaches by name (transitively), in a fixed order; "" for a rule unknown
-    today."""
+    """The source of today's code of rule ``rule``: the rule function and every function or clause table of the
+    scorecard's modules (:data:`RULE_MODULES`) that it reaches by name (transitively), in a fixed order; "" for a
+    rule unknown today."""
     fn = RULES.get(rule)
     if fn is None:
         return ""
@@ -84,10 +90,10 @@ def rule_source(rule: str) -> str:
             while codes:
                 code = codes.pop()
                 for name in code.co_names:
-                    ref = getattr(_scorecard, name, None)
-                    if inspect.isfunction(ref) and ref.__module__ == _scorecard.__name__:
+                    ref = obj.__globals__.get(name)
+                    if inspect.isfunction(ref) and ref.__module__ in RULE_MODULES:
                         todo.append(ref)
-                    elif isinstance(ref, tuple) and ref and all(isinstance(c, _scorecard.Clause) for c in ref):
+                    elif isinstance(ref, tuple) and ref and all(isinstance(c, Clause) for c in ref):
                         parts.append((name, repr([(c.verdict, c.text, inspect.getsource(c.holds).strip())
                                                   for c in ref])))
                 codes += [c for c in code.co_consts if inspect.iscode(c)]

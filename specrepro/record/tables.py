@@ -1,0 +1,105 @@
+"""The result tables a scorecard reads: one profile's CSVs and bench JSONs with their provenance, read lazily.
+
+What this file is: :class:`Tables` (a profile's tables, or frames given by a test, and their provenance records) and
+the machine a table was measured on, as its provenance names it (:func:`_hardware`).
+
+What it is not: a writer (:mod:`specrepro.record.results` writes tables) or a rule.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from specrepro.record.results import STANDARD, read_dirs
+
+__all__ = ["Tables"]
+
+
+def _read_csv(path: Path) -> pd.DataFrame | None:
+    return pd.read_csv(path) if path.exists() else None
+
+
+def _read_table(directory: Path, name: str) -> pd.DataFrame | None:
+    """``<name>.csv``, or the per-run rows of a bench JSON ``<name>.json`` (``python -m specrepro bench --json``:
+    columns method, prompt, repeat, tokens_per_s, ...), or None."""
+    df = _read_csv(directory / f"{name}.csv")
+    if df is None and (directory / f"{name}.json").exists():
+        runs = json.loads((directory / f"{name}.json").read_text()).get("runs")
+        df = pd.DataFrame(runs) if runs else None
+    return df
+
+
+def _bench_provenance(path: Path) -> dict:
+    """The provenance of a bench JSON: its config (commit, target, draft, workload, ...)."""
+    try:
+        return dict(json.loads(path.read_text()).get("config") or {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _hardware(prov: dict) -> str:
+    """The machine a table was measured on, from its provenance: the device (a bench JSON's ``device_description``
+    where it has one, else ``device``) and, on a CPU, the CPU model with its widest SIMD extension (``cpu``; tables
+    written before it was recorded say so; a table whose rows were decoded over several sittings names every CPU of
+    its rows, ``row_cpus``). Empty without a provenance."""
+    device = str(prov.get("device_description") or prov.get("device") or "")
+    if not device.startswith("cpu"):
+        return device
+    cpus = prov.get("row_cpus") or ([prov["cpu"]] if prov.get("cpu") else [])
+    return f"{device}, {'; '.join(cpus)}" if cpus else f"{device}, CPU model not recorded"
+
+
+class Tables:
+    """The result tables and provenance records of one profile, read lazily and cached.
+
+    Args:
+        profile: the profile whose tables are read, from :func:`specrepro.record.results.read_dirs` (this run's output
+            directory, then, for the standard profile outside ``make reproduce``, the committed data/results/).
+        frames: optional ``{name: DataFrame}`` used instead of the files (tests); names absent from it are missing.
+        provenances: optional ``{name: dict}`` to go with ``frames``.
+        dirs: optional directories searched instead of :func:`specrepro.record.results.read_dirs` (e.g. only the record).
+    """
+
+    def __init__(self, profile: str = STANDARD, frames: dict | None = None, provenances: dict | None = None,
+                 dirs: Sequence[Path] | None = None):
+        self.profile = profile
+        self._frames = dict(frames) if frames is not None else None
+        self._prov = dict(provenances or {})
+        self._dirs = [Path(d) for d in dirs] if dirs is not None else None
+        self._cache: dict[str, pd.DataFrame | None] = {}
+
+    def dirs(self) -> list[Path]:
+        """The directories searched, in order."""
+        return self._dirs if self._dirs is not None else read_dirs(self.profile)
+
+    def get(self, name: str) -> pd.DataFrame | None:
+        """The table ``name`` (a copy), or None if it has not been written."""
+        if name not in self._cache:
+            if self._frames is not None:
+                self._cache[name] = self._frames.get(name)
+            else:
+                self._cache[name] = next((df for df in (_read_table(d, name) for d in self.dirs())
+                                          if df is not None), None)
+        df = self._cache[name]
+        return None if df is None else df.copy()
+
+    def provenance(self, name: str) -> dict:
+        """The provenance record of table ``name`` (commit, profile, device, target, ...); {} if there is none."""
+        if name not in self._prov:
+            rec = {}
+            if self._frames is None:
+                path = next((p for p in (d / f"{name}.provenance.json" for d in self.dirs()) if p.exists()), None)
+                if path is not None:
+                    try:
+                        rec = json.loads(path.read_text())
+                    except (OSError, ValueError):
+                        rec = {}
+                else:
+                    bench = next((p for p in (d / f"{name}.json" for d in self.dirs()) if p.exists()), None)
+                    rec = _bench_provenance(bench) if bench is not None else {}
+            self._prov[name] = rec
+        return self._prov[name]

@@ -1,0 +1,241 @@
+"""The scorecard's verdicts, defined once, and the helpers that judge an interval, a margin or a test by them.
+
+What this file is: the verdict names (:data:`VERDICTS`; :data:`JUDGED` are the four that judge a claim), the clauses
+each judging helper evaluates - :data:`INTERVAL_CLAUSES` (a number or direction read from a 95% interval against its
+null), :data:`MARGIN_CLAUSES` (agreement within a stated margin), :data:`TEST_CLAUSES` (an asserted yes/no property)
+- and :data:`VERDICT_DEFINITIONS`, assembled from the clauses' own texts (plus :data:`OTHER_DEFINITIONS` for the
+verdicts that judge nothing), so that the definitions rendered into the README (:func:`verdict_definitions`) are
+the code's; a rule's outcome (:class:`Outcome`, :class:`NotRun`) and the formatting of an interval.
+
+What it is not: the rules (:mod:`specrepro.record.rules_asserted`, :mod:`specrepro.record.rules_measured`,
+:mod:`specrepro.record.rules_trends`) or the claims (:mod:`specrepro.record.scorecard`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["EXACT", "TREND", "INCONCLUSIVE", "NOT_REPRODUCED", "NOT_RUN", "COMPUTED", "NOT_TESTABLE", "VERDICTS",
+           "JUDGED", "Clause", "INTERVAL_CLAUSES", "MARGIN_CLAUSES", "TEST_CLAUSES", "OTHER_DEFINITIONS",
+           "VERDICT_DEFINITIONS", "verdict_definitions", "judge_interval", "judge_margin", "judge_test", "NotRun",
+           "Outcome", "N_PHRASE", "n_unit"]
+
+
+EXACT, TREND, INCONCLUSIVE = "reproduced exactly", "trend reproduced", "inconclusive"
+NOT_REPRODUCED, NOT_RUN = "not reproduced", "not run"
+COMPUTED, NOT_TESTABLE = "computed", "not testable here"
+VERDICTS = (EXACT, TREND, INCONCLUSIVE, NOT_REPRODUCED, COMPUTED, NOT_TESTABLE, NOT_RUN)
+#: the verdicts that judge a claim against a reading of ours; computed, not testable here and not run judge nothing
+JUDGED = (EXACT, TREND, INCONCLUSIVE, NOT_REPRODUCED)
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One clause of a verdict's definition: the verdict, its text (rendered into the README's definitions) and the
+    predicate that a judging helper evaluates; a helper returns the verdict of the first clause that holds."""
+
+    verdict: str
+    text: str
+    holds: Callable[..., bool]
+
+
+def _has_ci(lo, hi) -> bool:
+    return lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+
+
+def _beyond(lo, hi, null: float, direction: int) -> bool:
+    """Whether [lo, hi] excludes ``null`` on the side ``direction`` points to (+1: above, -1: below)."""
+    return _has_ci(lo, hi) and (lo > null if direction > 0 else hi < null)
+
+
+#: a number or a direction the paper measured, read from our 95% interval [lo, hi] of the statistic against its
+#: null (``null``, on the paper's side ``direction``), and whether the interval holds the paper's number
+#: (``holds_paper``: None when the paper states a direction only); :func:`judge_interval`
+INTERVAL_CLAUSES = (
+    Clause(EXACT, "our 95% interval holds the paper's number (or meets its range) and excludes the null on the "
+                  "paper's side (where the number and the null are on two scales, each has its own interval)",
+           lambda lo, hi, null, direction, holds_paper: _beyond(lo, hi, null, direction) and holds_paper is True),
+    Clause(TREND, "the interval excludes the null on the paper's side but does not hold the paper's number, or the "
+                  "paper states a direction and no number",
+           lambda lo, hi, null, direction, holds_paper: _beyond(lo, hi, null, direction)),
+    Clause(NOT_REPRODUCED, "the interval excludes the null on the other side",
+           lambda lo, hi, null, direction, holds_paper: _beyond(lo, hi, null, -direction)),
+    Clause(INCONCLUSIVE, "the interval contains the null, or no interval can be computed",
+           lambda lo, hi, null, direction, holds_paper: True),
+)
+
+#: agreement within a stated margin (task quality unchanged within ±10 points; a formula that the measurement follows
+#: within its tolerance), read from our 95% interval [lo, hi] and the margin [m_lo, m_hi]; :func:`judge_margin`
+MARGIN_CLAUSES = (
+    Clause(EXACT, "for agreement within a stated margin: the whole interval lies within the margin",
+           lambda lo, hi, m_lo, m_hi: _has_ci(lo, hi) and m_lo <= lo and hi <= m_hi),
+    Clause(NOT_REPRODUCED, "for agreement within a stated margin: the whole interval lies outside it",
+           lambda lo, hi, m_lo, m_hi: _has_ci(lo, hi) and (lo > m_hi or hi < m_lo)),
+    Clause(INCONCLUSIVE, "for agreement within a stated margin: the interval straddles an end of the margin, or no "
+                         "interval can be computed",
+           lambda lo, hi, m_lo, m_hi: True),
+)
+
+#: an asserted yes/no property (exactness, greedy identity, a closed form at the paper's own inputs), read from the
+#: stated test's answer and whether the test can fail (it catches negative controls, or compares outputs or printed
+#: numbers exactly); :func:`judge_test`
+TEST_CLAUSES = (
+    Clause(EXACT, "for an asserted property or a closed form: the stated test says yes and can fail (it catches "
+                  "the negative controls, or compares tokens or printed digits exactly)",
+           lambda says_yes, can_fail: says_yes and can_fail),
+    Clause(NOT_REPRODUCED, "for an asserted property or a closed form: the stated test says no",
+           lambda says_yes, can_fail: not says_yes),
+    Clause(INCONCLUSIVE, "for an asserted property: the test says yes but is not shown to catch a wrong answer",
+           lambda says_yes, can_fail: True),
+)
+
+#: the verdicts that judge nothing, with their definitions
+OTHER_DEFINITIONS = {
+    COMPUTED: "our number is the paper's closed form evaluated at our measured inputs (e.g. our α): shown beside the "
+              "paper's, with our measurement beside it, never counted as a reproduction",
+    NOT_TESTABLE: "the claim needs a regime we cannot reach here; the reason says which (from a measured "
+                  "precondition where there is one)",
+    NOT_RUN: "the table that would measure it is not in the record for this profile",
+}
+
+
+def _definitions() -> dict[str, str]:
+    out = {}
+    for v in VERDICTS:
+        texts = [c.text for clauses in (INTERVAL_CLAUSES, MARGIN_CLAUSES, TEST_CLAUSES) for c in clauses
+                 if c.verdict == v]
+        if v in OTHER_DEFINITIONS:
+            texts.append(OTHER_DEFINITIONS[v])
+        out[v] = "; ".join(texts)
+    return out
+
+
+#: verdict -> its definition, assembled from the clauses the judging helpers evaluate (one source for code and docs)
+VERDICT_DEFINITIONS = _definitions()
+
+
+def verdict_definitions(bold: bool = True) -> str:
+    """Markdown: each verdict in :data:`VERDICTS` order with its definition from :data:`VERDICT_DEFINITIONS`, one
+    bullet each, and which verdicts judge a claim (:data:`JUDGED`)."""
+    name = (lambda v: f"**{v}**") if bold else (lambda v: v)
+    lines = [f"* {name(v)}: {VERDICT_DEFINITIONS[v]}." for v in VERDICTS]
+    return "\n".join(lines) + "\n"
+
+
+def _first(clauses, *args) -> Clause:
+    return next(c for c in clauses if c.holds(*args))
+
+
+def judge_interval(lo, hi, null: float, direction: int, holds_paper: bool | None) -> str:
+    """The verdict of :data:`INTERVAL_CLAUSES` for our 95% interval [lo, hi] (None or NaN: no interval), the null on
+    the paper's side ``direction`` (+1: the paper's side is above it) and whether the interval holds the paper's
+    number (``holds_paper``; None: the paper states a direction only)."""
+    return _first(INTERVAL_CLAUSES, lo, hi, null, direction, holds_paper).verdict
+
+
+def judge_margin(lo, hi, margin: tuple[float, float]) -> str:
+    """The verdict of :data:`MARGIN_CLAUSES` for our 95% interval [lo, hi] against the stated margin (lo, hi)."""
+    return _first(MARGIN_CLAUSES, lo, hi, *margin).verdict
+
+
+def judge_test(says_yes: bool, can_fail: bool) -> str:
+    """The verdict of :data:`TEST_CLAUSES` for an asserted property's test."""
+    return _first(TEST_CLAUSES, bool(says_yes), bool(can_fail)).verdict
+
+
+def _meets(lo, hi, paper: tuple[float, float]) -> bool:
+    """Whether the interval [lo, hi] holds the paper's number (or meets its range ``paper`` = (lo, hi))."""
+    return _has_ci(lo, hi) and lo <= paper[1] and hi >= paper[0]
+
+
+def _judge(lo, hi, paper: tuple[float, float] | None, null: float, direction: int, what: str) -> tuple[str, str]:
+    """The verdict of :data:`INTERVAL_CLAUSES` (:func:`judge_interval`) for a measured claim whose number (``paper``,
+    a value or range; None: a direction only) and null lie on the scale of our interval [lo, hi], with the reason:
+    where the interval lies against the null and the paper's number. Returns (verdict, reason); the reason of
+    "reproduced exactly" is empty."""
+    holds = None if paper is None else _meets(lo, hi, paper)
+    verdict = judge_interval(lo, hi, null, direction, holds)
+    if not _has_ci(lo, hi):
+        return verdict, f"no interval for {what} (fewer than 2 prompts)"
+    pv = "" if paper is None else f"{paper[0]:g}" if paper[0] == paper[1] else f"{paper[0]:g} to {paper[1]:g}"
+    side = "above" if direction > 0 else "below"
+    if verdict == EXACT:
+        return verdict, ""
+    if verdict == TREND:
+        if paper is None:
+            return verdict, f"the interval lies {side} {null:g}; the paper states a direction, no number to hold"
+        where = "below" if hi < paper[0] else "above"
+        return verdict, f"the interval lies {side} {null:g} but {where} the paper's {pv}"
+    if verdict == NOT_REPRODUCED:
+        return verdict, f"the interval [{lo:.2f}, {hi:.2f}] lies on the other side of {null:g}"
+    return verdict, f"the interval [{lo:.2f}, {hi:.2f}] contains {null:g}" + (
+        f" (and the paper's {pv})" if holds else f" (and not the paper's {pv})" if paper is not None else "")
+
+
+def _all_of(verdicts) -> str:
+    """The verdict of a claim that must hold in every setting or series: not reproduced if any is, else inconclusive if
+    any is, else trend reproduced if any is, else reproduced exactly."""
+    verdicts = list(verdicts)
+    return next(v for v in (NOT_REPRODUCED, INCONCLUSIVE, TREND, EXACT) if v in verdicts)
+
+
+class NotRun(Exception):
+    """Raised by a rule when the rows it needs were not measured in this profile (message = reason). ``ours``: what
+    the table does hold that a reader should still see (e.g. an extension's reading, never judged), or empty."""
+
+    def __init__(self, reason: str, ours: str = ""):
+        super().__init__(reason)
+        self.ours = ours
+
+
+@dataclass
+class Outcome:
+    """One rule's result: the verdict, our number as text (with its interval and n), our point estimate and its
+    95% interval (None where not one number), the sample size n, and the reason (empty when reproduced exactly).
+    ``unit`` names what n counts ("runs", "settings"); empty when our text already says it in an "n = 20 prompts"
+    phrase, from which :func:`n_unit` reads it."""
+
+    verdict: str
+    ours: str
+    value: float | None = None
+    reason: str = ""
+    lo: float | None = None
+    hi: float | None = None
+    n: int | None = None
+    unit: str = ""
+
+
+#: "n = 20 prompts × 3 passes" inside our number's text: the sample size and what it counts
+N_PHRASE = re.compile(r"\bn = ([\d,]+(?:[-–][\d,]+)?)(?: ([A-Za-z]+(?: × \d+ passes)?))?")
+
+
+def n_unit(out: Outcome) -> str:
+    """What an outcome's n counts: its ``unit``, else the unit of the first "n = <number> <unit>" phrase of its text
+    ("prompts", "prompts × 3 passes", "points"), else "" (no n, or a text that does not say)."""
+    if out.unit or out.n is None:
+        return out.unit if out.n is not None else ""
+    m = N_PHRASE.search(out.ours or "")
+    return (m.group(2) or "") if m else ""
+
+
+def _prompt_unit(df) -> str:
+    """The unit of n for per-prompt rows: "prompts", or "prompts × 3 passes" when each prompt was timed in several
+    passes (a ``repeat`` column; the passes of a prompt are one unit of the interval, so n counts prompts)."""
+    passes = int(df["repeat"].nunique()) if "repeat" in getattr(df, "columns", ()) else 1
+    return "prompts" if passes <= 1 else f"prompts × {passes} passes"
+
+
+def _fmt_ci(est: float, lo: float, hi: float, n: int, unit: str, digits: int = 2, suffix: str = "",
+            sign: bool = False) -> str:
+    """``1.43× [1.26, 1.66], n = 5 prompts`` (or ``..., no interval (n = 1 ...)``); ``unit``'s first word is made
+    singular for n = 1 ("1 prompt × 3 passes"); ``sign``: every number with its sign (``-0.16 [-0.19, -0.14]``)."""
+    f = f"{'+' if sign else ''}.{digits}f"
+    head = f"{est:{f}}{suffix}"
+    first, _, rest = unit.partition(" ")
+    unit = (first[:-1] if n == 1 and first.endswith("s") else first) + (f" {rest}" if rest else "")
+    if _has_ci(lo, hi):
+        return f"{head} [{lo:{f}}, {hi:{f}}], n = {n} {unit}"
+    return f"{head}, no interval (n = {n} {unit})"
