@@ -5,6 +5,7 @@ score without error into the committed scorecard."""
 
 import io
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -986,3 +987,55 @@ def test_the_scorecard_is_split_into_short_files_and_re_exports_every_name():
     assert {fn.__module__ for fn in sc.RULES.values()} == {"specrepro.record.rules_asserted",
                                                            "specrepro.record.rules_measured",
                                                            "specrepro.record.rules_trends"}
+
+
+# ------------------------------------------------------------------------------------------- the claims registry
+
+
+def test_every_claim_is_registered_as_it_is_judged_today():
+    """Each claim's rule, parameters, paper number and kind and its rule's statistic equal its latest registration
+    in data/claims_registry.csv: a change to how a claim is judged must be registered (python -m
+    specrepro.record.registry), stamped with its commit and date."""
+    from specrepro.record import registry
+
+    assert set(registry.STATISTICS) == set(sc.RULES)
+    stale = registry.pending()
+    assert stale.empty, f"register: python -m specrepro.record.registry ({list(stale['id'])})"
+    reg = registry.load_registry()
+    assert reg["registered_date"].str.fullmatch(r"\d{4}-\d{2}-\d{2}").all()
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip() == "true"
+    for commit in sorted(set(reg["registered_commit"])):
+        ok = subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=ROOT, capture_output=True)
+        if ok.returncode != 0 and shallow:
+            pytest.skip("a shallow clone: the registration commits are not all here")
+        assert ok.returncode == 0, f"registered_commit {commit} is not a commit of this history"
+
+
+def test_the_registry_only_grows():
+    """Every committed state of data/claims_registry.csv is a prefix of today's: rows are appended, never edited or
+    removed."""
+    today = (ROOT / "data" / "claims_registry.csv").read_text().splitlines()
+    log = subprocess.run(["git", "log", "--format=%H", "--", "data/claims_registry.csv"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout.split()
+    for commit in log:
+        then = subprocess.run(["git", "show", f"{commit}:data/claims_registry.csv"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.splitlines()
+        assert today[:len(then)] == then, f"data/claims_registry.csv at {commit[:12]} is not a prefix of today's"
+
+
+def test_register_appends_only_what_changed_and_keeps_every_earlier_row(tmp_path):
+    from specrepro.record import registry
+
+    path = tmp_path / "reg.csv"
+    first = registry.register(path, commit="c1", date="2026-01-01")
+    assert len(first) == len(sc.load_claims()) and (first["registered_commit"] == "c1").all()
+    assert registry.register(path, commit="c2", date="2026-01-02").empty
+    # a registration that differs from today's claim (an older way of judging it): the claim is registered again
+    reg = registry.load_registry(path)
+    reg.loc[len(reg)] = {**reg.iloc[0].to_dict(), "params": "an older parameter", "registered_commit": "c0"}
+    reg.to_csv(path, index=False)
+    before = path.read_text()
+    again = registry.register(path, commit="c3", date="2026-01-03")
+    assert list(again["id"]) == [reg.iloc[0]["id"]] and path.read_text().startswith(before)
+    assert registry.load_registry(path).iloc[-1]["registered_commit"] == "c3"

@@ -126,8 +126,8 @@ def _card_head(card: pd.DataFrame, profile: str) -> str:
 
 
 def _definitions_note() -> str:
-    return ("Verdicts, as the rules in `specrepro/record/scorecard.py` define them (`VERDICT_DEFINITIONS`, rendered "
-            "from the same clauses the code evaluates):\n\n" + verdict_definitions())
+    return ("Verdicts, as `specrepro/record/verdicts.py` defines them (`VERDICT_DEFINITIONS`, rendered from the same "
+            "clauses the rules evaluate):\n\n" + verdict_definitions())
 
 
 def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:

@@ -1,0 +1,129 @@
+"""The claims registry: each claim's rule, parameters, paper number and statistic as data, stamped with the commit and
+date it was registered; the registry only grows.
+
+What this file is: ``data/claims_registry.csv``, one row per registration (:data:`REGISTRY_COLUMNS`). A claim is
+registered when it first appears in ``data/claims.csv`` and again whenever how it is judged changes (its rule, its
+parameters, the paper's number or kind, or the statistic its rule computes, :data:`STATISTICS`); a row is never
+edited or removed, so the registry shows when each way of judging a claim was fixed, before or after the tables it
+judged. :func:`register` appends the registrations that ``data/claims.csv`` needs, stamped with the commit they were
+made on (``git rev-parse HEAD``: the parent of the commit that adds them) and the date;
+``python -m specrepro.record.registry`` runs it.
+
+What it is not: the claims (``data/claims.csv``, :mod:`specrepro.record.scorecard`) or a verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+
+from specrepro.files import repo_root
+from specrepro.record.scorecard import RULES, load_claims
+
+__all__ = ["REGISTRY_COLUMNS", "JUDGED_BY", "STATISTICS", "registry_path", "load_registry", "statistic_of",
+           "pending", "register", "main"]
+
+#: one registration: the claim, how it is judged, and the commit and date it was registered on
+REGISTRY_COLUMNS = ["id", "rule", "params", "paper_value", "paper_kind", "statistic", "registered_commit",
+                    "registered_date"]
+#: the fields of a registration that say how a claim is judged (a change in any one is a new registration)
+JUDGED_BY = ["rule", "params", "paper_value", "paper_kind", "statistic"]
+#: rule -> the statistic it computes from the claim's tables (its docstring gives the verdict rule)
+STATISTICS = {
+    "printed_precision": "our closed-form numbers against the paper's, rounded to its printed decimals",
+    "exact_sampler": "worst enumerated TV and χ² p of each exact sampler; the same for each negative control",
+    "all_identical": "share of runs whose output is token-identical to the greedy baseline",
+    "identical_up_to_ties": "share of prompts departing from AR other than at a near-tie (Clopper-Pearson interval)",
+    "typical_shifts": "χ² p of typical acceptance and of each distribution-preserving mode",
+    "not_testable": "none (no regime here can test the claim)",
+    "paired_ratio": "median over prompts of the per-prompt paired ratio method / baseline (bootstrap interval)",
+    "needs_precondition": "median paired ratio of the precondition (requires / requires_baseline), then as "
+                          "paired_ratio",
+    "computed_speedup": "median over prompts of Thm 3.8 at each prompt's measured α, γ and the paper's c",
+    "value_in_interval": "mean over prompts of the per-prompt value (bootstrap interval)",
+    "close_to_prediction": "median over prompts of the signed gap measured / predicted − 1; mean within-prompt "
+                           "Spearman ρ between predicted and measured",
+    "quality_unchanged": "mean over problems of the paired pass/fail difference method − baseline",
+    "row_order": "per setting, mean over prompts of the paired difference higher − lower",
+    "increases": "per series, mean over prompts of y(largest x) − y(smallest x); Spearman ρ on summary rows",
+    "decreases": "per series, mean over prompts of y(largest x) − y(smallest x); Spearman ρ on summary rows",
+    "grows_linearly": "least-squares slope of y on x (t-interval), r² beside",
+    "speedup_peaks": "median over prompts of tokens/s at the largest K over at the paper's K; bootstrap interval "
+                     "of the best K",
+    "falls_with_head": "head 1's accuracy minus the last head's (Newcombe interval)",
+}
+
+
+def registry_path() -> Path:
+    """``data/claims_registry.csv`` in the repository."""
+    return repo_root() / "data" / "claims_registry.csv"
+
+
+def load_registry(path: str | Path | None = None) -> pd.DataFrame:
+    """The registry (every field as text); an empty one with :data:`REGISTRY_COLUMNS` if the file does not exist."""
+    path = Path(path) if path is not None else registry_path()
+    if not path.exists():
+        return pd.DataFrame(columns=REGISTRY_COLUMNS, dtype=str)
+    return pd.read_csv(path, dtype=str, keep_default_na=False)[REGISTRY_COLUMNS]
+
+
+def statistic_of(rule: str) -> str:
+    """The statistic rule ``rule`` computes (:data:`STATISTICS`).
+
+    Raises:
+        KeyError: a rule with no statistic stated.
+    """
+    return STATISTICS[rule]
+
+
+def pending(claims: pd.DataFrame | None = None, registry: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The claims of ``claims`` (default: ``data/claims.csv``) whose latest registration is missing or differs from
+    how the claim is judged today (:data:`JUDGED_BY`), as registry rows without their stamp."""
+    claims = load_claims() if claims is None else claims
+    registry = load_registry() if registry is None else registry
+    latest = registry.groupby("id", sort=False).tail(1).set_index("id")
+    rows = []
+    for _, c in claims.iterrows():
+        now = {"id": c["id"], "rule": c["rule"], "params": c["params"], "paper_value": c["paper_value"],
+               "paper_kind": c["paper_kind"], "statistic": statistic_of(c["rule"])}
+        if c["id"] not in latest.index or any(latest.loc[c["id"], k] != now[k] for k in JUDGED_BY):
+            rows.append(now)
+    return pd.DataFrame(rows, columns=REGISTRY_COLUMNS[:-2])
+
+
+def register(path: str | Path | None = None, commit: str | None = None, date: str | None = None) -> pd.DataFrame:
+    """Append the registrations :func:`pending` finds to the registry, stamped with ``commit`` (default: ``git
+    rev-parse HEAD``, 12 characters) and ``date`` (default: today, UTC); earlier rows are kept as they are. Returns
+    the rows appended."""
+    path = Path(path) if path is not None else registry_path()
+    registry = load_registry(path)
+    new = pending(registry=registry)
+    if new.empty:
+        return new
+    if commit is None:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root(), capture_output=True, text=True,
+                                check=True).stdout.strip()[:12]
+    new = new.assign(registered_commit=commit,
+                     registered_date=date or _dt.datetime.now(_dt.timezone.utc).date().isoformat())
+    header = not path.exists()
+    with open(path, "a", encoding="utf-8", newline="") as f:
+        new[REGISTRY_COLUMNS].to_csv(f, header=header, index=False)
+    return new
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m specrepro.record.registry``: register the claims whose judging changed; print them."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.parse_args(argv)
+    new = register()
+    print(f"{len(new)} registration(s) appended to {registry_path().relative_to(repo_root())}"
+          + (":\n" + new[["id", "rule", "registered_commit"]].to_string(index=False) if len(new) else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
