@@ -146,7 +146,7 @@ def needs_precondition(claim, tables: Tables) -> Outcome:
     if _beyond(lo, hi, null, +1):
         return out
     pre = _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×")
-    return Outcome(NOT_TESTABLE, f"not judged: {out.ours}", None,
+    return Outcome(NOT_TESTABLE, f"precondition {req} / {req_base} {pre}; not judged: {out.ours}", None,
                    f"needs {req} to speed up {req_base} first; here {req} / {req_base} = {pre}, not above {null:g}",
                    n=out.n)
 
