@@ -258,8 +258,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     save_table(history, "verdict_history", profile=args.profile, commits=commits, readings=len(history))
     save_table(stable, "verdict_stability", profile=args.profile, commits=commits, readings=len(history))
     unstable = stable[stable["unstable"]]
-    print(f"{len(history)} distinct readings from {history['commit'].nunique()} commits of the record, "
-          f"{len(stable)} claims scored; {len(unstable)} unstable:")
+    print(f"{len(history)} distinct readings over {commits} commits of the record (new evidence at "
+          f"{history['commit'].nunique()} of them), {len(stable)} claims scored; {len(unstable)} unstable:")
     with pd.option_context("display.width", 200, "display.max_colwidth", 120):
         print(unstable.to_string(index=False) if len(unstable) else "(none)")
     return 0
