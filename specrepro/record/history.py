@@ -254,7 +254,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     check_clean_for_record(args.profile)
     history = verdict_history(max_commits=args.max_commits, progress=True)
     stable = stability(history)
-    commits = len(record_commits())
+    commits = len(record_commits(max_commits=args.max_commits))
     save_table(history, "verdict_history", profile=args.profile, commits=commits, readings=len(history))
     save_table(stable, "verdict_stability", profile=args.profile, commits=commits, readings=len(history))
     unstable = stable[stable["unstable"]]
