@@ -79,7 +79,7 @@ def test_the_rule_version_changes_with_the_rule_code_and_its_inputs(monkeypatch)
     assert v != rule_version("paired_ratio", "method=y") and v != rule_version("paired_ratio", "method=x", "2.0")
     # the rule's source, and the helpers and clauses it reaches, are part of it
     src = history.rule_source("paired_ratio")
-    assert "def paired_ratio(" in src and "def _judge(" in src and "def judge_interval(" in src
+    assert "def paired_ratio(" in src and "def judge_reading(" in src and "def judge_interval(" in src
     assert "holds the paper's number" in src  # INTERVAL_CLAUSES, through judge_interval
 
     def paired_ratio(claim, tables):  # same name, other code

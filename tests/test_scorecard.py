@@ -69,7 +69,7 @@ def test_claims_file_parses_and_names_known_rules():
     for _, c in claims.iterrows():
         assert c["claim"] and c["paper_value"], c["id"]
         if c["our_table"]:
-            assert c["notebook"] or all(_made_by_record_rule(n) for n in sc._names(c["our_table"])), (
+            assert c["notebook"] or all(_made_by_record_rule(n) for n in sc.param_names(c["our_table"])), (
                 f"{c['id']}: name the notebook that writes {c['our_table']}")
         else:
             assert c["rule"] == "not_testable" and c["caveat"], f"{c['id']}: a claim nothing measures must say why"
@@ -116,7 +116,7 @@ def test_every_method_a_claim_judges_on_a_bench_is_timed_by_its_make_rule():
     makefile = (ROOT / "Makefile").read_text()
     checked = 0
     for _, c in claims.iterrows():
-        names = sc._names(c["our_table"])
+        names = sc.param_names(c["our_table"])
         if not names or not names[0].startswith("bench_"):
             continue
         rule = re.search(rf"^data/results/{names[0]}\.json:.*?\n((?:\t.*\n)+)", makefile, re.M)
@@ -148,11 +148,11 @@ def test_every_table_a_claim_reads_is_written_by_its_notebook():
     bench_results = re.search(r"^BENCH_RESULTS :=(.*?)\n(?!\s)", makefile, re.M | re.S).group(1)
     for _, c in claims[claims["our_table"] != ""].iterrows():
         if not c["notebook"]:  # a table of record written by a make rule, not by a notebook
-            for name in sc._names(c["our_table"]):
+            for name in sc.param_names(c["our_table"]):
                 assert _made_by_record_rule(name), f"{c['id']}: no rule of make reproduce writes {name}.csv"
             continue
         source = (ROOT / "notebooks" / f"{c['notebook']}.ipynb").read_text()
-        for name in sc._names(c["our_table"]):
+        for name in sc.param_names(c["our_table"]):
             if name.startswith("bench_"):
                 assert f"data/results/{name}.json:" in makefile and f"data/results/{name}.json" in bench_results, (
                     f"{c['id']}: no rule of make reproduce (BENCH_RESULTS) writes {name}.json")
@@ -576,13 +576,13 @@ def test_provenance_fills_setting_and_hardware():
 
 def test_hardware_names_the_cpu_where_the_provenance_records_it():
     cpu = "AMD EPYC (family 25, model 1), avx2"
-    assert sc._hardware({"device": "cpu (2 cores, x86_64)", "cpu": cpu}) == f"cpu (2 cores, x86_64), {cpu}"
+    assert sc.hardware_of({"device": "cpu (2 cores, x86_64)", "cpu": cpu}) == f"cpu (2 cores, x86_64), {cpu}"
     # a bench JSON's config: device "cpu" and its description
-    assert sc._hardware({"device": "cpu", "device_description": "cpu (2 cores)", "cpu": cpu}) == f"cpu (2 cores), {cpu}"
-    assert sc._hardware({"device": "cpu (2 cores)"}) == "cpu (2 cores), CPU model not recorded"
-    assert sc._hardware({"device": "cuda: H100", "cpu": cpu}) == "cuda: H100" and sc._hardware({}) == ""
+    assert sc.hardware_of({"device": "cpu", "device_description": "cpu (2 cores)", "cpu": cpu}) == f"cpu (2 cores), {cpu}"
+    assert sc.hardware_of({"device": "cpu (2 cores)"}) == "cpu (2 cores), CPU model not recorded"
+    assert sc.hardware_of({"device": "cuda: H100", "cpu": cpu}) == "cuda: H100" and sc.hardware_of({}) == ""
     # rows decoded over several sittings (greedy equality resumed on another machine): every CPU of the rows
-    assert sc._hardware({"device": "cpu", "cpu": "B", "row_cpus": ["A", "B"]}) == "cpu, A; B"
+    assert sc.hardware_of({"device": "cpu", "cpu": "B", "row_cpus": ["A", "B"]}) == "cpu, A; B"
 
 
 # ------------------------------------------------------------------------------------ the committed record
@@ -645,10 +645,10 @@ def test_n_unit_reads_the_rules_unit_or_its_n_phrase():
 
 def test_a_smaller_profile_without_a_draft_model_scores_without_error():
     """Quick-profile-like tables (one prompt, no draft model, no accuracy tree, fewer γ) give verdicts, not errors."""
-    names = {n for field in sc.load_claims()["our_table"] for n in sc._names(field)} | {"cost_curves"}
+    names = {n for field in sc.load_claims()["our_table"] for n in sc.param_names(field)} | {"cost_curves"}
     frames = {}
     for name in names:
-        df = sc._read_table(record_dir("results"), name)  # a CSV, or a bench JSON's runs
+        df = sc.read_record_table(record_dir("results"), name)  # a CSV, or a bench JSON's runs
         if df is None:  # not in the record yet: its claims score "not run"
             continue
         if "prompt" in df:
@@ -665,10 +665,10 @@ def test_a_smaller_profile_without_a_draft_model_scores_without_error():
 
 def test_tree_runs_are_explained_by_their_tree_size():
     rows = pd.DataFrame({"depths": [[0, 3, 2], [0, 3]], "drafted": [[0, 8, 8], [0, 8]]})
-    assert sc._tree_nodes(rows) == 8
+    assert sc.count_tree_nodes(rows) == 8
     chain = pd.DataFrame({"depths": [[], []], "drafted": [[4, 4], [4]]})
-    assert sc._tree_nodes(chain) == 0
-    assert sc._tree_nodes(pd.DataFrame({"gamma": [3]})) == 0
+    assert sc.count_tree_nodes(chain) == 0
+    assert sc.count_tree_nodes(pd.DataFrame({"gamma": [3]})) == 0
 
 
 def test_a_bench_claim_is_explained_by_its_own_runs_cost_model():
@@ -678,11 +678,11 @@ def test_a_bench_claim_is_explained_by_its_own_runs_cost_model():
     bench_cfg = {"device_description": "cpu (2 cores)", "cpu": "Some CPU, avx2",
                  "cost_model": {"target_ms": {"1": 280.0, "3": 300.0, "5": 364.0}}}
     tables = Tables("synthetic", {"cost_curves": curves}, {"cost_curves": {"device": "nb04 cpu"}, "b": bench_cfg})
-    ratio, where = sc._cost_ratio(tables, 5, "b")
+    ratio, where = sc.cost_ratio(tables, 5, "b")
     assert ratio == pytest.approx(1.3) and "Some CPU, avx2" in where and "this run's cost model" in where
-    ratio, where = sc._cost_ratio(tables, 5, "other")  # no cost model in its provenance: notebook 04's curve
+    ratio, where = sc.cost_ratio(tables, 5, "other")  # no cost model in its provenance: notebook 04's curve
     assert ratio == pytest.approx(0.8) and where == "nb04 cpu"
-    assert sc._cost_ratio(tables, 5)[0] == pytest.approx(0.8)
+    assert sc.cost_ratio(tables, 5)[0] == pytest.approx(0.8)
 
 
 def test_a_ratio_is_explained_by_the_forwards_its_own_runs_timed():
@@ -694,8 +694,8 @@ def test_a_ratio_is_explained_by_the_forwards_its_own_runs_timed():
                          "new_tokens": [40, 40], "accepted": [[0] * 40, [0] * 40]})
     curves = pd.DataFrame({"model": ["t", "t"], "n": [1, 5], "ms": [300.0, 240.0]})
     tables = Tables("synthetic", {"cost_curves": curves}, {"cost_curves": {"device": "nb04 cpu"}})
-    assert "took 1.20× the baseline's in these runs" in sc._explain(method, base, tables)
-    text = sc._explain(method.drop(columns="target_ms"), base, tables)
+    assert "took 1.20× the baseline's in these runs" in sc.explain_gap(method, base, tables)
+    text = sc.explain_gap(method.drop(columns="target_ms"), base, tables)
     assert "costs 0.8× a 1-token forward on nb04 cpu" in text
 
 
@@ -953,11 +953,11 @@ def test_every_verdict_has_one_definition_and_the_rendered_text_is_it():
 
 
 def test_paper_numbers_keep_their_sign_and_ranges():
-    assert sc._paper_range(claim("x", paper_value="1.2-1.5")) == (1.2, 1.5)
-    assert sc._paper_range(claim("x", paper_value="median +0.08 (rows −0.32 to +0.29)")) == (0.08, 0.08)
-    assert sc._paper_range(claim("x", paper_value="−0.32 to +0.29")) == (-0.32, 0.29)
-    assert sc._paper_range(claim("x", paper_value="2.46×")) == (2.46, 2.46)
-    assert sc._paper_range(claim("x", paper_value="K = 3 (XSum)")) == (3, 3)
+    assert sc.paper_range(claim("x", paper_value="1.2-1.5")) == (1.2, 1.5)
+    assert sc.paper_range(claim("x", paper_value="median +0.08 (rows −0.32 to +0.29)")) == (0.08, 0.08)
+    assert sc.paper_range(claim("x", paper_value="−0.32 to +0.29")) == (-0.32, 0.29)
+    assert sc.paper_range(claim("x", paper_value="2.46×")) == (2.46, 2.46)
+    assert sc.paper_range(claim("x", paper_value="K = 3 (XSum)")) == (3, 3)
 
 
 def test_the_prediction_claims_paper_number_is_the_median_signed_gap_of_the_papers_table():
@@ -967,7 +967,7 @@ def test_the_prediction_claims_paper_number_is_the_median_signed_gap_of_the_pape
     gaps = t2["measured"] / t2["predicted"] - 1
     claims = sc.load_claims().set_index("id")
     value = claims.loc["lev-t2-prediction", "paper_value"]
-    assert sc._paper_range(claims.loc["lev-t2-prediction"]) == (round(float(gaps.median()), 2),) * 2
+    assert sc.paper_range(claims.loc["lev-t2-prediction"]) == (round(float(gaps.median()), 2),) * 2
     low, high = (float(x.replace("−", "-")) for x in re.search(r"rows (\S+) to (\S+)\)", value).groups())
     assert (low, high) == (round(float(gaps.min()), 2), round(float(gaps.max()), 2))
 

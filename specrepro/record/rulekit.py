@@ -3,8 +3,8 @@ explanation of a speed ratio by its steps and costs.
 
 What this file is: :data:`RULES` / :data:`RULE_PARAMS` and the :func:`rule` decorator that fills them,
 :data:`COMMON_PARAMS` (parameters any claim may pass), :func:`params_of`, the paper's number or range
-(:func:`_paper_range`), the selection of a claim's rows (:func:`_rows`, :func:`_methods`, :func:`_best_of`), and
-:func:`_explain` (tokens per target step, step time and verification cost behind a speed ratio).
+(:func:`paper_range`), the selection of a claim's rows (:func:`claim_rows`, :func:`matching_methods`, :func:`best_of`), and
+:func:`explain_gap` (tokens per target step, step time and verification cost behind a speed ratio).
 
 What it is not: a rule (they live in the ``rules_*`` modules) or a verdict's definition
 (:mod:`specrepro.record.verdicts`).
@@ -72,20 +72,20 @@ def params_of(claim) -> dict[str, str]:
     return out
 
 
-def _names(field: str) -> list[str]:
+def param_names(field: str) -> list[str]:
     return [s.strip() for s in str(field).split(";") if s.strip()]
 
 
-def _float(params: dict, key: str, default: float) -> float:
+def param_float(params: dict, key: str, default: float) -> float:
     return float(params[key]) if params.get(key, "") != "" else default
 
 
 #: a signed number (ASCII or Unicode minus, optional +), optionally followed by a range's other end ("1.2-1.5",
 #: "-0.32 to +0.29", "1.2–1.5")
-_NUMBER_RANGE = re.compile(r"(?<![\d.])([-+−]?\d+(?:\.\d+)?)(?:\s*(?:-|–|to)\s*([-+−]?\d+(?:\.\d+)?))?")
+NUMBER_RANGE = re.compile(r"(?<![\d.])([-+−]?\d+(?:\.\d+)?)(?:\s*(?:-|–|to)\s*([-+−]?\d+(?:\.\d+)?))?")
 
 
-def _paper_range(claim) -> tuple[float, float]:
+def paper_range(claim) -> tuple[float, float]:
     """The paper's number ``x`` or range ``lo-hi`` / ``lo to hi`` (the first number(s) of ``paper_value``, signs
     kept) as (lo, hi).
 
@@ -93,39 +93,39 @@ def _paper_range(claim) -> tuple[float, float]:
         ValueError: ``paper_value`` has no number.
     """
     text = claim["paper_value"].replace("×", "")
-    m = _NUMBER_RANGE.search(text)
+    m = NUMBER_RANGE.search(text)
     if not m:
         raise ValueError(f"claim {claim['id']}: no number in paper_value {claim['paper_value']!r}")
     lo = float(m.group(1).replace("−", "-"))
     return lo, float(m.group(2).replace("−", "-")) if m.group(2) else lo
 
 
-def _decimals(text: str, default: int = 2) -> int:
+def decimals_of(text: str, default: int = 2) -> int:
     """The most decimals of any number printed in ``text``."""
     found = [len(d) for d in re.findall(r"\d\.(\d+)", text)]
     return max(found) if found else default
 
 
-def _table(claim, tables: Tables, index: int = 0) -> pd.DataFrame:
-    return tables.get(_names(claim["our_table"])[index])
+def claim_table(claim, tables: Tables, index: int = 0) -> pd.DataFrame:
+    return tables.get(param_names(claim["our_table"])[index])
 
 
-def _rows(claim, tables: Tables, params: dict, index: int = 0) -> pd.DataFrame:
+def claim_rows(claim, tables: Tables, params: dict, index: int = 0) -> pd.DataFrame:
     """The claim's table (``index``-th of ``our_table``) filtered by the ``select`` query; NotRun if nothing left."""
-    df = _table(claim, tables, index)
+    df = claim_table(claim, tables, index)
     if params.get("select"):
         df = df.query(params["select"], engine="python")
     if df.empty:
-        raise NotRun(f"no rows of {_names(claim['our_table'])[index]} match the claim's selection"
+        raise NotRun(f"no rows of {param_names(claim['our_table'])[index]} match the claim's selection"
                      + (f" ({claim['caveat']})" if claim["caveat"] else ""))
     return df
 
 
-def _num(series) -> np.ndarray:
+def as_array(series) -> np.ndarray:
     return pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
 
 
-def _truth(series) -> pd.Series:
+def as_truth(series) -> pd.Series:
     """Booleans from a column of True/False/"True"/"False"/NaN; NaN stays NaN (not compared)."""
     def one(v):
         if isinstance(v, (bool, np.bool_)):
@@ -138,20 +138,20 @@ def _truth(series) -> pd.Series:
     return series.map(one)
 
 
-def _steps(df: pd.DataFrame) -> np.ndarray:
-    tokens = _num(df[_tokens_col(df)])
+def step_counts(df: pd.DataFrame) -> np.ndarray:
+    tokens = as_array(df[tokens_column(df)])
     if "steps" in df:
-        return _num(df["steps"])
+        return as_array(df["steps"])
     if "tokens_per_step" in df:
-        return tokens / _num(df["tokens_per_step"])
+        return tokens / as_array(df["tokens_per_step"])
     return np.full(len(df), np.nan)
 
 
-def _tokens_col(df: pd.DataFrame) -> str:
+def tokens_column(df: pd.DataFrame) -> str:
     return "tokens" if "tokens" in df else "new_tokens"
 
 
-def _bench_cost_ratio(tables: Tables, source: str, n: int) -> tuple[float, str] | None:
+def bench_cost_ratio(tables: Tables, source: str, n: int) -> tuple[float, str] | None:
     """The same ratio from a bench JSON's own cost model (``config.cost_model.target_ms``, measured in the run that
     timed the claim's methods, on the CPU its config names); None if ``source`` is not such a file."""
     cfg = tables.provenance(source)
@@ -159,49 +159,49 @@ def _bench_cost_ratio(tables: Tables, source: str, n: int) -> tuple[float, str] 
     if not target_ms:
         return None
     pts = sorted((int(k), float(v)) for k, v in target_ms.items())
-    ratio = _relative_cost(np.array([k for k, _ in pts], dtype=float), np.array([v for _, v in pts]), n)
+    ratio = relative_cost(np.array([k for k, _ in pts], dtype=float), np.array([v for _, v in pts]), n)
     if ratio is None:
         return None
     where = cfg.get("device_description", cfg.get("device", "this device"))
     return ratio, where + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", this run's cost model"
 
 
-def _relative_cost(ns: np.ndarray, ms: np.ndarray, n: int) -> float | None:
+def relative_cost(ns: np.ndarray, ms: np.ndarray, n: int) -> float | None:
     """t(n) / t(1) on a measured curve (linear interpolation, clamped at its largest n); None without n = 1."""
     if not len(ns) or ns.min() > 1:
         return None
     return float(np.interp(min(n, ns.max()), ns, ms)) / float(np.interp(1, ns, ms))
 
 
-def _cost_ratio(tables: Tables, n: int, source: str | None = None) -> tuple[float, str] | None:
+def cost_ratio(tables: Tables, n: int, source: str | None = None) -> tuple[float, str] | None:
     """Measured cost of one target forward over ``n`` new tokens relative to one token, and the device it was
     measured on; None if not measured. From the bench file ``source``'s own cost model where it has one (the same run
     and machine as the ratio it explains), else from ``cost_curves`` of notebook 04 (the target is its first model)."""
     if source:
-        ratio = _bench_cost_ratio(tables, source, n)
+        ratio = bench_cost_ratio(tables, source, n)
         if ratio is not None:
             return ratio
     cost = tables.get("cost_curves")
     if cost is None or cost.empty or not {"model", "n", "ms"} <= set(cost.columns):
         return None
     d = cost[cost["model"] == cost["model"].iloc[0]].sort_values("n")
-    ratio = _relative_cost(_num(d["n"]), _num(d["ms"]), n)
+    ratio = relative_cost(as_array(d["n"]), as_array(d["ms"]), n)
     return None if ratio is None else (ratio, tables.provenance("cost_curves").get("device", "this device"))
 
 
-def _in_run_forward_ratio(method_rows: pd.DataFrame, base_rows: pd.DataFrame) -> float | None:
+def in_run_forward_ratio(method_rows: pd.DataFrame, base_rows: pd.DataFrame) -> float | None:
     """The method's median target forward per step over the baseline's, from the runs' own ``target_ms`` (bench
     runs record it); None where either lacks it."""
     if "target_ms" not in method_rows or "target_ms" not in base_rows:
         return None
-    m, b = _num(method_rows["target_ms"]), _num(base_rows["target_ms"])
+    m, b = as_array(method_rows["target_ms"]), as_array(base_rows["target_ms"])
     m, b = m[np.isfinite(m)], b[np.isfinite(b)]
     if not len(m) or not len(b) or np.median(b) <= 0:
         return None
     return float(np.median(m) / np.median(b))
 
 
-def _tree_nodes(rows: pd.DataFrame) -> int:
+def count_tree_nodes(rows: pd.DataFrame) -> int:
     """The largest token tree a method's runs verified (bench runs list per-step ``depths`` and ``drafted`` nodes;
     a chain has no depths > 0): 0 for chains and AR."""
     if "depths" not in rows or "drafted" not in rows:
@@ -213,42 +213,42 @@ def _tree_nodes(rows: pd.DataFrame) -> int:
     return best
 
 
-def _explain(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tables, source: str | None = None) -> str:
+def explain_gap(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tables, source: str | None = None) -> str:
     """What a speed ratio is made of: tokens per target step against the time of a step relative to the baseline's
     step (speedup ≈ tokens per step / step-time ratio), and the cost of verifying: the method's target forward per
     step over the baseline's in the same runs where they record it, else for a chain or tree the measured cost of
     verifying γ + 1 tokens or the tree (from the table ``source``'s own cost model where it is a bench file that has
     one, else notebook 04's cost curve)."""
     parts = []
-    steps, base_steps = _steps(method_rows), _steps(base_rows)
-    tok, base_tok = _num(method_rows[_tokens_col(method_rows)]), _num(base_rows[_tokens_col(base_rows)])
+    steps, base_steps = step_counts(method_rows), step_counts(base_rows)
+    tok, base_tok = as_array(method_rows[tokens_column(method_rows)]), as_array(base_rows[tokens_column(base_rows)])
     if np.isfinite(steps).all() and np.isfinite(base_steps).all() and steps.sum() > 0 and base_steps.sum() > 0:
         tps, base_tps = tok.sum() / steps.sum(), base_tok.sum() / base_steps.sum()
-        step_ratio = ((_num(method_rows["seconds"]).sum() / steps.sum())
-                      / (_num(base_rows["seconds"]).sum() / base_steps.sum()))
+        step_ratio = ((as_array(method_rows["seconds"]).sum() / steps.sum())
+                      / (as_array(base_rows["seconds"]).sum() / base_steps.sum()))
         parts.append(f"{tps / base_tps:.2f}× the tokens per target step, each step {step_ratio:.2f}× as long")
-    if "alpha" in method_rows and np.isfinite(_num(method_rows["alpha"])).any():
-        parts.append(f"α = {np.nanmean(_num(method_rows['alpha'])):.2f}")
-    tree_nodes = _tree_nodes(method_rows)
-    in_run = _in_run_forward_ratio(method_rows, base_rows)
+    if "alpha" in method_rows and np.isfinite(as_array(method_rows["alpha"])).any():
+        parts.append(f"α = {np.nanmean(as_array(method_rows['alpha'])):.2f}")
+    tree_nodes = count_tree_nodes(method_rows)
+    in_run = in_run_forward_ratio(method_rows, base_rows)
     if in_run is not None:  # the same runs' own target forwards (a cost model measured apart may catch another
         # state of a shared machine: specrepro.bench.run.with_in_run_predictions)
         parts.append(f"its target forward per step took {in_run:.2f}× the baseline's in these runs (medians)")
     elif tree_nodes:
-        ratio = _cost_ratio(tables, tree_nodes + 1, source)
+        ratio = cost_ratio(tables, tree_nodes + 1, source)
         if ratio is not None:
             parts.append(f"verifying a {tree_nodes}-node tree ({tree_nodes + 1} tokens) costs {ratio[0]:.1f}× a "
                          f"1-token forward on {ratio[1]}")
-    elif "gamma" in method_rows and np.isfinite(_num(method_rows["gamma"])).all():
-        gamma = int(np.nanmax(_num(method_rows["gamma"])))
-        ratio = _cost_ratio(tables, gamma + 1, source) if gamma >= 1 else None
+    elif "gamma" in method_rows and np.isfinite(as_array(method_rows["gamma"])).all():
+        gamma = int(np.nanmax(as_array(method_rows["gamma"])))
+        ratio = cost_ratio(tables, gamma + 1, source) if gamma >= 1 else None
         if ratio is not None:
             parts.append(f"verifying γ + 1 = {gamma + 1} tokens costs {ratio[0]:.1f}× a 1-token forward on "
                          f"{ratio[1]}")
     return "; ".join(parts)
 
 
-def _methods(df: pd.DataFrame, query: str, what: str) -> list[str]:
+def matching_methods(df: pd.DataFrame, query: str, what: str) -> list[str]:
     if not query:
         raise ValueError(f"the rule needs a '{what}' parameter (a query on the selected rows)")
     names = list(dict.fromkeys(df.query(query, engine="python")["method"].astype(str)))
@@ -257,7 +257,7 @@ def _methods(df: pd.DataFrame, query: str, what: str) -> list[str]:
     return names
 
 
-def _best_of(claim, n: int) -> str:
+def best_of(claim, n: int) -> str:
     """A maximum over several methods is allowed only if the claim says "best of N" (N as in the standard profile;
     another profile may sweep fewer: then the returned note says so, and the scorecard shows the actual N).
 

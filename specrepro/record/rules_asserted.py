@@ -15,13 +15,13 @@ import numpy as np
 
 from specrepro.record.rulekit import (
     GOF_LEVEL,
-    _decimals,
-    _float,
-    _names,
-    _num,
-    _paper_range,
-    _rows,
-    _truth,
+    decimals_of,
+    param_float,
+    param_names,
+    as_array,
+    paper_range,
+    claim_rows,
+    as_truth,
     params_of,
     rule,
 )
@@ -47,16 +47,16 @@ def printed_precision(claim, tables: Tables) -> Outcome:
     tabulated them beside ours), or ``value`` = one column compared with ``paper_value``.
     """
     p = params_of(claim)
-    df = _rows(claim, tables, p)
+    df = claim_rows(claim, tables, p)
     if p.get("compare"):
         pairs = [tuple(s.strip() for s in part.split("=")) for part in p["compare"].split(",")]
-        digits = max(_decimals(" ".join(f"{v}" for v in df[b])) for _, b in pairs)
-        ours = np.concatenate([_num(df[a]) for a, _ in pairs])
-        paper = np.concatenate([_num(df[b]) for _, b in pairs])
+        digits = max(decimals_of(" ".join(f"{v}" for v in df[b])) for _, b in pairs)
+        ours = np.concatenate([as_array(df[a]) for a, _ in pairs])
+        paper = np.concatenate([as_array(df[b]) for _, b in pairs])
     else:
-        digits = _decimals(claim["paper_value"])
-        ours = _num(df[p["value"]])
-        paper = np.full(len(ours), _paper_range(claim)[0])
+        digits = decimals_of(claim["paper_value"])
+        ours = as_array(df[p["value"]])
+        paper = np.full(len(ours), paper_range(claim)[0])
     paper = np.round(paper, digits)
     ok = np.abs(ours - paper) <= 0.5 * 10 ** -digits + 1e-9
     if len(ours) == 1:
@@ -83,9 +83,9 @@ def exact_sampler(claim, tables: Tables) -> Outcome:
     Tables: ``exactness_enumeration; exactness_goodness_of_fit`` (notebook 01).
     """
     p = params_of(claim)
-    enum_name, gof_name = _names(claim["our_table"])
+    enum_name, gof_name = param_names(claim["our_table"])
     enum, gof = tables.get(enum_name), tables.get(gof_name)
-    tol = _float(p, "tolerance", 1e-12)
+    tol = param_float(p, "tolerance", 1e-12)
     worst = enum.groupby("rule")["tv_to_target"].max()
     pvals = gof.set_index("rule")["p_value"].astype(float)
     if "speculative" not in worst or "speculative" not in pvals:
@@ -121,8 +121,8 @@ def all_identical(claim, tables: Tables) -> Outcome:
     reason counts them); not run if no run recorded the comparison.
     """
     p = params_of(claim)
-    df = _rows(claim, tables, p)
-    same = _truth(df[p["value"]]).dropna()
+    df = claim_rows(claim, tables, p)
+    same = as_truth(df[p["value"]]).dropna()
     if same.empty:
         raise NotRun(f"no run recorded {p['value']}")
     n_ok = int(same.sum())
@@ -152,9 +152,9 @@ def identical_up_to_ties(claim, tables: Tables) -> Outcome:
     from scipy.stats import binomtest
 
     p = params_of(claim)
-    df = _rows(claim, tables, p)
-    same = _truth(df[p.get("value") or "identical"])
-    tie = _truth(df[p.get("explained") or "explained"]).fillna(False).astype(bool)
+    df = claim_rows(claim, tables, p)
+    same = as_truth(df[p.get("value") or "identical"])
+    tie = as_truth(df[p.get("explained") or "explained"]).fillna(False).astype(bool)
     if same.isna().any():
         raise NotRun(f"{int(same.isna().sum())} prompts lack the comparison")
     same = same.astype(bool)
@@ -184,14 +184,14 @@ def typical_shifts(claim, tables: Tables) -> Outcome:
     reproduced if it does not reject typical acceptance; inconclusive if it rejects a preserving mode too.
     """
     p = params_of(claim)
-    df = _rows(claim, tables, p)
-    keep = _truth(df["distribution_preserving"]).astype(bool)
+    df = claim_rows(claim, tables, p)
+    keep = as_truth(df["distribution_preserving"]).astype(bool)
     typ, exact = df[~keep], df[keep]
     if typ.empty or exact.empty:
         raise NotRun("needs typical acceptance and at least one distribution-preserving mode")
-    tv_t, tv_e = float(_num(typ["tv_distance"]).max()), float(_num(exact["tv_distance"]).max())
-    p_t, p_e = float(_num(typ["gof_p_value"]).max()), float(_num(exact["gof_p_value"]).min())
-    n = int(_num(df["samples"]).min()) if "samples" in df else None
+    tv_t, tv_e = float(as_array(typ["tv_distance"]).max()), float(as_array(exact["tv_distance"]).max())
+    p_t, p_e = float(as_array(typ["gof_p_value"]).max()), float(as_array(exact["gof_p_value"]).min())
+    n = int(as_array(df["samples"]).min()) if "samples" in df else None
     text = (f"TV {tv_t:.3f} (typical) vs ≤ {tv_e:.3f} (exact modes); χ² p = {p_t:.1e} vs ≥ {p_e:.2f}"
             + (f", n = {n} samples each" if n else ""))
     verdict = judge_test(p_t < GOF_LEVEL, can_fail=p_e >= GOF_LEVEL)

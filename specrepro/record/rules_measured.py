@@ -19,15 +19,15 @@ import pandas as pd
 
 from specrepro.measure.harness import draft_of_method, in_run_cost_coefficient, paired_ratios
 from specrepro.record.rulekit import (
-    _best_of,
-    _explain,
-    _float,
-    _methods,
-    _names,
-    _num,
-    _paper_range,
-    _rows,
-    _table,
+    best_of,
+    explain_gap,
+    param_float,
+    matching_methods,
+    param_names,
+    as_array,
+    paper_range,
+    claim_rows,
+    claim_table,
     params_of,
     rule,
 )
@@ -41,12 +41,12 @@ from specrepro.record.verdicts import (
     NotRun,
     Outcome,
     TREND,
-    _beyond,
-    _fmt_ci,
-    _has_ci,
-    _judge,
-    _meets,
-    _prompt_unit,
+    is_beyond,
+    fmt_ci,
+    has_ci,
+    judge_reading,
+    meets_range,
+    prompt_unit,
     judge_interval,
     judge_margin,
 )
@@ -76,52 +76,52 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
     the one with the highest median is reported with its own interval.
     """
     p = params_of(claim)
-    df = _rows(claim, tables, p)
+    df = claim_rows(claim, tables, p)
     value = p.get("value") or "tokens_per_s"
-    null = _float(p, "null", 1.0)
-    paper = _paper_range(claim)
+    null = param_float(p, "null", 1.0)
+    paper = paper_range(claim)
     if "prompt" not in df.columns:
-        cands = _methods(df, p.get("method", ""), "method")
-        _best_of(claim, len(cands))
+        cands = matching_methods(df, p.get("method", ""), "method")
+        best_of(claim, len(cands))
         col = p.get("summary") or value
         rows = df[df["method"].astype(str).isin(cands)]
-        i = int(np.nanargmax(_num(rows[col])))
-        est = float(_num(rows[col])[i])
+        i = int(np.nanargmax(as_array(rows[col])))
+        est = float(as_array(rows[col])[i])
         n = int(rows["runs"].iloc[i]) if "runs" in rows else None
         name = str(rows["method"].iloc[i])
         return Outcome(INCONCLUSIVE, f"{est:.2f}× ({name}), pooled, no interval" + (f" (n = {n} prompts)" if n else ""),
-                       est, f"{_names(claim['our_table'])[0]} is summary-only (one pooled row per method, no "
+                       est, f"{param_names(claim['our_table'])[0]} is summary-only (one pooled row per method, no "
                             f"per-prompt rows): no interval can be computed; its notebook must save per-prompt runs",
                        n=n)
-    bases = _methods(df, p.get("baseline", ""), "baseline")
+    bases = matching_methods(df, p.get("baseline", ""), "baseline")
     if len(bases) != 1:
         raise ValueError(f"claim {claim['id']}: the baseline query matches {bases}, not one method")
 
     def beside() -> str:
         text = ""
-        for m in _methods(df, p["beside"], "beside") if p.get("beside") else []:
+        for m in matching_methods(df, p["beside"], "beside") if p.get("beside") else []:
             b_est, b_lo, b_hi, b_n = stat_ci(paired_ratios(df, m, bases[0], value).to_numpy())
-            text += f"; beside, not judged: {m} {_fmt_ci(b_est, b_lo, b_hi, b_n, _prompt_unit(df), suffix='×')}"
+            text += f"; beside, not judged: {m} {fmt_ci(b_est, b_lo, b_hi, b_n, prompt_unit(df), suffix='×')}"
         return text
 
     try:
-        cands = _methods(df, p.get("method", ""), "method")
+        cands = matching_methods(df, p.get("method", ""), "method")
     except NotRun as e:  # the judged configuration is not in the table: say so, and still show what stands beside it
-        raise NotRun(f"{e} in the committed {_names(claim['our_table'])[0]}: the table predates the method; rerun "
+        raise NotRun(f"{e} in the committed {param_names(claim['our_table'])[0]}: the table predates the method; rerun "
                      f"its make rule", ours=beside().removeprefix("; ")) from None
-    note = _best_of(claim, len(cands))
+    note = best_of(claim, len(cands))
     results = []
     for m in cands:
         r = paired_ratios(df, m, bases[0], value)
         results.append((m, *stat_ci(r.to_numpy())))
     name, est, lo, hi, n = max(results, key=lambda t: t[1])
-    verdict, why = _judge(lo, hi, paper, null, +1, f"{name} over {bases[0]}")
-    text = _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×") + (
+    verdict, why = judge_reading(lo, hi, paper, null, +1, f"{name} over {bases[0]}")
+    text = fmt_ci(est, lo, hi, n, prompt_unit(df), suffix="×") + (
         f"; best of {len(cands)}: {name}" if len(cands) > 1 else f" ({name} / {bases[0]})")
     text += beside()
     if verdict != EXACT:
-        expl = _explain(df[df["method"].astype(str) == name], df[df["method"].astype(str) == bases[0]], tables,
-                        _names(claim["our_table"])[0])
+        expl = explain_gap(df[df["method"].astype(str) == name], df[df["method"].astype(str) == bases[0]], tables,
+                        param_names(claim["our_table"])[0])
         why = why + (f"; {expl}" if expl else "")
     why = "; ".join(s for s in (why, note) if s)
     return Outcome(verdict, text, est, why, lo, hi, n)
@@ -137,15 +137,15 @@ def needs_precondition(claim, tables: Tables) -> Outcome:
     gives the precondition's reading, and the claim's own paired ratio is shown beside, never judged.
     """
     p = params_of(claim)
-    df = _rows(claim, tables, p)
-    (req,) = _methods(df, p.get("requires", ""), "requires")
-    (req_base,) = _methods(df, p.get("requires_baseline", ""), "requires_baseline")
+    df = claim_rows(claim, tables, p)
+    (req,) = matching_methods(df, p.get("requires", ""), "requires")
+    (req_base,) = matching_methods(df, p.get("requires_baseline", ""), "requires_baseline")
     est, lo, hi, n = stat_ci(paired_ratios(df, req, req_base, p.get("value") or "tokens_per_s").to_numpy())
     out = paired_ratio(claim, tables)
-    null = _float(p, "null", 1.0)
-    if _beyond(lo, hi, null, +1):
+    null = param_float(p, "null", 1.0)
+    if is_beyond(lo, hi, null, +1):
         return out
-    pre = _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×")
+    pre = fmt_ci(est, lo, hi, n, prompt_unit(df), suffix="×")
     return Outcome(NOT_TESTABLE, f"precondition {req} / {req_base} {pre}; not judged: {out.ours}", None,
                    f"needs {req} to speed up {req_base} first; here {req} / {req_base} = {pre}, not above {null:g}",
                    n=out.n)
@@ -163,24 +163,24 @@ def computed_speedup(claim, tables: Tables) -> Outcome:
     nothing here.
     """
     p = params_of(claim)
-    df = _rows(claim, tables, p)
-    (name,) = _methods(df, p.get("method", ""), "method")
+    df = claim_rows(claim, tables, p)
+    (name,) = matching_methods(df, p.get("method", ""), "method")
     rows = df[df["method"].astype(str) == name]
-    c = _float(p, "c", 0.0)
-    predicted = walltime_improvement(np.clip(_num(rows["alpha"]), 0, 0.999999), _num(rows["gamma"]), c)
+    c = param_float(p, "c", 0.0)
+    predicted = walltime_improvement(np.clip(as_array(rows["alpha"]), 0, 0.999999), as_array(rows["gamma"]), c)
     # repeated passes of a prompt are one unit: average them per prompt first, so they do not narrow the interval
     predicted = pd.Series(np.asarray(predicted, dtype=float), index=rows["prompt"].to_numpy()).groupby(level=0).mean()
     est, lo, hi, n = stat_ci(predicted.to_numpy())
-    paper = _paper_range(claim)[0]
-    tol = _float(p, "tolerance", 0.10)
-    text = ("computed " + _fmt_ci(est, lo, hi, n, _prompt_unit(rows), suffix="×")
-            + f" (α = {np.nanmean(_num(rows['alpha'])):.2f}, c = {c:g})")
+    paper = paper_range(claim)[0]
+    tol = param_float(p, "tolerance", 0.10)
+    text = ("computed " + fmt_ci(est, lo, hi, n, prompt_unit(rows), suffix="×")
+            + f" (α = {np.nanmean(as_array(rows['alpha'])):.2f}, c = {c:g})")
     measured = ""
     if p.get("baseline"):
-        (base,) = _methods(df, p["baseline"], "baseline")
+        (base,) = matching_methods(df, p["baseline"], "baseline")
         m_est, m_lo, m_hi, m_n = stat_ci(paired_ratios(df, name, base).to_numpy())
-        measured = "; measured beside, not judged: " + _fmt_ci(m_est, m_lo, m_hi, m_n, _prompt_unit(df), suffix="×")
-    agree = _meets(lo, hi, (paper, paper)) or abs(est / paper - 1) <= tol
+        measured = "; measured beside, not judged: " + fmt_ci(m_est, m_lo, m_hi, m_n, prompt_unit(df), suffix="×")
+    agree = meets_range(lo, hi, (paper, paper)) or abs(est / paper - 1) <= tol
     why = (f"a closed form at our measured α, not a measurement: the paper's {paper:g} "
            + ("lies within our computed interval or tolerance" if agree else
               f"is {abs(est / paper - 1):.0%} from our computed {est:.2f}× (tolerance {tol:.0%}): our α differs"))
@@ -195,39 +195,39 @@ def value_in_interval(claim, tables: Tables) -> Outcome:
     above the null only; not reproduced if below; inconclusive if it contains the null.
     """
     p = params_of(claim)
-    df = _rows(claim, tables, p)
-    est, lo, hi, n = stat_ci(_num(df[p["value"]]), np.mean)
-    positions = int(_num(df["positions"]).sum()) if "positions" in df else None
-    verdict, why = _judge(lo, hi, _paper_range(claim), _float(p, "null", 0.5), +1, p["value"])
-    text = _fmt_ci(est, lo, hi, n, "prompts") + (f", {positions} positions" if positions else "")
+    df = claim_rows(claim, tables, p)
+    est, lo, hi, n = stat_ci(as_array(df[p["value"]]), np.mean)
+    positions = int(as_array(df["positions"]).sum()) if "positions" in df else None
+    verdict, why = judge_reading(lo, hi, paper_range(claim), param_float(p, "null", 0.5), +1, p["value"])
+    text = fmt_ci(est, lo, hi, n, "prompts") + (f", {positions} positions" if positions else "")
     return Outcome(verdict, text, est, why, lo, hi, n)
 
 
-def _measured_and_predicted(claim, tables: Tables, p: dict) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, str]:
+def measured_and_predicted(claim, tables: Tables, p: dict) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, str]:
     """The rows :func:`close_to_prediction` compares, their measured and predicted values, and a note on c."""
-    df = _rows(claim, tables, p)
+    df = claim_rows(claim, tables, p)
     rows = df.query(p["method"], engine="python") if p.get("method") else df
     if rows.empty:
         raise NotRun("no rows to compare with the prediction")
-    alpha = np.clip(_num(rows["alpha"]), 0, 0.999999)
-    gamma = _num(rows["gamma"])
+    alpha = np.clip(as_array(rows["alpha"]), 0, 0.999999)
+    gamma = as_array(rows["gamma"])
     if p["measured"] == "tokens_per_step":
-        return rows, _num(rows["tokens_per_step"]), np.asarray(expected_tokens(alpha, gamma), dtype=float), ""
+        return rows, as_array(rows["tokens_per_step"]), np.asarray(expected_tokens(alpha, gamma), dtype=float), ""
     if p["measured"] != "speedup":
         raise ValueError(f"claim {claim['id']}: measured must be tokens_per_step or speedup, not {p['measured']!r}")
-    summary = _table(claim, tables, 1)
+    summary = claim_table(claim, tables, 1)
     key = ["method", "temperature"] if "temperature" in summary else ["method"]
     c_summary = rows[key].merge(summary[key + ["c"]].drop_duplicates(key), on=key, how="left")["c"]
     c_source = p.get("c", "summary")
     if c_source == "in_run":
         baseline = df.loc[pd.to_numeric(df["gamma"], errors="coerce") == 0, "method"]
         if baseline.empty:
-            raise NotRun(f"no AR runs (gamma 0) in {_names(claim['our_table'])[0]} to measure c against")
+            raise NotRun(f"no AR runs (gamma 0) in {param_names(claim['our_table'])[0]} to measure c against")
         by_draft = in_run_cost_coefficient(df, baseline=str(baseline.iloc[0])).set_index("draft")
         drafts = rows["method"].map(draft_of_method)
         c = drafts.map(by_draft["c"]).to_numpy(dtype=float)
         if not np.isfinite(c).all():
-            raise NotRun(f"no γ sweep in {_names(claim['our_table'])[0]} to measure c in the runs for "
+            raise NotRun(f"no γ sweep in {param_names(claim['our_table'])[0]} to measure c in the runs for "
                          f"{sorted(set(drafts[~np.isfinite(c)]))}")
         shown = by_draft.loc[list(dict.fromkeys(drafts))]
         c_note = "; c in the runs " + ", ".join(
@@ -244,7 +244,7 @@ def _measured_and_predicted(claim, tables: Tables, p: dict) -> tuple[pd.DataFram
     key = [k for k in ("temperature", "repeat") if k in df] + ["prompt"]
     ar = df[df["gamma"] == 0].set_index(key)
     idx = pd.MultiIndex.from_frame(rows[key]) if len(key) > 1 else pd.Index(rows["prompt"])
-    measured = _num(rows["tokens_per_s"]) / ar["tokens_per_s"].reindex(idx).to_numpy(dtype=float)
+    measured = as_array(rows["tokens_per_s"]) / ar["tokens_per_s"].reindex(idx).to_numpy(dtype=float)
     return rows, measured, np.asarray(walltime_improvement(alpha, gamma, np.nan_to_num(c)), dtype=float), c_note
 
 
@@ -271,7 +271,7 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
     must exclude its null 0 (a prediction that tells nothing about the measurement) on the positive side.
     """
     p = params_of(claim)
-    rows, measured, predicted, c_note = _measured_and_predicted(claim, tables, p)
+    rows, measured, predicted, c_note = measured_and_predicted(claim, tables, p)
     gap = measured / predicted - 1
     per_prompt = pd.Series(gap, index=rows["prompt"].to_numpy()).groupby(level=0).median()
     est, lo, hi, n = stat_ci(per_prompt.to_numpy())
@@ -280,21 +280,21 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
             if len(g) >= 3]
     rhos = np.asarray([r for r in rhos if np.isfinite(r)], dtype=float)
     rho, rho_lo, rho_hi, rho_n = stat_ci(rhos, np.mean) if rhos.size else (math.nan, math.nan, math.nan, 0)
-    text = (f"median signed gap {_fmt_ci(est, lo, hi, n, 'prompts', sign=True)} ({len(gap)} runs)"
-            + ("" if math.isnan(rho) else f"; ρ within prompts {_fmt_ci(rho, rho_lo, rho_hi, rho_n, 'prompts')}")
+    text = (f"median signed gap {fmt_ci(est, lo, hi, n, 'prompts', sign=True)} ({len(gap)} runs)"
+            + ("" if math.isnan(rho) else f"; ρ within prompts {fmt_ci(rho, rho_lo, rho_hi, rho_n, 'prompts')}")
             + c_note)
     if claim["paper_kind"] == "computed":
-        tol = _float(p, "tolerance", 0.10)
+        tol = param_float(p, "tolerance", 0.10)
         verdict = judge_margin(lo, hi, (-tol, tol))
         why = {EXACT: "", NOT_REPRODUCED: f"the gap's interval lies outside ±{tol:.0%}",
                INCONCLUSIVE: f"the gap's interval is not within ±{tol:.0%}"}[verdict]
         return Outcome(verdict, text, est, why, lo, hi, n)
-    paper = _paper_range(claim)
-    holds = _meets(lo, hi, paper)
+    paper = paper_range(claim)
+    holds = meets_range(lo, hi, paper)
     verdict = judge_interval(rho_lo, rho_hi, 0.0, +1, holds)
     pv = f"{paper[0]:+.2f}" if paper[0] == paper[1] else f"{paper[0]:+.2f} to {paper[1]:+.2f}"
     gap_part = (f"the gap's interval holds the paper's {pv}" if holds else
-                f"the gap's interval [{lo:+.2f}, {hi:+.2f}] does not hold the paper's {pv}" if _has_ci(lo, hi)
+                f"the gap's interval [{lo:+.2f}, {hi:+.2f}] does not hold the paper's {pv}" if has_ci(lo, hi)
                 else "no gap interval")
     why = {EXACT: "",
            TREND: f"ρ's interval lies above 0 but {gap_part}",
@@ -316,8 +316,8 @@ def quality_unchanged(claim, tables: Tables) -> Outcome:
     """
     p = params_of(claim)
     setting, method, base = p["setting"], p["method"], p.get("baseline") or "ar"
-    margin = _float(p, "margin", 0.10)
-    comp = _table(claim, tables, 1)
+    margin = param_float(p, "margin", 0.10)
+    comp = claim_table(claim, tables, 1)
     comp = comp[comp["setting"] == setting]
     a = comp[comp["method"] == method].set_index("prompt")
     b = comp[comp["method"] == base].set_index("prompt")
@@ -325,24 +325,24 @@ def quality_unchanged(claim, tables: Tables) -> Outcome:
         raise NotRun(f"no {setting} completions for {method} and {base}")
     common = a.index.intersection(b.index)
     same = (a.loc[common, "completion"].fillna("") == b.loc[common, "completion"].fillna("")).to_numpy()
-    summary = _table(claim, tables, 0)
+    summary = claim_table(claim, tables, 0)
     pooled = summary[summary["setting"] == setting].set_index("method")["pass@1"] if "pass@1" in summary else None
     pooled_text = (f"pass@1 {base} {float(pooled[base]):.0%} vs {method} {float(pooled[method]):.0%}"
                    if pooled is not None and {base, method} <= set(pooled.index) else "")
     if "passed" in comp.columns:
-        diff = _num(a.loc[common, "passed"]) - _num(b.loc[common, "passed"])
+        diff = as_array(a.loc[common, "passed"]) - as_array(b.loc[common, "passed"])
     elif same.all():
         diff = np.zeros(len(common))
     else:
         return Outcome(judge_margin(None, None, (-margin, margin)),
                        f"{pooled_text} (n = {len(common)} problems, {int(same.sum())} identical completions), no "
                        f"paired interval", None,
-                       f"per-problem pass/fail is not stored ({_names(claim['our_table'])[1]} has no 'passed' "
+                       f"per-problem pass/fail is not stored ({param_names(claim['our_table'])[1]} has no 'passed' "
                        f"column) and {int((~same).sum())} completions differ: no paired interval can be computed",
                        n=len(common))
     est, lo, hi, n = stat_ci(diff, np.mean)
     text = (f"Δ pass@1 = {est * 100:+.0f} points [{lo * 100:+.0f}, {hi * 100:+.0f}], n = {n} problems"
-            if _has_ci(lo, hi) else f"Δ pass@1 = {est * 100:+.0f} points, no interval (n = {n})")
+            if has_ci(lo, hi) else f"Δ pass@1 = {est * 100:+.0f} points, no interval (n = {n})")
     if same.all():
         text += ", every completion token-identical"
     if pooled_text:

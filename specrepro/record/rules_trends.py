@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from specrepro.measure.harness import paired_ratios
-from specrepro.record.rulekit import _float, _names, _num, _paper_range, _rows, params_of, rule
+from specrepro.record.rulekit import param_float, param_names, as_array, paper_range, claim_rows, params_of, rule
 from specrepro.record.tables import Tables
 from specrepro.record.verdicts import (
     EXACT,
@@ -26,11 +26,11 @@ from specrepro.record.verdicts import (
     NotRun,
     Outcome,
     TREND,
-    _all_of,
-    _fmt_ci,
-    _has_ci,
-    _judge,
-    _prompt_unit,
+    all_of,
+    fmt_ci,
+    has_ci,
+    judge_reading,
+    prompt_unit,
     judge_interval,
 )
 from specrepro.stats import spearman, spearman_interval, stat_ci
@@ -48,7 +48,7 @@ def row_order(claim, tables: Tables) -> Outcome:
     so only the direction is judged.
     """
     p = params_of(claim)
-    df = _rows(claim, tables, p)
+    df = claim_rows(claim, tables, p)
     key, value = p["key"], p["value"]
     cells = [c.strip() for c in p.get("cells", "").split(",") if c.strip()]
     parts, verdicts, los = [], {}, []
@@ -60,11 +60,11 @@ def row_order(claim, tables: Tables) -> Outcome:
         est, lo, hi, n = stat_ci((wide[p["higher"]] - wide[p["lower"]]).to_numpy(), np.mean)
         n_min = n if n_min is None else min(n_min, n)
         label = " ".join(str(x) for x in (cell if isinstance(cell, tuple) else (cell,)))
-        parts.append(f"{label}: {_fmt_ci(est, lo, hi, n, 'prompts', digits=3)}")
+        parts.append(f"{label}: {fmt_ci(est, lo, hi, n, 'prompts', digits=3)}")
         los.append(lo)
-        verdicts[label] = _judge(lo, hi, None, 0.0, +1, label)[0]
+        verdicts[label] = judge_reading(lo, hi, None, 0.0, +1, label)[0]
     text = f"{p['higher']} − {p['lower']} {value}: " + "; ".join(parts)
-    verdict = _all_of(verdicts.values())
+    verdict = all_of(verdicts.values())
     where = ", ".join(k for k, v in verdicts.items() if v == verdict)
     why = {NOT_REPRODUCED: f"{p['higher']} is below {p['lower']} in {where}",
            INCONCLUSIVE: f"the interval contains 0 (or cannot be computed) in {where}",
@@ -72,13 +72,13 @@ def row_order(claim, tables: Tables) -> Outcome:
     return Outcome(verdict, text, float(min(los)) if verdict == TREND else None, why, n=n_min)
 
 
-def _monotone(claim, tables: Tables, sign: int) -> Outcome:
+def monotone(claim, tables: Tables, sign: int) -> Outcome:
     p = params_of(claim)
-    df = _rows(claim, tables, p)
+    df = claim_rows(claim, tables, p)
     x_col, y_col = p["x"], p["y"]
     groups = list(df.groupby(p["series"], sort=False)) if p.get("series") else [(y_col, df)]
     texts, verdicts, stats_, n_all = [], {}, [], None
-    paper_change = _series_numbers(claim, p.get("paper_change", ""))
+    paper_change = series_numbers(claim, p.get("paper_change", ""))
     for label, d in groups:
         if d[x_col].nunique() < 3:
             raise NotRun(f"fewer than 3 values of {x_col}")
@@ -88,29 +88,29 @@ def _monotone(claim, tables: Tables, sign: int) -> Outcome:
             est, lo, hi, n = stat_ci((wide[xs[-1]] - wide[xs[0]]).to_numpy(), np.mean)
             target = paper_change.get(str(label))
             texts.append(f"{label}: {y_col} at {x_col} = {xs[-1]:g} minus at {xs[0]:g}: "
-                         + _fmt_ci(est, lo, hi, n, "prompts", sign=True)
+                         + fmt_ci(est, lo, hi, n, "prompts", sign=True)
                          + (f" (paper {target:+.2f})" if target is not None else ""))
-            verdicts[str(label)] = _judge(lo, hi, None if target is None else (target, target), 0.0, sign,
+            verdicts[str(label)] = judge_reading(lo, hi, None if target is None else (target, target), 0.0, sign,
                                           str(label))
         else:  # summary points: Spearman's test over the x values (a direction, no interval of the change)
             d = d.sort_values(x_col)
-            ys = _num(d[y_col])
-            est, pval = spearman(_num(d[x_col]), ys)
+            ys = as_array(d[y_col])
+            est, pval = spearman(as_array(d[x_col]), ys)
             n = len(d)
             r_lo, r_hi = spearman_interval(est, n)
             texts.append(f"{label}: {ys[0]:.2f} → {ys[-1]:.2f}"
                          + ("" if math.isnan(est) else f" (ρ = {est:.2f} [{r_lo:.2f}, {r_hi:.2f}], p = {pval:.2g}, "
                                                        f"n = {n} points)"))
-            verdicts[str(label)] = _judge(r_lo, r_hi, None, 0.0, sign, str(label))
+            verdicts[str(label)] = judge_reading(r_lo, r_hi, None, 0.0, sign, str(label))
         n_all = n if n_all is None else min(n_all, n)
         stats_.append(est)
-    verdict = _all_of(v for v, _ in verdicts.values())
+    verdict = all_of(v for v, _ in verdicts.values())
     why = "; ".join(f"{k}: {r}" for k, (v, r) in verdicts.items() if v == verdict and r)
     return Outcome(verdict, "; ".join(texts), float(np.mean(stats_)) if verdict in (EXACT, TREND) else None, why,
                    n=n_all)
 
 
-def _series_numbers(claim, text: str) -> dict[str, float]:
+def series_numbers(claim, text: str) -> dict[str, float]:
     """``"greedy:0.48,stochastic:0.59"`` -> {"greedy": 0.48, "stochastic": 0.59} (the ``paper_change`` parameter).
 
     Raises:
@@ -141,7 +141,7 @@ def increases(claim, tables: Tables) -> Outcome:
     interval lies below 0; inconclusive if one contains 0. Every ``series`` must hold: the claim's verdict is the
     weakest of its series' (not reproduced, then inconclusive, then trend reproduced, then reproduced exactly).
     """
-    return _monotone(claim, tables, +1)
+    return monotone(claim, tables, +1)
 
 
 @rule("select", "x", "y", "series", "paper_change")
@@ -150,7 +150,7 @@ def decreases(claim, tables: Tables) -> Outcome:
     x); reproduced exactly if the interval lies below 0 and holds the paper's (negative) change, trend reproduced if
     below 0 only, not reproduced if above 0, inconclusive if it contains 0; the weakest series decides.
     """
-    return _monotone(claim, tables, -1)
+    return monotone(claim, tables, -1)
 
 
 @rule("select", "x", "y")
@@ -165,10 +165,10 @@ def grows_linearly(claim, tables: Tables) -> Outcome:
     from scipy import stats
 
     p = params_of(claim)
-    df = _rows(claim, tables, p)
+    df = claim_rows(claim, tables, p)
     if {"prompt", "repeat"} <= set(df.columns) and df["repeat"].nunique() > 1:
-        df = (df.assign(**{p["y"]: _num(df[p["y"]])}).groupby(["prompt", p["x"]], as_index=False)[p["y"]].mean())
-    x, y = _num(df[p["x"]]), _num(df[p["y"]])
+        df = (df.assign(**{p["y"]: as_array(df[p["y"]])}).groupby(["prompt", p["x"]], as_index=False)[p["y"]].mean())
+    x, y = as_array(df[p["x"]]), as_array(df[p["y"]])
     keep = ~(np.isnan(x) | np.isnan(y))
     x, y = x[keep], y[keep]
     if len(np.unique(x)) < 3:
@@ -178,11 +178,11 @@ def grows_linearly(claim, tables: Tables) -> Outcome:
     lo, hi = float(fit.slope - t * fit.stderr), float(fit.slope + t * fit.stderr)
     text = (f"{fit.slope:+.1f} {p['y'].replace('_', ' ')} per unit {p['x']} [{lo:+.1f}, {hi:+.1f}], "
             f"r² = {fit.rvalue ** 2:.2f}, n = {len(x)} points")
-    verdict, why = _judge(lo, hi, None, 0.0, +1, "the slope")
+    verdict, why = judge_reading(lo, hi, None, 0.0, +1, "the slope")
     return Outcome(verdict, text, float(fit.slope), why, lo, hi, len(x))
 
 
-def _best_k_interval(ratios: pd.DataFrame, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
+def best_k_interval(ratios: pd.DataFrame, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
     """The 95% percentile-bootstrap interval of the best K (the column of ``ratios`` - prompts × K, paired speedups
     over AR - with the highest median over prompts), resampling prompts."""
     rng = np.random.default_rng(seed)
@@ -205,17 +205,17 @@ def speedup_peaks(claim, tables: Tables) -> Outcome:
     inconclusive otherwise, and always for a summary-only table (no per-prompt rows: no interval).
     """
     p = params_of(claim)
-    df = _rows(claim, tables, p)
+    df = claim_rows(claim, tables, p)
     x = p.get("x") or "K"
-    k_paper = int(_paper_range(claim)[0])
-    tol = _float(p, "tolerance", 0.05)
+    k_paper = int(paper_range(claim)[0])
+    tol = param_float(p, "tolerance", 0.05)
     if "prompt" not in df.columns:
         col = "speedup_vs_ar"
-        best = df.iloc[int(np.nanargmax(_num(df[col])))]
+        best = df.iloc[int(np.nanargmax(as_array(df[col])))]
         runs = int(best["runs"]) if "runs" in best else None
         return Outcome(INCONCLUSIVE, f"best K = {int(best[x])} ({float(best[col]):.2f}×, pooled), no interval"
                        + (f" (n = {runs} prompts)" if runs else ""), float(best[x]),
-                       f"{_names(claim['our_table'])[0]} is summary-only (one pooled row per K): no per-prompt "
+                       f"{param_names(claim['our_table'])[0]} is summary-only (one pooled row per K): no per-prompt "
                        f"interval; its notebook must save per-prompt runs", n=runs)
     by_k = df.groupby(x)["method"].first()
     if 0 not in by_k.index or k_paper not in by_k.index:
@@ -224,20 +224,20 @@ def speedup_peaks(claim, tables: Tables) -> Outcome:
     over_ar = pd.DataFrame({k: paired_ratios(df, by_k[k], by_k[0]) for k in ks}).dropna()
     medians = over_ar.median()
     k_best = int(medians.idxmax())
-    k_lo, k_hi = _best_k_interval(over_ar)
+    k_lo, k_hi = best_k_interval(over_ar)
     est, lo, hi, n = stat_ci(paired_ratios(df, by_k[ks[-1]], by_k[k_paper]).to_numpy())
     text = (f"best K = {k_best} [{k_lo:g}, {k_hi:g}] ({medians[k_best]:.2f}× AR); K = {ks[-1]} over K = {k_paper}: "
-            + _fmt_ci(est, lo, hi, n, _prompt_unit(df), suffix="×"))
+            + fmt_ci(est, lo, hi, n, prompt_unit(df), suffix="×"))
     verdict = judge_interval(lo, hi, 1 + tol, -1, k_lo <= k_paper <= k_hi)
     why = {EXACT: "",
            TREND: f"no gain past K = {k_paper}, but the best K's interval [{k_lo:g}, {k_hi:g}] excludes {k_paper}",
            NOT_REPRODUCED: f"the speedup still grows past K = {k_paper}",
-           INCONCLUSIVE: "the interval does not tell a plateau from a gain" if _has_ci(lo, hi) else
+           INCONCLUSIVE: "the interval does not tell a plateau from a gain" if has_ci(lo, hi) else
            "no interval (fewer than 2 prompts)"}[verdict]
     return Outcome(verdict, text, float(k_best), why, lo, hi, n)
 
 
-def _diff_of_proportions(h1: int, n1: int, h2: int, n2: int) -> tuple[float, float, float]:
+def diff_of_proportions(h1: int, n1: int, h2: int, n2: int) -> tuple[float, float, float]:
     """p1 − p2 with Newcombe's 95% hybrid score interval (from each proportion's Wilson interval)."""
     from scipy import stats
 
@@ -260,15 +260,15 @@ def falls_with_head(claim, tables: Tables) -> Outcome:
     from scipy import stats
 
     p = params_of(claim)
-    df = _rows(claim, tables, p).sort_values("head")
-    acc = _num(df[p.get("value") or "top1"])
-    cnt = _num(df[p.get("count") or "positions"]).astype(int)
+    df = claim_rows(claim, tables, p).sort_values("head")
+    acc = as_array(df[p.get("value") or "top1"])
+    cnt = as_array(df[p.get("count") or "positions"]).astype(int)
     if len(acc) < 2:
         raise NotRun("fewer than 2 heads")
     hits = np.round(acc * cnt).astype(int)
     p_fall = float(stats.fisher_exact([[hits[0], cnt[0] - hits[0]], [hits[-1], cnt[-1] - hits[-1]]],
                                       alternative="greater").pvalue)
-    est, lo, hi = _diff_of_proportions(hits[0], cnt[0], hits[-1], cnt[-1])
+    est, lo, hi = diff_of_proportions(hits[0], cnt[0], hits[-1], cnt[-1])
     cis = [stats.binomtest(int(h), int(c)).proportion_ci(method="wilson") for h, c in zip(hits, cnt)]
     text = ("top-1 " + ", ".join(f"head {int(h)} {a:.2f} [{ci.low:.2f}, {ci.high:.2f}]"
                                  for h, a, ci in zip(df["head"], acc, cis))
@@ -276,7 +276,7 @@ def falls_with_head(claim, tables: Tables) -> Outcome:
             + f"; n = {int(cnt.min())}-{int(cnt.max())} positions per head; Fisher p = {p_fall:.1e}")
     rises = [f"head {int(df['head'].iloc[i + 1])} > head {int(df['head'].iloc[i])}"
              for i in range(len(acc) - 1) if acc[i + 1] > acc[i]]
-    verdict, why = _judge(lo, hi, None, 0.0, +1, "head 1 − the last head")
+    verdict, why = judge_reading(lo, hi, None, 0.0, +1, "head 1 − the last head")
     if rises:
         why += f"; beside: {', '.join(rises)}"
     return Outcome(verdict, text, float(acc[0]), why, lo, hi, n=int(cnt.min()))

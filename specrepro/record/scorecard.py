@@ -53,15 +53,15 @@ from specrepro.record.verdicts import (  # noqa: F401 (re-exported)
     TREND,
     VERDICTS,
     VERDICT_DEFINITIONS,
-    _all_of,
-    _beyond,
-    _definitions,
-    _first,
-    _fmt_ci,
-    _has_ci,
-    _judge,
-    _meets,
-    _prompt_unit,
+    all_of,
+    is_beyond,
+    clause_definitions,
+    first_clause,
+    fmt_ci,
+    has_ci,
+    judge_reading,
+    meets_range,
+    prompt_unit,
     judge_interval,
     judge_margin,
     judge_test,
@@ -70,35 +70,35 @@ from specrepro.record.verdicts import (  # noqa: F401 (re-exported)
 )
 from specrepro.record.tables import (  # noqa: F401 (re-exported)
     Tables,
-    _bench_provenance,
-    _hardware,
-    _read_csv,
-    _read_table,
+    bench_provenance,
+    hardware_of,
+    read_csv_or_none,
+    read_record_table,
 )
 from specrepro.record.rulekit import (  # noqa: F401 (re-exported)
     COMMON_PARAMS,
     GOF_LEVEL,
     RULES,
     RULE_PARAMS,
-    _NUMBER_RANGE,
-    _bench_cost_ratio,
-    _best_of,
-    _cost_ratio,
-    _decimals,
-    _explain,
-    _float,
-    _in_run_forward_ratio,
-    _methods,
-    _names,
-    _num,
-    _paper_range,
-    _relative_cost,
-    _rows,
-    _steps,
-    _table,
-    _tokens_col,
-    _tree_nodes,
-    _truth,
+    NUMBER_RANGE,
+    bench_cost_ratio,
+    best_of,
+    cost_ratio,
+    decimals_of,
+    explain_gap,
+    param_float,
+    in_run_forward_ratio,
+    matching_methods,
+    param_names,
+    as_array,
+    paper_range,
+    relative_cost,
+    claim_rows,
+    step_counts,
+    claim_table,
+    tokens_column,
+    count_tree_nodes,
+    as_truth,
     params_of,
     rule,
 )
@@ -112,7 +112,7 @@ from specrepro.record.rules_asserted import (  # noqa: F401 (re-exported)
     typical_shifts,
 )
 from specrepro.record.rules_measured import (  # noqa: F401 (re-exported)
-    _measured_and_predicted,
+    measured_and_predicted,
     close_to_prediction,
     computed_speedup,
     needs_precondition,
@@ -121,10 +121,10 @@ from specrepro.record.rules_measured import (  # noqa: F401 (re-exported)
     value_in_interval,
 )
 from specrepro.record.rules_trends import (  # noqa: F401 (re-exported)
-    _best_k_interval,
-    _diff_of_proportions,
-    _monotone,
-    _series_numbers,
+    best_k_interval,
+    diff_of_proportions,
+    monotone,
+    series_numbers,
     decreases,
     falls_with_head,
     grows_linearly,
@@ -235,7 +235,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
     draft for a claim that judges the draft in its own dtype (``draft=own dtype``); any other exception of a rule propagates (a rule
     that raises on the committed tables is a bug, and ``make test`` must fail on it).
     """
-    names = _names(claim["our_table"])
+    names = param_names(claim["our_table"])
     prov = tables.provenance(names[0]) if names else {}
     draft = str(prov.get("draft") or "")
     if draft and _int8_drafted(prov) and "int8" not in draft:
@@ -245,7 +245,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
                                  "rule", "our_table")}
     row["group"] = claim.get("group", "")
     row.update(our_setting="; ".join(s for s in (models, claim["our_setting"]) if s),
-               hardware=_hardware(prov), profile=prov.get("profile", tables.profile if names else ""),
+               hardware=hardware_of(prov), profile=prov.get("profile", tables.profile if names else ""),
                commit=prov.get("commit", ""))
     missing = [n for n in names if tables.get(n) is None]
     if missing:

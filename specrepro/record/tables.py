@@ -1,7 +1,7 @@
 """The result tables a scorecard reads: one profile's CSVs and bench JSONs with their provenance, read lazily.
 
 What this file is: :class:`Tables` (a profile's tables, or frames given by a test, and their provenance records) and
-the machine a table was measured on, as its provenance names it (:func:`_hardware`).
+the machine a table was measured on, as its provenance names it (:func:`hardware_of`).
 
 What it is not: a writer (:mod:`specrepro.record.results` writes tables) or a rule.
 """
@@ -19,21 +19,21 @@ from specrepro.record.results import STANDARD, read_dirs
 __all__ = ["Tables"]
 
 
-def _read_csv(path: Path) -> pd.DataFrame | None:
+def read_csv_or_none(path: Path) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
 
-def _read_table(directory: Path, name: str) -> pd.DataFrame | None:
+def read_record_table(directory: Path, name: str) -> pd.DataFrame | None:
     """``<name>.csv``, or the per-run rows of a bench JSON ``<name>.json`` (``python -m specrepro bench --json``:
     columns method, prompt, repeat, tokens_per_s, ...), or None."""
-    df = _read_csv(directory / f"{name}.csv")
+    df = read_csv_or_none(directory / f"{name}.csv")
     if df is None and (directory / f"{name}.json").exists():
         runs = json.loads((directory / f"{name}.json").read_text()).get("runs")
         df = pd.DataFrame(runs) if runs else None
     return df
 
 
-def _bench_provenance(path: Path) -> dict:
+def bench_provenance(path: Path) -> dict:
     """The provenance of a bench JSON: its config (commit, target, draft, workload, ...)."""
     try:
         return dict(json.loads(path.read_text()).get("config") or {})
@@ -41,7 +41,7 @@ def _bench_provenance(path: Path) -> dict:
         return {}
 
 
-def _hardware(prov: dict) -> str:
+def hardware_of(prov: dict) -> str:
     """The machine a table was measured on, from its provenance: the device (a bench JSON's ``device_description``
     where it has one, else ``device``) and, on a CPU, the CPU model with its widest SIMD extension (``cpu``; tables
     written before it was recorded say so; a table whose rows were decoded over several sittings names every CPU of
@@ -82,7 +82,7 @@ class Tables:
             if self._frames is not None:
                 self._cache[name] = self._frames.get(name)
             else:
-                self._cache[name] = next((df for df in (_read_table(d, name) for d in self.dirs())
+                self._cache[name] = next((df for df in (read_record_table(d, name) for d in self.dirs())
                                           if df is not None), None)
         df = self._cache[name]
         return None if df is None else df.copy()
@@ -100,6 +100,6 @@ class Tables:
                         rec = {}
                 else:
                     bench = next((p for p in (d / f"{name}.json" for d in self.dirs()) if p.exists()), None)
-                    rec = _bench_provenance(bench) if bench is not None else {}
+                    rec = bench_provenance(bench) if bench is not None else {}
             self._prov[name] = rec
         return self._prov[name]

@@ -42,13 +42,13 @@ class Clause:
     holds: Callable[..., bool]
 
 
-def _has_ci(lo, hi) -> bool:
+def has_ci(lo, hi) -> bool:
     return lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
 
 
-def _beyond(lo, hi, null: float, direction: int) -> bool:
+def is_beyond(lo, hi, null: float, direction: int) -> bool:
     """Whether [lo, hi] excludes ``null`` on the side ``direction`` points to (+1: above, -1: below)."""
-    return _has_ci(lo, hi) and (lo > null if direction > 0 else hi < null)
+    return has_ci(lo, hi) and (lo > null if direction > 0 else hi < null)
 
 
 #: a number or a direction the paper measured, read from our 95% interval [lo, hi] of the statistic against its
@@ -57,12 +57,12 @@ def _beyond(lo, hi, null: float, direction: int) -> bool:
 INTERVAL_CLAUSES = (
     Clause(EXACT, "our 95% interval holds the paper's number (or meets its range) and excludes the null on the "
                   "paper's side (where the number and the null are on two scales, each has its own interval)",
-           lambda lo, hi, null, direction, holds_paper: _beyond(lo, hi, null, direction) and holds_paper is True),
+           lambda lo, hi, null, direction, holds_paper: is_beyond(lo, hi, null, direction) and holds_paper is True),
     Clause(TREND, "the interval excludes the null on the paper's side but does not hold the paper's number, or the "
                   "paper states a direction and no number",
-           lambda lo, hi, null, direction, holds_paper: _beyond(lo, hi, null, direction)),
+           lambda lo, hi, null, direction, holds_paper: is_beyond(lo, hi, null, direction)),
     Clause(NOT_REPRODUCED, "the interval excludes the null on the other side",
-           lambda lo, hi, null, direction, holds_paper: _beyond(lo, hi, null, -direction)),
+           lambda lo, hi, null, direction, holds_paper: is_beyond(lo, hi, null, -direction)),
     Clause(INCONCLUSIVE, "the interval contains the null, or no interval can be computed",
            lambda lo, hi, null, direction, holds_paper: True),
 )
@@ -71,9 +71,9 @@ INTERVAL_CLAUSES = (
 #: within its tolerance), read from our 95% interval [lo, hi] and the margin [m_lo, m_hi]; :func:`judge_margin`
 MARGIN_CLAUSES = (
     Clause(EXACT, "for agreement within a stated margin: the whole interval lies within the margin",
-           lambda lo, hi, m_lo, m_hi: _has_ci(lo, hi) and m_lo <= lo and hi <= m_hi),
+           lambda lo, hi, m_lo, m_hi: has_ci(lo, hi) and m_lo <= lo and hi <= m_hi),
     Clause(NOT_REPRODUCED, "for agreement within a stated margin: the whole interval lies outside it",
-           lambda lo, hi, m_lo, m_hi: _has_ci(lo, hi) and (lo > m_hi or hi < m_lo)),
+           lambda lo, hi, m_lo, m_hi: has_ci(lo, hi) and (lo > m_hi or hi < m_lo)),
     Clause(INCONCLUSIVE, "for agreement within a stated margin: the interval straddles an end of the margin, or no "
                          "interval can be computed",
            lambda lo, hi, m_lo, m_hi: True),
@@ -102,7 +102,7 @@ OTHER_DEFINITIONS = {
 }
 
 
-def _definitions() -> dict[str, str]:
+def clause_definitions() -> dict[str, str]:
     out = {}
     for v in VERDICTS:
         texts = [c.text for clauses in (INTERVAL_CLAUSES, MARGIN_CLAUSES, TEST_CLAUSES) for c in clauses
@@ -114,7 +114,7 @@ def _definitions() -> dict[str, str]:
 
 
 #: verdict -> its definition, assembled from the clauses the judging helpers evaluate (one source for code and docs)
-VERDICT_DEFINITIONS = _definitions()
+VERDICT_DEFINITIONS = clause_definitions()
 
 
 def verdict_definitions(bold: bool = True) -> str:
@@ -125,7 +125,7 @@ def verdict_definitions(bold: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _first(clauses, *args) -> Clause:
+def first_clause(clauses, *args) -> Clause:
     return next(c for c in clauses if c.holds(*args))
 
 
@@ -133,32 +133,32 @@ def judge_interval(lo, hi, null: float, direction: int, holds_paper: bool | None
     """The verdict of :data:`INTERVAL_CLAUSES` for our 95% interval [lo, hi] (None or NaN: no interval), the null on
     the paper's side ``direction`` (+1: the paper's side is above it) and whether the interval holds the paper's
     number (``holds_paper``; None: the paper states a direction only)."""
-    return _first(INTERVAL_CLAUSES, lo, hi, null, direction, holds_paper).verdict
+    return first_clause(INTERVAL_CLAUSES, lo, hi, null, direction, holds_paper).verdict
 
 
 def judge_margin(lo, hi, margin: tuple[float, float]) -> str:
     """The verdict of :data:`MARGIN_CLAUSES` for our 95% interval [lo, hi] against the stated margin (lo, hi)."""
-    return _first(MARGIN_CLAUSES, lo, hi, *margin).verdict
+    return first_clause(MARGIN_CLAUSES, lo, hi, *margin).verdict
 
 
 def judge_test(says_yes: bool, can_fail: bool) -> str:
     """The verdict of :data:`TEST_CLAUSES` for an asserted property's test."""
-    return _first(TEST_CLAUSES, bool(says_yes), bool(can_fail)).verdict
+    return first_clause(TEST_CLAUSES, bool(says_yes), bool(can_fail)).verdict
 
 
-def _meets(lo, hi, paper: tuple[float, float]) -> bool:
+def meets_range(lo, hi, paper: tuple[float, float]) -> bool:
     """Whether the interval [lo, hi] holds the paper's number (or meets its range ``paper`` = (lo, hi))."""
-    return _has_ci(lo, hi) and lo <= paper[1] and hi >= paper[0]
+    return has_ci(lo, hi) and lo <= paper[1] and hi >= paper[0]
 
 
-def _judge(lo, hi, paper: tuple[float, float] | None, null: float, direction: int, what: str) -> tuple[str, str]:
+def judge_reading(lo, hi, paper: tuple[float, float] | None, null: float, direction: int, what: str) -> tuple[str, str]:
     """The verdict of :data:`INTERVAL_CLAUSES` (:func:`judge_interval`) for a measured claim whose number (``paper``,
     a value or range; None: a direction only) and null lie on the scale of our interval [lo, hi], with the reason:
     where the interval lies against the null and the paper's number. Returns (verdict, reason); the reason of
     "reproduced exactly" is empty."""
-    holds = None if paper is None else _meets(lo, hi, paper)
+    holds = None if paper is None else meets_range(lo, hi, paper)
     verdict = judge_interval(lo, hi, null, direction, holds)
-    if not _has_ci(lo, hi):
+    if not has_ci(lo, hi):
         return verdict, f"no interval for {what} (fewer than 2 prompts)"
     pv = "" if paper is None else f"{paper[0]:g}" if paper[0] == paper[1] else f"{paper[0]:g} to {paper[1]:g}"
     side = "above" if direction > 0 else "below"
@@ -175,7 +175,7 @@ def _judge(lo, hi, paper: tuple[float, float] | None, null: float, direction: in
         f" (and the paper's {pv})" if holds else f" (and not the paper's {pv})" if paper is not None else "")
 
 
-def _all_of(verdicts) -> str:
+def all_of(verdicts) -> str:
     """The verdict of a claim that must hold in every setting or series: not reproduced if any is, else inconclusive if
     any is, else trend reproduced if any is, else reproduced exactly."""
     verdicts = list(verdicts)
@@ -221,14 +221,14 @@ def n_unit(out: Outcome) -> str:
     return (m.group(2) or "") if m else ""
 
 
-def _prompt_unit(df) -> str:
+def prompt_unit(df) -> str:
     """The unit of n for per-prompt rows: "prompts", or "prompts × 3 passes" when each prompt was timed in several
     passes (a ``repeat`` column; the passes of a prompt are one unit of the interval, so n counts prompts)."""
     passes = int(df["repeat"].nunique()) if "repeat" in getattr(df, "columns", ()) else 1
     return "prompts" if passes <= 1 else f"prompts × {passes} passes"
 
 
-def _fmt_ci(est: float, lo: float, hi: float, n: int, unit: str, digits: int = 2, suffix: str = "",
+def fmt_ci(est: float, lo: float, hi: float, n: int, unit: str, digits: int = 2, suffix: str = "",
             sign: bool = False) -> str:
     """``1.43× [1.26, 1.66], n = 5 prompts`` (or ``..., no interval (n = 1 ...)``); ``unit``'s first word is made
     singular for n = 1 ("1 prompt × 3 passes"); ``sign``: every number with its sign (``-0.16 [-0.19, -0.14]``)."""
@@ -236,6 +236,6 @@ def _fmt_ci(est: float, lo: float, hi: float, n: int, unit: str, digits: int = 2
     head = f"{est:{f}}{suffix}"
     first, _, rest = unit.partition(" ")
     unit = (first[:-1] if n == 1 and first.endswith("s") else first) + (f" {rest}" if rest else "")
-    if _has_ci(lo, hi):
+    if has_ci(lo, hi):
         return f"{head} [{lo:{f}}, {hi:{f}}], n = {n} {unit}"
     return f"{head}, no interval (n = {n} {unit})"
