@@ -62,7 +62,7 @@ BENCH_ARGS := --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-to
 # prompt's methods interleaved within every pass; the per-prompt ratio is the geometric mean over the passes)
 BENCH_REPEATS ?= 3
 
-.PHONY: help setup test unit nbval nbval-refresh reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164 status
+.PHONY: help setup test unit nbval nbval-refresh reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164 status lev-shards
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -133,6 +133,24 @@ notebooks: $(EXECUTED)
 # where it stopped; expensive steps inside the notebooks are cached by their inputs.
 $(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb profiles/$(PROFILE).yaml $(SOURCES) | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro.record.nbrun --profile profiles/$(PROFILE).yaml $< $@
+
+# Notebook 04's measurements are shards (standard profile): the cost curves, then the greedy γ sweep and the T = 1
+# runs, each cut into parts of table2_shard_prompts prompts with every pass (`python -m specrepro shard --list
+# --profile profiles/standard.yaml` names them; `make status` says which are current and estimates each here). A
+# greedy part is 15 (pass, prompt) blocks of 13 methods: about 47 min on the slowest CPU the record has met (2-core
+# AVX2 Zen 3, about 3.1 min a block), less on AVX-512. The T = 1 parts time each draft model at its best greedy γ,
+# so they run after every greedy part. An interrupted shard resumes from data/checkpoints/ on the same CPU model.
+# The notebook then only reads them, summarises and draws.
+LEV_SHARDS := $(if $(filter standard,$(PROFILE)),data/results/cost_curves.csv \
+    $(foreach t,0 1,$(foreach k,0 1 2 3,data/results/leviathan_table2_runs_t$(t)_p$(k).csv)))
+data/results/cost_curves.csv: | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro shard cost_curves --profile profiles/standard.yaml
+data/results/leviathan_table2_runs_t1_p%.csv: | $(STAMP) $(filter %/cost_curves.csv %_t0_p0.csv %_t0_p1.csv %_t0_p2.csv %_t0_p3.csv,$(LEV_SHARDS))
+	SPECREPRO_RECORD=1 $(PY) -m specrepro shard leviathan_table2_runs_t1_p$* --profile profiles/standard.yaml
+data/results/leviathan_table2_runs_t0_p%.csv: | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro shard leviathan_table2_runs_t0_p$* --profile profiles/standard.yaml
+lev-shards: $(LEV_SHARDS)  ## measure notebook 04's shards that are missing (standard profile; each under an hour)
+$(EXECUTED_DIR)/04_leviathan_speedup.ipynb: $(LEV_SHARDS)
 
 # Notebook 02 marks the drafts' measured (α, c) of notebook 04's table on Leviathan's Fig. 3 and 4: it runs after 04.
 $(EXECUTED_DIR)/02_leviathan_theory.ipynb: $(EXECUTED_DIR)/04_leviathan_speedup.ipynb

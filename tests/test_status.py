@@ -57,6 +57,10 @@ INPUTS_PENDING = {
 }
 #: executed notebooks whose code is older than their source (also kept by tests/test_notebooks.py); may only shrink
 CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb"}
+#: notebook 04's shards not yet measured as shards (`make lev-shards`, under an hour each): missing, or, for the cost
+#: curves, measured by the notebook under settings it did not record. May only shrink.
+SHARDS_PENDING = {"data/results/cost_curves.csv",
+                  *(f"data/results/leviathan_table2_runs_t{t}_p{k}.csv" for t in (0, 1) for k in range(4))}
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +84,13 @@ def test_the_committed_record_is_current_but_for_the_pending_lists(table):
             reasons = [r for r in reasons if not r.startswith("inputs not recorded")]
         if row.name in CODE_PENDING:
             reasons = [r for r in reasons if not (r.startswith("code cells") and r.endswith("changed since"))]
+        if row.name in SHARDS_PENDING:
+            if row.state == "missing":
+                continue
+            reasons = [r for r in reasons if not r.startswith("measured under other settings")]
+        # the notebook and figures drawn from a pending shard are stale with it until it is measured
+        pending_inputs = {f"{n} changed" for n in SHARDS_PENDING} | {f"{n} missing" for n in SHARDS_PENDING}
+        reasons = [r for r in reasons if r not in pending_inputs]
         if row.state == "missing" or reasons:
             bad.append(f"{row.name}: {row.state} ({row.why})")
     assert bad == []
@@ -92,6 +103,9 @@ def test_the_pending_lists_only_shrink(table):
     assert recorded == [], "these record their inputs now: take them off INPUTS_PENDING"
     current_code = sorted(n for n in CODE_PENDING if "code cells" not in by_name[n])
     assert current_code == [], "these show their source's code now: take them off CODE_PENDING"
+    states = dict(zip(table["name"], table["state"]))
+    measured = sorted(n for n in SHARDS_PENDING if states[n] == "current")
+    assert measured == [], "these shards are measured now: take them off SHARDS_PENDING"
 
 
 def test_every_makefile_rule_writing_the_record_outside_a_notebook_is_a_shard():

@@ -143,7 +143,7 @@ def alpha_summary(runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
 def speed_table(target, tokenizer, methods: dict[str, tuple], prompts, max_new_tokens: int = 128,
                 sampling: SamplingConfig = SamplingConfig(0.0), seed: int = 0, warmup: bool = True,
                 repeats: int = 1, progress: bool = True, checkpoint=None,
-                checkpoint_key: dict | None = None) -> pd.DataFrame:
+                checkpoint_key: dict | None = None, prompt_offset: int = 0) -> pd.DataFrame:
     """Time chain methods side by side with the one harness (:func:`specrepro.measure.harness.run_interleaved`: interleaved
     prompt by prompt, method order rotated, warm-up, one seeding rule).
 
@@ -156,6 +156,9 @@ def speed_table(target, tokenizer, methods: dict[str, tuple], prompts, max_new_t
         checkpoint_key: what names the models and drafters (e.g. the target, the draft and whether it is the int8
             copy): saved blocks resume only under the same names, methods, sampling, prompts, machine, torch and
             code (:data:`SPEED_MODULES`; :func:`specrepro.measure.harness.timing_checkpoint_key`).
+        prompt_offset: the workload index of ``prompts[0]`` when they are one slice of it (a shard; see
+            :func:`specrepro.measure.harness.run_interleaved`): seeds, method order and ``prompt_index`` are the
+            whole run's.
 
     Returns:
         one row per (repeat, prompt, method), :func:`specrepro.measure.harness.per_run_table` columns (tokens, seconds,
@@ -183,10 +186,10 @@ def speed_table(target, tokenizer, methods: dict[str, tuple], prompts, max_new_t
         SPEED_MODULES, encoded, target.device, **(checkpoint_key or {}),
         methods={name: [type(d).__name__ if d is not None else None, g] for name, (d, g) in methods.items()},
         sampling=[sampling.temperature, sampling.top_p, sampling.top_k], max_new_tokens=max_new_tokens, seed=seed,
-        warmup=warmup)
+        warmup=warmup, prompt_offset=int(prompt_offset))
     runs = run_interleaved(runners, encoded, repeats=repeats, seed=seed, device=target.device, warmup=warm,
                            baseline=ar[0], greedy=sampling.greedy, progress=progress, desc="speed",
-                           checkpoint=checkpoint, checkpoint_key=key)
+                           checkpoint=checkpoint, checkpoint_key=key, prompt_offset=int(prompt_offset))
     out = per_run_table(runs)
     out.insert(out.columns.get_loc("method") + 1, "gamma",
                [0 if methods[m][0] is None else methods[m][1] for m in out["method"]])

@@ -132,6 +132,7 @@ def run_interleaved(
     desc: str = "timing",
     checkpoint: str | os.PathLike | None = None,
     checkpoint_key: Mapping[str, Any] | None = None,
+    prompt_offset: int = 0,
 ) -> pd.DataFrame:
     """Time every runner on every prompt, interleaved, and return one row per timed call.
 
@@ -154,6 +155,9 @@ def run_interleaved(
         checkpoint_key: JSON-serialisable settings the saved blocks must have been timed under (methods, prompts,
             sampling, machine, code; see :func:`specrepro.bench.run.run_bench`). A checkpoint with another key is
             not used: it is renamed ``<name>.stale-<time>`` (kept, never deleted) and the run starts afresh.
+        prompt_offset: the index of ``prompts[0]`` in the whole workload, when the prompts are one slice of it (a
+            shard): prompt i here is seeded, rotated and reported as prompt ``prompt_offset + i``, so that slices
+            timed in separate runs give the rows the whole run would have (same seeds, same method orders).
 
     Returns:
         pandas DataFrame, one row per (repeat, prompt, method): repeat, prompt, prompt_index, method, position (the
@@ -200,11 +204,12 @@ def run_interleaved(
     key = None
     if checkpoint is not None:
         key = json.loads(json.dumps(dict(checkpoint_key or {}), default=str))
-        rows, done = _load_checkpoint(Path(checkpoint), key, labels, [pid for pid, _ in prompts], int(repeats))
+        rows, done = _load_checkpoint(Path(checkpoint), key, labels, [pid for pid, _ in prompts], int(repeats),
+                                      int(prompt_offset))
     bar = tqdm(total=int(repeats) * len(prompts) * len(labels), desc=desc, disable=not progress,
                initial=len(done) * len(labels))
     for r in range(int(repeats)):
-        for i, (pid, ids) in enumerate(prompts):
+        for i, (pid, ids) in enumerate(prompts, start=int(prompt_offset)):
             if (r, i) in done:
                 continue
             k = (i + r) % len(labels)
@@ -267,7 +272,7 @@ def _json_scalar(value):
 
 
 def _load_checkpoint(path: Path, key: dict, labels: list[str], prompt_ids: list[str],
-                     repeats: int) -> tuple[list[dict], set[tuple[int, int]]]:
+                     repeats: int, offset: int = 0) -> tuple[list[dict], set[tuple[int, int]]]:
     """The complete (repeat, prompt) blocks of a :func:`run_interleaved` checkpoint timed under ``key``: (rows,
     {(repeat, prompt_index)}). A missing file gives nothing; an unreadable one or one with another key is renamed
     ``<name>.stale-<time>`` (with a warning) and gives nothing; blocks beyond ``repeats`` are dropped."""
@@ -281,7 +286,7 @@ def _load_checkpoint(path: Path, key: dict, labels: list[str], prompt_ids: list[
         blocks.setdefault((int(row["repeat"]), int(row["prompt_index"])), []).append(row)
     rows, done = [], set()
     for (r, i), block in sorted(blocks.items()):
-        if r < repeats and i < len(prompt_ids) and block[0]["prompt"] == prompt_ids[i] \
+        if r < repeats and 0 <= i - offset < len(prompt_ids) and block[0]["prompt"] == prompt_ids[i - offset] \
                 and sorted(row["method"] for row in block) == sorted(labels):
             rows.extend(block)
             done.add((r, i))

@@ -39,7 +39,7 @@ from specrepro.files import cpu_description, repo_root, sha256_bytes
 from specrepro.record.nbrun import code_drift, recorded_inputs, run_facts
 
 __all__ = ["Shard", "SHARDS", "STATES", "shard_status", "notebook_status", "figure_status", "input_changes",
-           "forward_costs", "measure_forward_ms", "SHARD_BOUND_MIN", "status_table", "configure_parser", "run_command"]
+           "forward_costs", "measure_forward_ms", "SHARD_BOUND_MIN", "expected_settings", "status_table", "configure_parser", "run_command"]
 
 #: the states an artifact can be in
 STATES = ("current", "stale", "missing")
@@ -79,7 +79,29 @@ SHARDS: tuple[Shard, ...] = (
     _csv("divergences_bench_qwen_bf16"),
     _csv("audit_transformers"),
     _csv("verdict_history"),
+    *(_csv(n) for n in ("cost_curves", *(f"leviathan_table2_runs_t{t}_p{k}" for t in (0, 1) for k in range(4)))),
 )
+
+
+def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
+    """What a notebook-04 shard's sidecar must record to be the measurement the standard profile asks for today
+    (:class:`specrepro.record.shards.Table2Shards`; the T = 1 parts' methods, which follow the greedy parts, are
+    not compared); None for other shards."""
+    import yaml
+
+    from specrepro.lab import table2
+
+    root = root or repo_root()
+    params = yaml.safe_load((root / "profiles/standard.yaml").read_text())
+    setting = table2.Table2Setting.from_params(params)
+    if shard.name not in table2.shard_names(setting):
+        return None
+    want = {"shard": shard.name, **setting.settings()}
+    if shard.name != "cost_curves":
+        t, k = (int(x[1:]) for x in shard.name.removeprefix("leviathan_table2_runs_").split("_"))
+        start, stop = table2.part_slices(setting)[k]
+        want.update(temperature=float(t), part_prompts=[start, stop])
+    return want
 
 
 def input_changes(inputs: dict[str, str], root: Path | None = None) -> list[str]:
@@ -195,6 +217,12 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
                 f = sidecar.parent / fname
                 if not f.is_file() or sha256_bytes(f.read_bytes()) != digest:
                     reasons.append(f"{fname} differs from its sidecar's sha256")
+            want = expected_settings(shard, root)
+            if want is not None:
+                differ = sorted(k for k, v in json.loads(json.dumps(want)).items() if prov.get(k) != v)
+                if differ:
+                    reasons.append("measured under other settings than the profile's (" + ", ".join(differ)
+                                   + "): `make " + shard.target + "` measures it as a shard")
     if math.isfinite(row["minutes"]) and row["minutes"] > SHARD_BOUND_MIN:
         row["note"] = "; ".join(filter(None, [row.get("note"), f"one sitting took over {SHARD_BOUND_MIN} min"]))
     if reasons:

@@ -1,0 +1,177 @@
+"""Notebook 04's measurements as shards of the record: each one ``make`` target, one table and its sidecar.
+
+What this file is: ``python -m specrepro shard NAME --profile profiles/standard.yaml`` (the Makefile runs one
+target per shard before the notebook) and :class:`Table2Shards`, which notebook 04 uses to read its shards and to
+run, in the same process, any that are missing (the quick profile in CI; a run by hand). The shards themselves are
+defined in :mod:`specrepro.lab.table2`.
+
+Each shard's table is saved with :func:`specrepro.record.results.save_table`; its sidecar records the setting
+(models, workload slice, sizes, methods), the sitting's wall time (``seconds``), the CPU (every provenance does), how
+many of its (pass, prompt) blocks were timed while other processes or the hypervisor took the CPU
+(``blocks_under_load``; :func:`specrepro.files.machine_state`), and the sha256 of the table. A shard that exists
+under the same setting is read, not measured again; one under another setting is measured afresh.
+
+While a shard is timed, every finished (pass, prompt) block is kept in a checkpoint: under ``data/checkpoints/`` for
+the record (so that the partial blocks can be committed, and a later sitting on the same CPU model, code and setting
+resumes them; on another CPU the checkpoint is set aside and the shard starts afresh, so a table never mixes
+machines), under ``build/checkpoints/`` otherwise. It is deleted once the table is saved.
+
+What it is not: the notebook's summaries and figures (notebook 04), or the bench files' shards (``make``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from specrepro.files import checkpoint_file, repo_root
+from specrepro.lab import table2
+from specrepro.record.results import STANDARD, load_table, save_table, writes_record
+
+__all__ = ["Table2Shards", "shard_checkpoint", "configure_parser", "run_command"]
+
+
+def shard_checkpoint(name: str, profile: str) -> Path:
+    """Where a shard keeps its finished blocks while it is timed: ``data/checkpoints/<name>.<profile>.json`` when
+    this run writes the record (committable), else :func:`specrepro.files.checkpoint_file`."""
+    if writes_record(profile):
+        return repo_root() / "data" / "checkpoints" / f"{name}.{profile}.json"
+    return checkpoint_file(name, profile)
+
+
+class Table2Shards:
+    """Notebook 04's shards for one setting (:class:`specrepro.lab.table2.Table2Setting`): each method returns a
+    shard's table, read from the record (or ``build/<profile>/``) when it exists under the same setting, else
+    measured now and saved. The models load only when something must be measured.
+
+    Args:
+        params: notebook 04's parameters (the profile's names: ``target``, ``table2_prompts``, ...).
+        profile: where tables are read and written (:func:`specrepro.record.results.results_dir`).
+        progress: show progress bars while timing.
+    """
+
+    def __init__(self, params: dict, profile: str = STANDARD, progress: bool = True):
+        self.setting = table2.Table2Setting.from_params(params)
+        self.profile = profile
+        self.progress = progress
+        self._ctx = None
+        self.measured: list[str] = []  # the shards this object measured (the others were read)
+
+    @property
+    def ctx(self) -> table2.Table2Context:
+        if self._ctx is None:
+            self._ctx = table2.load_context(self.setting)
+        return self._ctx
+
+    def names(self) -> list[str]:
+        return table2.shard_names(self.setting)
+
+    def _get(self, name: str, settings: dict, measure) -> pd.DataFrame:
+        found = load_table(name, self.profile, **settings)
+        if found is not None:
+            return found
+        from specrepro.files import machine_snapshot, machine_state
+
+        t0, snap = time.monotonic(), machine_snapshot()
+        ckpt = shard_checkpoint(name, self.profile)
+        df = measure(ckpt)
+        state = machine_state(snap, machine_snapshot())
+        extra = {"seconds": round(time.monotonic() - t0, 1), "load_before": state["load_before"],
+                 "load_after": state["load_after"]}
+        if "under_load" in df.columns:
+            blocks = df.drop_duplicates(["repeat", "prompt_index"])
+            extra.update(blocks=int(len(blocks)), blocks_under_load=int((blocks["under_load"] == True).sum()))  # noqa: E712
+        else:
+            extra.update(steal_pct=state["steal_pct"], other_cpu_pct=state["other_cpu_pct"])
+        save_table(df, name, profile=self.profile, device=self.setting.device, **settings, **extra)
+        ckpt.unlink(missing_ok=True)
+        self.measured.append(name)
+        return load_table(name, self.profile, **settings)  # as a later reader gets it (the CSV's types)
+
+    def cost_curves(self) -> pd.DataFrame:
+        """The ``cost_curves`` shard (:func:`specrepro.lab.table2.measure_cost_curves`)."""
+        settings = {"shard": "cost_curves", **self.setting.settings()}
+        return self._get("cost_curves", settings, lambda ckpt: table2.measure_cost_curves(self.ctx))
+
+    def part(self, temperature: float, k: int, best: pd.DataFrame | None = None) -> pd.DataFrame:
+        """One part of a sweep: ``leviathan_table2_runs_t<0|1>_p<k>``. T = 1 parts need ``best`` (the greedy
+        sweep's best γ per draft model, :func:`specrepro.lab.table2.greedy_summary`)."""
+        t = 0 if float(temperature) == 0.0 else 1
+        name = f"leviathan_table2_runs_t{t}_p{k}"
+        if t == 0:
+            labels = list(table2.greedy_methods(_Labels(self.setting)))
+        else:
+            if best is None:
+                raise ValueError("the T = 1 parts need the greedy sweep's best γ per draft model (best=...)")
+            labels = list(table2.t1_methods(None, best))
+        start, stop = table2.part_slices(self.setting)[k]
+        settings = {"shard": name, **self.setting.settings(), "temperature": float(temperature),
+                    "part_prompts": [start, stop], "methods": labels}
+
+        def measure(ckpt):
+            methods = table2.greedy_methods(self.ctx) if t == 0 else table2.t1_methods(self.ctx, best)
+            return table2.run_part(self.ctx, float(temperature), k, methods, checkpoint=ckpt,
+                                   progress=self.progress)
+
+        return self._get(name, settings, measure)
+
+    def greedy_runs(self) -> pd.DataFrame:
+        """Every greedy part, combined (:func:`specrepro.lab.table2.combine_parts`)."""
+        return table2.combine_parts([self.part(0.0, k) for k in range(len(table2.part_slices(self.setting)))])
+
+    def t1_runs(self, best: pd.DataFrame) -> pd.DataFrame:
+        """Every T = 1 part, combined."""
+        return table2.combine_parts([self.part(1.0, k, best) for k in range(len(table2.part_slices(self.setting)))])
+
+    def best(self) -> pd.DataFrame:
+        """The greedy sweep's best γ per draft model, from the greedy parts and the cost curves."""
+        return table2.greedy_summary(self.greedy_runs(), self.cost_curves(), self.setting)[2]
+
+    def run(self, name: str) -> pd.DataFrame:
+        """The shard ``name`` (one of :meth:`names`), read or measured; a T = 1 part first reads (or measures) the
+        greedy parts and the cost curves it depends on.
+
+        Raises:
+            KeyError: not a shard of this setting.
+        """
+        if name not in self.names():
+            raise KeyError(f"{name!r} is not a shard of notebook 04 under this profile; its shards: {self.names()}")
+        if name == "cost_curves":
+            return self.cost_curves()
+        t, k = (int(x[1:]) for x in name.removeprefix("leviathan_table2_runs_").split("_"))
+        return self.part(0.0, k) if t == 0 else self.part(1.0, k, self.best())
+
+
+class _Labels:
+    """A stand-in context whose drafters are None: :func:`specrepro.lab.table2.greedy_methods`'s labels without
+    loading a model."""
+
+    def __init__(self, setting):
+        self.setting = setting
+        self.draft_models = {label: None for label in setting.draft_labels}
+        self.bigram = self.lookup = None
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", metavar="NAME", help="shards to read or measure (default: all, in order)")
+    p.add_argument("--profile", default="profiles/standard.yaml", help="the profile YAML (its notebook 04 sizes)")
+    p.add_argument("--list", action="store_true", help="print the shards' names and exit")
+
+
+def run_command(args, parser=None) -> int:
+    import yaml
+
+    path = Path(args.profile)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such profile")
+    shards = Table2Shards(yaml.safe_load(path.read_text()) or {}, profile=path.stem)
+    if args.list:
+        print("\n".join(shards.names()))
+        return 0
+    for name in args.names or shards.names():
+        shards.run(name)
+        print(f"{name}: {'measured' if name in shards.measured else 'read (already measured under this setting)'}")
+    return 0
