@@ -19,6 +19,15 @@ def tiny_lm(arch: str = "llama", vocab: int = 8, seed: int = 0, sharpness: float
     return tiny_random_lm(arch, vocab, seed, sharpness)
 
 
+def memo(*models):
+    """The models' forward passes replayed bit for bit after their first run (:class:`specrepro.sim.memo.MemoizedLM`),
+    for goodness-of-fit tests that draw thousands of sequences through the real loops on tiny models; every 50th
+    replay is recomputed and must be bitwise equal. Same samples as the models themselves, several times faster."""
+    from specrepro.sim.memo import memoized
+
+    return memoized(*models, check_every=50)
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     from specrepro.models import load_model

@@ -5,14 +5,15 @@ Goodness-of-fit: sequences of 3 new tokens sampled end to end by `generate` (rea
 model's own cache) against the target's exact 3-token distribution, computed by enumerating every prefix with the
 target. Chi-square with sparse bins pooled, significance level 1e-3 per test; 4 real-rule tests (3 sampling settings
 with a fixed draft length, 1 with the dynamic draft length), so a correct loop fails one with probability <= 0.4 % for
-a random seed (seeds are fixed here). Negative controls must fail.
+a random seed (seeds are fixed here). Negative controls must fail. The tiny models run behind conftest.memo: each
+distinct forward pass runs once and is replayed bit for bit afterwards (the same samples, several times faster).
 """
 
 import functools
 
 import pytest
 import torch
-from conftest import LEVEL, PROMPT, tiny_lm
+from conftest import LEVEL, PROMPT, memo, tiny_lm
 
 from specrepro.core import decoding
 from specrepro.core.decoding import generate
@@ -44,7 +45,7 @@ def _run(target, drafter, cfg, n, seed, gamma=3):
 
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 def test_end_to_end_goodness_of_fit(pair, cfg):
-    target, draft = pair
+    target, draft = memo(*pair)
     exact = target_distribution(ToyLM.from_transformer(target, PROMPT), CONFIGS[cfg], LENGTH)
     samples = _run(target, DraftModelDrafter(draft, 8), CONFIGS[cfg], N, seed=5)
     _, pval = gof_test(samples, exact)
@@ -53,7 +54,7 @@ def test_end_to_end_goodness_of_fit(pair, cfg):
 
 def test_dynamic_draft_length_goodness_of_fit(pair):
     """Stopping the draft at an unsure token (DraftModelDrafter(stop_below=...)) keeps the target distribution."""
-    target, draft = pair
+    target, draft = memo(*pair)
     cfg = CONFIGS["T=1"]
     drafter = DraftModelDrafter(draft, 8, stop_below=0.15)
     probe = generate(target, PROMPT, drafter=drafter, gamma=4, max_new_tokens=40, sampling=cfg,
@@ -94,7 +95,7 @@ def _control_power(pair, cfg, rule, n):
 def test_negative_control_raw_q_fails(pair):
     """n = 600, not the exact tests' N: the raw-q law (TV ~0.19 from the target here) is rejected at 600 in every
     simulated experiment, so the loop's run needs no more."""
-    target, draft = pair
+    target, draft = memo(*pair)
     cfg = CONFIGS["T=0.8,top-k=4"]
     assert _control_power(pair, cfg, "raw_q", N_CONTROL) >= 0.99
     exact = target_distribution(ToyLM.from_transformer(target, PROMPT), cfg, LENGTH)
@@ -104,7 +105,7 @@ def test_negative_control_raw_q_fails(pair):
 
 def test_negative_control_no_residual_fails(pair, monkeypatch):
     """The no-residual law is closer (TV ~0.13): it takes the exact tests' N for power ~0.98."""
-    target, draft = pair
+    target, draft = memo(*pair)
     cfg = CONFIGS["T=1"]
     assert _control_power(pair, cfg, "no_residual", N) >= 0.95
     wrong = functools.partial(decoding.verify_chain, residual_fn=RULES["no_residual"].residual)
