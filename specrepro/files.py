@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["repo_root", "checkpoint_file", "git_commit", "code_fingerprint", "device_description", "cpu_description", "cpu_bf16", "atomic_write_text", "atomic_save_safetensors",
-           "atomic_directory",            "load_keyed_checkpoint", "resumable_rows", "READS_ENV", "note_read",
+           "atomic_directory",            "load_keyed_checkpoint", "resumable_rows", "READS_ENV", "note_read", "read_noted",
            "reads", "clear_reads", "MachineSnapshot", "machine_snapshot", "machine_state", "LOAD_FLAG_PCT"]
 
 
@@ -215,6 +215,18 @@ def note_read(path: str | os.PathLike, data: bytes | None = None) -> str | None:
         with open(log, "a") as f:  # one short line per call: appends of this size do not interleave
             f.write(json.dumps({"path": rel, "sha256": digest}) + "\n")
     return digest
+
+
+def read_noted(path: str | os.PathLike) -> bytes:
+    """The bytes of ``path``, recorded in the ledger (:func:`note_read`): how a reader of the record's tables reads
+    them, so that what it draws can name what it was drawn from.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    data = Path(path).read_bytes()
+    note_read(path, data)
+    return data
 
 
 def reads() -> dict[str, str]:

@@ -17,6 +17,7 @@ What it is not: the claims or the verdict rules (:mod:`specrepro.record.scorecar
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specrepro.files import atomic_write_files, repo_root
+from specrepro.files import atomic_write_files, read_noted, repo_root
 from specrepro.record.results import (
     STANDARD,
     figures_dir,
@@ -314,7 +315,7 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
     for path in paths:
         rel = _rel(path, base)
         try:
-            data = refresh_predictions(json.loads(path.read_text()))
+            data = refresh_predictions(json.loads(read_noted(path)))
             cfg, summary = data["config"], data["summary"]
         except (OSError, ValueError, KeyError) as exc:
             parts.append(f"`{rel}`: unreadable ({exc}).\n")
@@ -409,7 +410,7 @@ def _render_divergences(bench_path: Path, summary) -> str:
         prov = {}
     if prov.get("bench_sha256") != hashlib.sha256(bench_path.read_bytes()).hexdigest():
         return f"The table of divergences explains another run of this file; rerun {make}.\n"
-    df = pd.read_csv(table)
+    df = pd.read_csv(io.BytesIO(read_noted(table)))
     if df.empty:
         return ""
     bound = (f"max({prov.get('tie_bound', 1e-3):g}, {prov.get('tie_spacings', 2):g} spacings of the dtype at those "
@@ -475,7 +476,7 @@ def prediction_gaps(profile: str = STANDARD) -> pd.DataFrame:
     no bench file has a cost model. Raises json.JSONDecodeError on a corrupt file."""
     from specrepro.bench.targets import prediction_gap
 
-    frames = [prediction_gap(json.loads(f.read_text())).assign(file=f.name)
+    frames = [prediction_gap(json.loads(read_noted(f))).assign(file=f.name)
               for f in sorted(_bench_dir(profile).glob("bench_*.json"))]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -636,7 +637,7 @@ def render_battery(profile: str = STANDARD) -> str:
     parts = []
     power_path, bugs_path = rdir / "exactness_power_false_alarm.csv", rdir / "exactness_bug_registry.csv"
     if power_path.exists():
-        power = pd.read_csv(power_path)
+        power = pd.read_csv(io.BytesIO(read_noted(power_path)))
         prov = _provenance_note(power_path)
         ok = int(power["within_level"].astype(bool).sum())
         parts.append(f"Goodness-of-fit tests of the battery ({len(power)}; {prov}): {ok}/{len(power)} at or under "
@@ -657,7 +658,7 @@ def render_battery(profile: str = STANDARD) -> str:
         parts.append(f"No power / false-alarm table for profile {profile} yet: notebook 01 writes "
                      f"`exactness_power_false_alarm`.\n")
     if bugs_path.exists():
-        bugs = pd.read_csv(bugs_path)
+        bugs = pd.read_csv(io.BytesIO(read_noted(bugs_path)))
         neg, pos = bugs[bugs["negative"].astype(bool)], bugs[~bugs["negative"].astype(bool)]
         cited = int((neg["thread"].astype(str) != "(not tied to a thread)").sum())
         parts.append(f"Published bugs replayed through the decoding loop (`specrepro.sim.controls`): "
@@ -748,11 +749,11 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
     bench = _bench_dir(profile) / "bench_qwen_greedy.json"
     alpha = alpha_n = None
     if bench.exists():
-        for row in json.loads(bench.read_text())["summary"]:
+        for row in json.loads(read_noted(bench))["summary"]:
             if row["method"] == GPU_ALPHA_METHOD and row.get("alpha") is not None:
                 alpha, alpha_n = float(row["alpha"]), f"{row['n_prompts']} prompts x {row['runs'] // row['n_prompts']} passes"
     for path in sorted(gdir.glob("cost_curves_*.json")):
-        res = json.loads(path.read_text())
+        res = json.loads(read_noted(path))
         cfg, models = res["config"], res["models"]
         ns = cfg["ns"]
         names = list(models)

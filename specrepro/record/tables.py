@@ -8,19 +8,21 @@ What it is not: a writer (:mod:`specrepro.record.results` writes tables) or a ru
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
+from specrepro.files import read_noted
 from specrepro.record.results import STANDARD, read_dirs
 
 __all__ = ["Tables"]
 
 
 def read_csv_or_none(path: Path) -> pd.DataFrame | None:
-    return pd.read_csv(path) if path.exists() else None
+    return pd.read_csv(io.BytesIO(read_noted(path))) if path.exists() else None
 
 
 def read_record_table(directory: Path, name: str) -> pd.DataFrame | None:
@@ -28,7 +30,7 @@ def read_record_table(directory: Path, name: str) -> pd.DataFrame | None:
     columns method, prompt, repeat, tokens_per_s, ...), or None."""
     df = read_csv_or_none(directory / f"{name}.csv")
     if df is None and (directory / f"{name}.json").exists():
-        runs = json.loads((directory / f"{name}.json").read_text()).get("runs")
+        runs = json.loads(read_noted(directory / f"{name}.json")).get("runs")
         df = pd.DataFrame(runs) if runs else None
     return df
 
