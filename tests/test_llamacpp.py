@@ -179,6 +179,9 @@ def test_greedy_speculative_equals_llamacpp_greedy(models, paths):
             out = chain_generate(target, PROMPT, draft=draft, gamma=gamma, max_new_tokens=40, eos_token_id=None)
             assert out.tokens == ar.tokens, (name, gamma)
             accepted[name, gamma] = (sum(out.accepted), sum(out.drafted))
+        block = chain_generate(target, PROMPT, draft=draft, gamma=3, max_new_tokens=40, eos_token_id=None,
+                               verification="block")
+        assert block.tokens == ar.tokens, name
     assert accepted["self", 5][0] == accepted["self", 5][1] > 0  # a copy of the target: every draft token kept
     # the other drafts are rejected somewhere, and the early-exit one is also accepted somewhere
     assert all(a < d for (name, _), (a, d) in accepted.items() if name != "self")

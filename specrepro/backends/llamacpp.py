@@ -80,6 +80,11 @@ class LlamaCppLM:
         kv_cache_type: "f16" (llama.cpp's default) or "f32", the type of the cached keys and values.
         verbose: let llama.cpp's log lines through (default: errors only).
 
+    Threads: this build of llama.cpp runs its threads with OpenMP, whose workers spin while they wait. On a small
+    shared CPU (2 cores, other processes running) two spinning threads made one decode of the 1.5B model take
+    seconds instead of ~0.15 s; with ``OMP_WAIT_POLICY=PASSIVE`` in the environment before Python starts they sleep
+    instead. The tiny test models run with ``n_threads=1`` and one torch thread, which avoids it.
+
     Attributes:
         vocab_size: V, the width of every logits row (``llama_vocab_n_tokens``).
         eos_token_ids: the vocabulary's end-of-sequence and end-of-turn ids (those it has).
