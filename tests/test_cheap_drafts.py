@@ -5,11 +5,13 @@ Exactness: each new drafter runs end to end through `generate` on tiny random tr
 tested against the target's exact 3-token distribution (chi-square, sparse bins pooled, level 1e-3; seeds fixed), and
 a wrong q of the kind each drafter could plausibly report (fp32 q for int8 samples, the unpruned softmax for a pruned
 head, the draft model's q for copied tokens) must fail the same test. Greedy decoding must equal AR token for token.
+The tiny models of the goodness-of-fit tests run behind conftest.memo (each distinct forward pass runs once, then is
+replayed bit for bit: the same samples).
 """
 
 import pytest
 import torch
-from conftest import LEVEL, PROMPT, tiny_lm
+from conftest import LEVEL, PROMPT, memo, tiny_lm
 
 from specrepro import theory
 from specrepro.core.decoding import generate
@@ -93,8 +95,8 @@ def _fp32_q_drafter(fp32, quantized):
 # ------------------------------------------------------------------------------------------------------ int8 draft
 
 def test_int8_draft_goodness_of_fit_and_a_wrong_q_fails(pair, coarse_int8):
-    target, _ = pair
-    fp32, int8 = coarse_int8
+    target = memo(pair[0])
+    fp32, int8 = memo(*coarse_int8)
     exact = _exact(target, T1)
     assert gof_test(_samples(target, DraftModelDrafter(int8, 8), T1, N, seed=11), exact)[1] > LEVEL
 
@@ -194,8 +196,8 @@ def test_quantize_draft_int4_copies_converts_and_refuses(pair):
 def test_int4_draft_goodness_of_fit_and_a_wrong_q_fails(pair, coarse_int4):
     """The 4-bit draft through the real loop: its samples fit the target's exact distribution (n = 2000: TV <= 0.1
     detected with 90% power), and the same samples verified with the fp32 draft's q fail."""
-    target, _ = pair
-    fp32, int4 = coarse_int4
+    target = memo(pair[0])
+    fp32, int4 = memo(*coarse_int4)
     with torch.inference_mode():
         ids = PROMPT[None]
         tv = 0.5 * (torch.softmax(fp32(input_ids=ids).logits[0, -1], -1)
@@ -241,7 +243,7 @@ def test_torchao_backend_missing_is_a_clear_error(monkeypatch):
 # ----------------------------------------------------------------------------------------------- pruned draft head
 
 def test_pruned_head_goodness_of_fit_with_target_mass_outside_the_kept_set(pair):
-    target, draft = pair
+    target, draft = memo(*pair)
     cfg = SamplingConfig(0.9, top_p=0.95)
     exact = _exact(target, cfg)
     outside = sum(pr for seq, pr in exact.items() if any(t not in KEPT.tolist() for t in seq))
@@ -293,7 +295,7 @@ def test_pruned_head_dynamic_draft_length(pair):
     """stop_below on the pruned head (the dynamic draft length of sd-draft-dynamic with draft_kind=pruned/int8-pruned):
     it really shortens blocks, keeps the target distribution at T = 1, greedy output equals AR, and bad thresholds
     are refused."""
-    target, draft = pair
+    target, draft = memo(*pair)
     with torch.inference_mode():  # the pruned head's temperature-1 confidences along a greedy continuation
         conf = torch.softmax(draft(input_ids=PROMPT[None]).logits[0, -1, KEPT], -1).max()
     stop = float(conf) + 0.05  # above the first confidence: the first block stops after one token
@@ -391,7 +393,7 @@ def test_stdlib_corpus_leaves_out_tests_and_third_party():
 # ---------------------------------------------------------------------------------------------------- hybrid drafter
 
 def test_hybrid_goodness_of_fit_uses_both_sources_and_a_model_q_for_copies_fails(pair):
-    target, draft = pair
+    target, draft = memo(*pair)
     prompt = torch.tensor([1, 5, 2, 7, 1, 5])  # ends in a repeated bigram: lookup proposes first
     hybrid = HybridDrafter(PromptLookupDrafter(max_ngram=3, min_ngram=2), DraftModelDrafter(draft, 8))
     used = {"lookup": 0, "model": 0}
@@ -427,7 +429,7 @@ def test_hybrid_with_an_adaptive_fallback_is_exact_and_hears_only_its_own_blocks
     """Prompt lookup where it matches, an adaptive-length draft model elsewhere: the target's distribution is kept,
     copies are capped at lookup_max_gamma, and verification's feedback reaches the adaptive draft after its own
     blocks only (its calibration would otherwise count copied tokens as its own)."""
-    target, draft = pair
+    target, draft = memo(*pair)
     prompt = torch.tensor([1, 5, 2, 7, 1, 5])
 
     heard = []
@@ -472,7 +474,7 @@ def _auto(draft):
 
 
 def test_auto_gamma_goodness_of_fit_and_gamma_varies(pair):
-    target, draft = pair
+    target, draft = memo(*pair)
     drafter = _auto(draft)
     generate(target, PROMPT, drafter=drafter, gamma=3, max_new_tokens=60, sampling=T1,
              generator=torch.Generator().manual_seed(0))
@@ -520,7 +522,7 @@ def test_adaptive_length_goodness_of_fit_and_the_length_varies(pair):
     """The block stops where the draft's calibrated confidence stops paying: lengths vary, the target's distribution
     is kept (T = 1 and T = 0.8 / top-k, draft model and pruned head), and a rule that peeks at the token after the
     stop - drafting it, then dropping it when the draft is unsure of it - fails the same test."""
-    target, draft = pair
+    target, draft = memo(*pair)
     drafter = _adaptive(DraftModelDrafter(draft, 8))
     generate(target, PROMPT, drafter=drafter, gamma=4, max_new_tokens=60, sampling=T1,
              generator=torch.Generator().manual_seed(0))

@@ -23,7 +23,7 @@ What is tested:
 
 import pytest
 import torch
-from conftest import LEVEL, PROMPT, tiny_lm
+from conftest import LEVEL, PROMPT, memo, tiny_lm
 
 from specrepro.core.decoding import generate
 from specrepro.core.medusa import (
@@ -248,16 +248,17 @@ def test_stochastic_medusa_end_to_end_goodness_of_fit(target, toy, rule):
     4 new tokens (the first step is AR, the second verifies a depth-2 tree), N_E2E sequences, chi-square at 1e-3 of
     new tokens 2-3 (the tree step's) against the target's exact marginal; MSS without the residual update on the
     same heads and temperature fails (measured p ~ 1e-5; on all 4 tokens, 4096 outcomes, it is not detected at
-    this n)."""
+    this n). The target runs behind conftest.memo (each distinct forward pass once, then replayed bit for bit)."""
     cfg = SamplingConfig(1.0)
+    model = memo(target)
     prop = MedusaProposer(_perturbed_heads(target), CHOICES, mode="iid")
     g = torch.Generator().manual_seed(21)
     samples = []
     for _ in range(N_E2E):
         if rule == "mss":
-            out = medusa_generate(target, PROMPT, prop, acceptance="mss", max_new_tokens=4, sampling=cfg, generator=g)
+            out = medusa_generate(model, PROMPT, prop, acceptance="mss", max_new_tokens=4, sampling=cfg, generator=g)
         else:
-            out = tree_generate(target, PROMPT, prop, max_new_tokens=4, sampling=cfg, generator=g,
+            out = tree_generate(model, PROMPT, prop, max_new_tokens=4, sampling=cfg, generator=g,
                                 verify=_no_residual_mss)
         samples.append(tuple(out.tokens))
     # tokens 2-3 = the first two tokens emitted by the tree step (token 1 is the AR step): their exact joint law is

@@ -12,7 +12,7 @@ from specrepro.core.medusa import MedusaProposer, medusa_generate
 from specrepro.core.medusa_heads import random_heads
 from specrepro.core.sampling import SamplingConfig
 from specrepro.core.trees import DraftTreeProposer, tree_generate
-from specrepro.drafters.model import DraftModelDrafter
+from specrepro.drafters.model import DraftModelDrafter, PrunedHeadDrafter
 from specrepro.sim.memo import MemoizedLM, memoized
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -20,9 +20,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 T1 = SamplingConfig(1.0)
 
 
-def _chain(target, draft, n, cfg=T1, seed=3):
+def _chain(target, draft, n, cfg=T1, seed=3, drafter=None):
     g = torch.Generator().manual_seed(seed)
-    drafter = DraftModelDrafter(draft, 8)
+    drafter = drafter or DraftModelDrafter(draft, 8)
     return [tuple(generate(target, PROMPT, drafter=drafter, gamma=3, max_new_tokens=4, sampling=cfg,
                            generator=g).tokens) for _ in range(n)]
 
@@ -39,6 +39,13 @@ def test_chain_samples_are_the_models_own(pair):
     assert _chain(mt, md, 80) == plain and mt.checked == 0 and mt.hits > 50
     cfg = SamplingConfig(0.8, top_k=4)
     assert _chain(*memoized(target, draft, check_every=1), 30, cfg) == _chain(target, draft, 30, cfg)
+    # the pruned-head drafter runs the draft's backbone (get_decoder) and a head of its own
+    kept = torch.tensor([0, 2, 5, 7])
+    mt, md = memoized(target, draft, check_every=1)
+    assert (_chain(mt, md, 30, drafter=PrunedHeadDrafter(md, kept, 8))
+            == _chain(target, draft, 30, drafter=PrunedHeadDrafter(draft, kept, 8)))
+    assert md.get_decoder() is md.get_decoder() and md.get_decoder().hits > 10
+    assert md.get_decoder().checked == md.get_decoder().hits
 
 
 def test_tree_and_medusa_samples_are_the_models_own(pair):
@@ -72,8 +79,8 @@ def test_a_replay_that_differs_from_the_model_is_an_error(pair):
     mt = MemoizedLM(target, check_every=1)
     _chain(mt, draft, 5)
     with torch.inference_mode():
-        for logits, _, _ in mt._memo.values():
-            logits.add_(1e-3)  # a stale or mis-keyed entry
+        for fields, _ in mt._memo.values():
+            fields["logits"].add_(1e-3)  # a stale or mis-keyed entry
     with pytest.raises(AssertionError, match="differs"):
         _chain(mt, draft, 5)
 

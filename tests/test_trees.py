@@ -12,7 +12,8 @@ d. Monte Carlo goodness-of-fit through real tree-attention decoding (`tree_gener
    chi-square (scipy.stats.chisquare, sparse bins pooled) at level LEVEL = 1e-3 per test. There are 5 tests of
    correct configurations, so with fixed seeds a correct implementation would fail at least one with probability
    <= 5e-3 (Bonferroni) for a random seed; the negative controls must fail the same test (p < 1e-3). Also
-   verify_tree itself against verify_tree_outcomes on fixed trees.
+   verify_tree itself against verify_tree_outcomes on fixed trees. The tiny models run behind conftest.memo (each
+   distinct forward pass runs once, then is replayed bit for bit: the same samples).
 e. The loop's contract: EOS and max_new_tokens exact, N = 0 steps, the Medusa hidden-state hook, clear errors.
 f. Real model: greedy tree decoding equals AR greedy on SmolLM2-135M for 2 HumanEval prompts (near-tie accounting as
    in test_real_models.py).
@@ -22,7 +23,7 @@ import types
 
 import pytest
 import torch
-from conftest import LEVEL, PROMPT, tiny_lm
+from conftest import LEVEL, PROMPT, memo, tiny_lm
 
 from specrepro.core.decoding import generate
 from specrepro.core.kvcache import new_cache
@@ -295,7 +296,7 @@ MC_CASES = {
 
 @pytest.mark.parametrize("case", list(MC_CASES))
 def test_tree_decoding_goodness_of_fit(pair, case):
-    target, draft = pair
+    target, draft = memo(*pair)
     cfg = SamplingConfig(1.0)
     exact = target_distribution(ToyLM.from_transformer(target, PROMPT), cfg, 2)
     _, pval = gof_test(_tree_samples(target, MC_CASES[case](draft), cfg, 1000, seed=7), exact)
@@ -303,7 +304,7 @@ def test_tree_decoding_goodness_of_fit(pair, case):
 
 
 def test_tree_decoding_goodness_of_fit_naive(pair):
-    target, draft = pair
+    target, draft = memo(*pair)
     cfg = SamplingConfig(0.8, top_k=5)
     exact = target_distribution(ToyLM.from_transformer(target, PROMPT), cfg, 2)
     samples = _tree_samples(target, DraftTreeProposer(draft, [2, 1], "iid", 8), cfg, 1000, seed=8, method="naive")
@@ -318,7 +319,7 @@ def _no_residual_mss(parents, tokens, p, q, generator):
 def test_tree_decoding_negative_control_same_models_and_temperature(pair):
     """Paired with test_tree_decoding_goodness_of_fit (same pair, T = 1, same n and level): MSS without the residual
     update, through tree_generate, fails."""
-    target, draft = pair
+    target, draft = memo(*pair)
     cfg = SamplingConfig(1.0)
     exact = target_distribution(ToyLM.from_transformer(target, PROMPT), cfg, 2)
     g = torch.Generator().manual_seed(7)
@@ -341,7 +342,7 @@ def test_depth3_sampled_tree_through_tree_generate(pair4, rule):
     """A depth-3 tree <2,1,1> sampled i.i.d. through tree_generate with a budget of 4 new tokens, so the first step
     keeps all 3 levels (prune(budget - 1)); 4-token distribution against the target's (V = 4: 256 outcomes).
     The correct rule passes; MSS without the residual update on the same models and temperature fails."""
-    target, draft = pair4
+    target, draft = memo(*pair4)
     cfg = SamplingConfig(1.0)
     exact = target_distribution(ToyLM.from_transformer(target, PROMPT4), cfg, 4)
     g = torch.Generator().manual_seed(3)
@@ -361,7 +362,7 @@ def test_depth3_sampled_tree_through_tree_generate(pair4, rule):
 def test_tree_decoding_negative_control_fails(mode):
     # a pair where the draft is peaked and far from the target (alpha = 0.17 at T = 0.5): exact enumeration of this
     # control gives a first-token TV distance of 0.34 (without replacement) and 0.76 (top-k) from the target
-    target, draft = tiny_lm("llama", seed=3), tiny_lm("qwen2", seed=4)
+    target, draft = memo(tiny_lm("llama", seed=3), tiny_lm("qwen2", seed=4))
     cfg = SamplingConfig(0.5)
     exact = target_distribution(ToyLM.from_transformer(target, PROMPT), cfg, 1)
     # two new tokens so the first step drafts a tree (a 1-token budget is a plain AR step); test the first token

@@ -13,7 +13,7 @@ from functools import partial
 
 import pytest
 import torch
-from conftest import LEVEL, PROMPT
+from conftest import LEVEL, PROMPT, memo
 
 from specrepro.core import verifiers as vf
 from specrepro.core.decoding import generate
@@ -464,7 +464,8 @@ def test_bad_shapes_raise():
 # ---------------------------------------------------------------------------------------------------------------------
 # Goodness of fit through the real decoding loops (tiny random transformers, V = 8): each verifier behind generate /
 # tree_generate, with the power of the test at its n stated and checked (TV <= 0.1 detected with 90% power), and the
-# same test failing the verifier's negative control.
+# same test failing the verifier's negative control. The models run behind conftest.memo (each distinct forward pass
+# runs once, then is replayed bit for bit: the same samples).
 
 T1 = SamplingConfig(1.0)
 # 3 tokens (512 outcomes): the first step's tree keeps its depth 2 (the loop prunes a tree to the tokens left)
@@ -525,7 +526,7 @@ def test_loop_tests_have_the_power_they_claim(loop_exact):
 
 @pytest.mark.parametrize("case", list(LOOP_TREES))
 def test_verifier_goodness_of_fit_through_tree_generate(pair, loop_exact, one_thread, case):
-    target, draft = pair
+    target, draft = memo(*pair)
     build, verify = LOOP_TREES[case]
     assert gof_test(_tree_samples(target, build(draft), verify, LOOP_N, seed=21), loop_exact)[1] > LEVEL
 
@@ -534,7 +535,7 @@ def test_verifier_goodness_of_fit_through_tree_generate(pair, loop_exact, one_th
 def test_verifier_negative_control_through_tree_generate(pair, loop_exact, one_thread, case):
     """The control's exact distance from the target (by enumeration) lies above what the test detects at its n, and
     the same test, through the same loop, catches it."""
-    target, draft = pair
+    target, draft = memo(*pair)
     build, verify, outcomes, widths = LOOP_CONTROLS[case]
     toy_t, toy_d = (ToyLM.from_transformer(m, PROMPT) for m in pair)
     exact_tv = total_variation(_pruned_tree_dist(toy_t, toy_d, T1, widths, outcomes, LOOP_LENGTH), loop_exact)
@@ -544,7 +545,7 @@ def test_verifier_negative_control_through_tree_generate(pair, loop_exact, one_t
 
 def test_chain_traversal_goodness_of_fit_through_generate(pair, one_thread):
     """Traversal verification on a chain (block verification's law) as generate's verification rule, γ = 3."""
-    target, draft = pair
+    target, draft = memo(*pair)
     g = torch.Generator().manual_seed(22)
     drafter = DraftModelDrafter(draft, 8)
     samples = [tuple(generate(target, PROMPT, drafter=drafter, gamma=3, max_new_tokens=3, sampling=T1, generator=g,

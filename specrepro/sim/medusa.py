@@ -60,22 +60,50 @@ def medusa_step_samples(target, proposer: MedusaProposer, prompt: torch.Tensor, 
     h = target(input_ids=prompt[None], output_hidden_states=True).hidden_states[-1][0, -1]
     from tqdm.auto import tqdm
 
+    # every sample starts from the same hidden state h, so the heads' logits at h and the target's processed rows
+    # are computed once and reused (the same tensors each time: the draws, hence the samples, are unchanged)
+    probs: dict = {}
+
+    def row(prefix):
+        if prefix not in probs:
+            probs[prefix] = toy.probs(prefix, sampling)
+        return probs[prefix]
+
+    heads = proposer.heads
+    proposer.heads = _HeadsAt(heads, h)
     out = []
-    for _ in tqdm(range(n_samples), desc=f"sample {acceptance}", unit="seq", delay=2, disable=None):  # after 2 s only
-        proposer.reset()
-        proposer.observe_hidden(h)
-        tree = proposer.propose_tree(prompt, sampling, generator)
-        rows = [toy.probs((), sampling)] + [toy.probs(tuple(tree.tokens[tree.path_to(i)].tolist()), sampling)
-                                            for i in range(tree.n)]
-        p = torch.stack(rows)
-        if acceptance == "typical":
-            path, nxt = typical_acceptance_verify(tree.parents, tree.tokens, p, generator, epsilon=epsilon,
-                                                  delta=delta, sampling=sampling)
-        else:
-            q = None if tree.proposal_probs is None else tree.proposal_probs.double()
-            path, nxt = verify_tree(tree.parents, tree.tokens, p, q, generator, acceptance)
-        seq = tuple(tree.tokens[path].tolist()) + (int(nxt),)
-        while len(seq) < length:
-            seq = seq + (int(sample(toy.probs(seq, sampling), generator)),)
-        out.append(seq[:length])
+    try:
+        for _ in tqdm(range(n_samples), desc=f"sample {acceptance}", unit="seq", delay=2, disable=None):  # after 2 s
+            proposer.reset()
+            proposer.observe_hidden(h)
+            tree = proposer.propose_tree(prompt, sampling, generator)
+            p = torch.stack([row(())] + [row(tuple(tree.tokens[tree.path_to(i)].tolist())) for i in range(tree.n)])
+            if acceptance == "typical":
+                path, nxt = typical_acceptance_verify(tree.parents, tree.tokens, p, generator, epsilon=epsilon,
+                                                      delta=delta, sampling=sampling)
+            else:
+                q = None if tree.proposal_probs is None else tree.proposal_probs.double()
+                path, nxt = verify_tree(tree.parents, tree.tokens, p, q, generator, acceptance)
+            seq = tuple(tree.tokens[path].tolist()) + (int(nxt),)
+            while len(seq) < length:
+                seq = seq + (int(sample(row(seq), generator)),)
+            out.append(seq[:length])
+    finally:
+        proposer.heads = heads
     return out
+
+
+class _HeadsAt:
+    """Medusa heads whose output at one hidden state ``h`` is computed once: called with ``h`` (bitwise) they
+    return a copy of that output, with anything else they run the heads. ``blocks`` is the heads' own."""
+
+    def __init__(self, heads, h: torch.Tensor):
+        self.heads, self.blocks = heads, heads.blocks
+        p0 = next(iter(heads.blocks.parameters()))
+        self.h = h.to(p0.device, p0.dtype)
+        self.out = heads(self.h)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape == self.h.shape and x.dtype == self.h.dtype and torch.equal(x, self.h):
+            return self.out.clone()
+        return self.heads(x)

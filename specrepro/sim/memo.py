@@ -14,8 +14,9 @@ The wrapper runs each distinct forward pass once and replays it afterwards, bit 
   thread counts).
 * a replayed call appends to the cache the very KV entries the original call appended (``DynamicCache.update``,
   the cache's own concatenation), so the loops' caches, rollbacks (``crop``, ``select_cache_positions``) and
-  their bookkeeping all run for real; only the transformer's arithmetic is skipped. Its logits (and hidden states)
-  are returned as fresh copies.
+  their bookkeeping all run for real; only the transformer's arithmetic is skipped. Its logits (hidden states, a
+  backbone's last hidden state) are returned as fresh copies. ``get_decoder()`` returns the backbone memoized the
+  same way (the pruned-head drafter runs it without the model's head).
 * anything else runs the model unmemoized: positional arguments, other keyword arguments, ``use_cache`` not True
   with a cache, cache layers other than transformers' ``DynamicLayer``, a call that does not simply append its
   positions to the cache.
@@ -40,6 +41,8 @@ __all__ = ["MemoizedLM", "ReplayedOutput", "memoized"]
 _MEMO_KEYS = frozenset({"input_ids", "past_key_values", "use_cache", "logits_to_keep", "attention_mask",
                         "position_ids", "output_hidden_states"})
 _ORDER = tuple(sorted(_MEMO_KEYS - {"past_key_values"}))
+#: the output fields a replay returns
+_FIELDS = ("logits", "last_hidden_state", "hidden_states")
 
 
 def _tensor_key(x):
@@ -125,11 +128,11 @@ class MemoizedLM:
             self.hits += 1
             if self.check_every and self.hits % self.check_every == 0:
                 return self._run(kwargs, cache, key, fed, before, check=entry)
-            logits, hidden, deltas = entry
+            fields, deltas = entry
             if cache is not None:
                 for i, (dk, dv) in enumerate(deltas):
                     cache.update(dk, dv, i)
-            return self._output(logits, hidden, cache)
+            return ReplayedOutput(cache, **{k: _copy(v) for k, v in fields.items()})
         return self._run(kwargs, cache, key, fed, before)
 
     def _run(self, kwargs, cache, key, fed, before, check=None):
@@ -141,40 +144,61 @@ class MemoizedLM:
                 return out  # not the plain append this wrapper replays: not memoized
             deltas = [(layer.keys[..., before:, :].clone(), layer.values[..., before:, :].clone())
                       for layer in cache.layers]
-        logits = out.logits.clone()
-        hidden = tuple(h.clone() for h in out.hidden_states) if getattr(out, "hidden_states", None) else None
+        fields = {}
+        for name in _FIELDS:
+            value = getattr(out, name, None)
+            if isinstance(value, torch.Tensor):
+                fields[name] = value.clone()
+            elif isinstance(value, tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+                fields[name] = tuple(v.clone() for v in value)
         if check is not None:
             self.checked += 1
-            c_logits, c_hidden, c_deltas = check
-            same = torch.equal(c_logits, logits) and (c_hidden is None) == (hidden is None)
-            same = same and (hidden is None or all(torch.equal(a, b) for a, b in zip(c_hidden, hidden)))
+            c_fields, c_deltas = check
+            same = c_fields.keys() == fields.keys() and all(_equal(c_fields[k], fields[k]) for k in fields)
             same = same and len(c_deltas) == len(deltas) and all(
                 torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(c_deltas, deltas))
             if not same:
                 raise AssertionError("MemoizedLM: a replayed forward pass differs from the model's own; the memo "
                                      "key does not capture everything the output depends on")
         elif len(self._memo) < self.max_entries:
-            self._memo[key] = (logits, hidden, deltas)
+            self._memo[key] = (fields, deltas)
         return out
 
     def _pass(self, args, kwargs):
         self.passed_through += 1
         return self._model(*args, **kwargs)
 
-    @staticmethod
-    def _output(logits, hidden, cache):
-        return ReplayedOutput(logits.clone(), cache, tuple(h.clone() for h in hidden) if hidden is not None else None)
+    def get_decoder(self):
+        """The wrapped model's backbone (``get_decoder()``, the transformer without its head), memoized the same way
+        (one wrapper per wrapper, with the same check rate)."""
+        dec = self.__dict__.get("_decoder")
+        if dec is None:
+            dec = MemoizedLM(self._model.get_decoder(), check_every=self.check_every, max_entries=self.max_entries)
+            object.__setattr__(self, "_decoder", dec)
+        return dec
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+    return isinstance(b, torch.Tensor) and torch.equal(a, b)
+
+
+def _copy(v):
+    return tuple(x.clone() for x in v) if isinstance(v, tuple) else v.clone()
 
 
 class ReplayedOutput:
-    """The output of a replayed call: ``logits`` (float [B, T, V]), ``past_key_values`` (the cache passed in, or
-    None) and ``hidden_states`` (a tuple of float [B, T, H], or None), as attributes (a transformers
-    ``CausalLMOutputWithPast`` costs more to build than a replay)."""
+    """The output of a replayed call, as attributes (a transformers ``ModelOutput`` costs more to build than a
+    replay): ``past_key_values`` (the cache passed in, or None) and fresh copies of the original output's
+    ``logits`` (float [B, T, V]), ``last_hidden_state`` (float [B, T, H], a backbone's output) and ``hidden_states``
+    (tuple of float [B, T, H]), each None where the original had none."""
 
-    __slots__ = ("logits", "past_key_values", "hidden_states")
+    __slots__ = ("past_key_values",) + _FIELDS
 
-    def __init__(self, logits, past_key_values, hidden_states):
-        self.logits, self.past_key_values, self.hidden_states = logits, past_key_values, hidden_states
+    def __init__(self, past_key_values, logits=None, last_hidden_state=None, hidden_states=None):
+        self.past_key_values, self.logits = past_key_values, logits
+        self.last_hidden_state, self.hidden_states = last_hidden_state, hidden_states
 
 
 def memoized(*models, check_every: int = 0):
