@@ -159,7 +159,9 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
             paper = _cell(r["paper_value"]) + (f"<br><sub>{_cell(r['paper_kind'])}</sub>" if r.get("paper_kind") else "")
             ours = _cell(r["ours"]) or "—"
             if r["ours"] and r["our_setting"]:
-                ours += f"<br><sub>{_cell(r['our_setting'])}</sub>"
+                ran = "; ".join(x for x in (f"ran on {r['hardware']}" if r.get("hardware") else "",
+                                            f"tables of commit {r['commit']}" if r.get("commit") else "") if x)
+                ours += f"<br><sub>{_cell(r['our_setting'])}" + (f"; {_cell(ran)}" if ran else "") + "</sub>"
             why = _cell(r["reason"]) + (f"<br><sub>{_cell(r['stability'])}</sub>" if r.get("stability") else "")
             lines.append("| " + " | ".join((_cell(where), claim, paper, ours, f"**{r['verdict']}**", why)) + " |")
     return "\n".join(lines) + "\n"

@@ -227,6 +227,21 @@ def _judged_draft(claim, tables: Tables, names: list[str], out: Outcome) -> Outc
                                         f"the claim judges the draft in its own dtype: rerun {where}")
 
 
+def artifacts(prov: dict) -> str:
+    """What the models of a table were, as files and as arithmetic: each zoo checkpoint named in the provenance
+    (``target``, ``draft``) with its file and quantization (:data:`specrepro.models.ZOO`), and the dtype the
+    arithmetic ran in (the dequantized weights; ``dtype`` where the table records it, else float32, the CPU default).
+    Empty when the provenance names no zoo model."""
+    from specrepro.models import ZOO
+
+    names = [str(prov.get(k)) for k in ("target", "draft") if prov.get(k) and str(prov.get(k)) in ZOO]
+    if not names:
+        return ""
+    dtype = str(prov.get("dtype") or "float32")
+    files = "; ".join(f"{n}: {ZOO[n].description}" for n in dict.fromkeys(names))
+    return f"checkpoints: {files}; dequantized, arithmetic in {dtype}"
+
+
 def score_claim(claim: pd.Series, tables: Tables) -> dict:
     """Apply the claim's rule to the tables and return one scorecard row (:data:`CARD_COLUMNS`).
 
@@ -244,7 +259,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
     row = {k: claim[k] for k in ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind",
                                  "rule", "our_table")}
     row["group"] = claim.get("group", "")
-    row.update(our_setting="; ".join(s for s in (models, claim["our_setting"]) if s),
+    row.update(our_setting="; ".join(s for s in (models, claim["our_setting"], artifacts(prov)) if s),
                hardware=hardware_of(prov), profile=prov.get("profile", tables.profile if names else ""),
                commit=prov.get("commit", ""))
     missing = [n for n in names if tables.get(n) is None]
