@@ -356,7 +356,9 @@ def _hf_run(mode: str):
 
 def _ours_run(kind: str):
     def run(models, setting, prompts, length, seed):
-        target, draft = models
+        from specrepro.sim.memo import MemoizedLM
+
+        target, draft = (MemoizedLM(m) for m in models)  # forward passes replayed bit for bit: the same samples
         drafter = DraftModelDrafter(draft, VOCAB) if kind == "draft" else PromptLookupDrafter(max_ngram=2, min_ngram=1)
         g = torch.Generator().manual_seed(seed)
         seqs, drafted, accepted, steps = [], 0, 0, 0

@@ -404,10 +404,15 @@ POSITIVE = tuple(k for k, b in BUGS.items() if not b.negative)
 def draw_sequences(bug: PublishedBug, target, draft, n: int | None = None, seed: int = 0, length: int = 3,
                    prompt: torch.Tensor = PROMPT, vocab_size: int | None = None) -> list[tuple]:
     """``n`` sequences of ``length`` new tokens from :func:`specrepro.core.decoding.generate` with ``bug`` injected
-    (one torch.Generator seeded with ``seed`` for all of them)."""
+    (one torch.Generator seeded with ``seed`` for all of them). The models run behind
+    :class:`~specrepro.sim.memo.MemoizedLM` (each distinct forward pass once, then replayed bit for bit: the same
+    sequences as the bare models, faster)."""
     from specrepro.core.decoding import generate
     from specrepro.drafters.model import DraftModelDrafter
+    from specrepro.sim.memo import MemoizedLM
 
+    target = target if isinstance(target, MemoizedLM) else MemoizedLM(target)
+    draft = draft if isinstance(draft, MemoizedLM) else MemoizedLM(draft)
     vocab = vocab_size or target.config.vocab_size
     n = n or bug.n
     drafter = DrawDrafter(draft, vocab, bug.draw, bug.name) if bug.draw else DraftModelDrafter(draft, vocab)
