@@ -69,12 +69,23 @@ help:  ## list the targets
 	@echo "  variables: PROFILE=$(PROFILE) (quick|standard|full|humaneval164), VENV=$(VENV), PYTHON=$(PYTHON) (3.11-3.14),"
 	@echo "             TORCH_INDEX=$(TORCH_INDEX) (torch's CPU build; empty: the default index)"
 
-$(STAMP): requirements.txt pyproject.toml
+# llama.cpp (llama-cpp-python, requirements-llamacpp.txt) is built here from its source distribution with portable
+# flags (AVX2, no -march=native, no AVX-512, no AMX: runs on every x86-64 machine the project meets, AMX-advertising
+# VMs included); 4-14 min on 2 cores (see that file), once per environment. --no-cache-dir: pip's wheel cache does not
+# key on these flags.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON \
+    -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAVA_BUILD=OFF
+
+$(STAMP): requirements.txt requirements-llamacpp.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(if $(TORCH_INDEX),$(PY) -m pip install -q --no-deps --no-index "$(TORCH_PIN)" 2>/dev/null || \
 	    $(PY) -m pip install -q --no-deps --index-url $(TORCH_INDEX) "$(TORCH_PIN)")
 	$(PY) -m pip install -q -r requirements.txt
+	@echo "building llama.cpp (llama-cpp-python) for the CPU, portable flags: a few minutes on 2 cores"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) MAKEFLAGS=-j$(JOBS) \
+	    $(PY) -m pip install -q --no-cache-dir --no-binary llama-cpp-python -r requirements-llamacpp.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
