@@ -59,7 +59,7 @@ __all__ = ["KEY_FIGURES", "VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_co
            "render_pages", "update_readme", "plot_verdicts"]
 
 #: the generated blocks, each rendered into whichever page (README.md or docs/*.md) holds its markers
-BLOCKS = ("scorecard", "figures", "bench", "targets", "battery", "runtimes", "gpu")
+BLOCKS = ("scorecard", "figures", "bench", "targets", "battery", "runtimes", "gpu", "arcost")
 #: the blocks that must be in README.md itself (its first screen)
 README_BLOCKS = ("scorecard", "figures")
 
@@ -570,7 +570,73 @@ def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None =
         return render_runtimes()
     if name == "gpu":
         return render_gpu(profile)
+    if name == "arcost":
+        return render_ar_cost(profile)
     raise ValueError(f"unknown generated block {name!r}; known: {list(BLOCKS)}")
+
+
+def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
+    """Our AR baseline's cost in every bench file of ``profile`` beside what the same file measured of the machine:
+    one row per file with the CPU and dtype it ran on, AR's ms per token (median over prompts of each prompt's
+    median over passes, 95% bootstrap interval over prompts, n prompts), AR's target forward per step inside those
+    runs (ms, the same statistic), the cost model's one-token target forward measured before and after the timed
+    passes (ms; the mean of its rounds, as the file records it), and how many (pass, prompt) blocks ran under load
+    where the file records it. Files without a cost model give NaN there."""
+    from specrepro.stats import bootstrap_ci
+
+    rdir = record_dir("results") if profile == STANDARD else results_dir(profile)
+    rows = []
+    for path in sorted(rdir.glob("bench_*.json")):
+        data = json.loads(read_noted(path))
+        cfg, runs = data.get("config") or {}, pd.DataFrame(data.get("runs") or [])
+        if runs.empty or "method" not in runs:
+            continue
+        ar = runs[runs["method"] == "ar"]
+        if ar.empty:
+            continue
+        per_prompt = ar.groupby("prompt")[["ms_per_token", "target_ms"]].median()
+        ms, ms_lo, ms_hi = bootstrap_ci(per_prompt["ms_per_token"].to_numpy(float))
+        fwd, fwd_lo, fwd_hi = bootstrap_ci(per_prompt["target_ms"].to_numpy(float))
+        cm = cfg.get("cost_model") or {}
+        before = ((cm.get("before") or {}).get("target_ms") or {}).get("1")
+        after = ((cm.get("after") or {}).get("target_ms") or {}).get("1")
+        rows.append({"file": path.name, "cpu": cfg.get("cpu") or "not recorded", "dtype": cfg.get("dtype", ""),
+                     "threads": cfg.get("torch_threads"), "n_prompts": int(len(per_prompt)),
+                     "ar_ms_per_token": ms, "ar_ms_lo": ms_lo, "ar_ms_hi": ms_hi,
+                     "ar_forward_ms": fwd, "ar_forward_lo": fwd_lo, "ar_forward_hi": fwd_hi,
+                     "t1_before_ms": float(before) if before is not None else math.nan,
+                     "t1_after_ms": float(after) if after is not None else math.nan,
+                     "blocks_under_load": cfg.get("blocks_under_load"), "blocks": cfg.get("blocks")})
+    return pd.DataFrame(rows)
+
+
+def render_ar_cost(profile: str = STANDARD) -> str:
+    """Markdown for the ``arcost`` block (docs/cost-model.md): :func:`ar_cost_table`, one row per bench file."""
+    df = ar_cost_table(profile)
+    if df.empty:
+        return f"No bench file for profile {profile} yet.\n"
+
+    def ci(est, lo, hi):
+        if not math.isfinite(est):
+            return "—"
+        return f"{est:.0f} [{lo:.0f}, {hi:.0f}]" if math.isfinite(lo) else f"{est:.0f}"
+
+    def num(x):
+        return f"{x:.0f}" if isinstance(x, (int, float)) and math.isfinite(x) else "—"
+
+    lines = ["| bench file | CPU | dtype | n prompts | AR ms per token | AR target forward per step, ms | "
+             "cost model t(1) before / after, ms | blocks under load |", "|---|---|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        load = (f"{int(r.blocks_under_load)} of {int(r.blocks)}" if r.blocks is not None and r.blocks == r.blocks
+                else "not recorded")
+        lines.append(f"| `{r.file}` | {_cell(r.cpu)} | {r.dtype} | {r.n_prompts} | "
+                     f"{ci(r.ar_ms_per_token, r.ar_ms_lo, r.ar_ms_hi)} | "
+                     f"{ci(r.ar_forward_ms, r.ar_forward_lo, r.ar_forward_hi)} | "
+                     f"{num(r.t1_before_ms)} / {num(r.t1_after_ms)} | {load} |")
+    return ("Our AR baseline in each bench file of record, beside what the same file measured of its machine "
+            "(medians over prompts with 95% bootstrap intervals over prompts; the cost model's forward is the mean "
+            "of its rounds, before and after the timed passes, on a prefix of the file's prompt length; "
+            "`ar_cost_table` in `specrepro/record/report.py`):\n\n" + "\n".join(lines) + "\n")
 
 
 def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
