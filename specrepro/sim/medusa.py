@@ -77,7 +77,10 @@ def medusa_step_samples(target, proposer: MedusaProposer, prompt: torch.Tensor, 
             proposer.reset()
             proposer.observe_hidden(h)
             tree = proposer.propose_tree(prompt, sampling, generator)
-            p = torch.stack([row(())] + [row(tuple(tree.tokens[tree.path_to(i)].tolist())) for i in range(tree.n)])
+            toks, paths = tree.tokens.tolist(), []  # each node's root-to-node tokens (parents precede children)
+            for i, parent in enumerate(tree.parents.tolist()):
+                paths.append((paths[parent] if parent >= 0 else ()) + (toks[i],))
+            p = torch.stack([row(())] + [row(path) for path in paths])
             if acceptance == "typical":
                 path, nxt = typical_acceptance_verify(tree.parents, tree.tokens, p, generator, epsilon=epsilon,
                                                       delta=delta, sampling=sampling)
