@@ -189,6 +189,14 @@ def sample_chain_sequences(target: ToyLM, draft: ToyLM, config: SamplingConfig, 
     verify = verify_block if rule.kind == "block" else verify_chain
     from tqdm.auto import tqdm
 
+    memo: dict = {}  # each context's rows are computed once (the same tensors every time: the draws are unchanged)
+
+    def rows(model, kind, ctx):
+        key = (kind, ctx)
+        if key not in memo:
+            memo[key] = model.raw(ctx) if kind == "raw" else model.probs(ctx, config)
+        return memo[key]
+
     out = []
     for _ in tqdm(range(n), desc=f"sample {rule.name}", unit="seq", delay=2, disable=None):  # bar after 2 s only
         seq = ()
@@ -196,10 +204,10 @@ def sample_chain_sequences(target: ToyLM, draft: ToyLM, config: SamplingConfig, 
             g = min(gamma, length - len(seq) - 1)
             toks, qs = [], []
             for _ in range(g):
-                q = draft.probs(prefix + seq + tuple(toks), config)
+                q = rows(draft, "q", prefix + seq + tuple(toks))
                 toks.append(int(torch.multinomial(q, 1, generator=generator)))
-                qs.append(q if rule.q_for_rule == "processed" else draft.raw(prefix + seq + tuple(toks[:-1])))
-            ps = torch.stack([target.probs(prefix + seq + tuple(toks[:i]), config) for i in range(g + 1)])
+                qs.append(q if rule.q_for_rule == "processed" else rows(draft, "raw", prefix + seq + tuple(toks[:-1])))
+            ps = torch.stack([rows(target, "p", prefix + seq + tuple(toks[:i])) for i in range(g + 1)])
             k, nxt = verify(ps, torch.stack(qs) if qs else None, torch.tensor(toks, dtype=torch.long), generator, **kw)
             seq = seq + tuple(toks[:k]) + (nxt,)
         out.append(seq[:length])
