@@ -1,0 +1,154 @@
+"""llama.cpp's speculative example programs, built from the source the installed llama-cpp-python was built from.
+
+What this file is: :func:`build_speculative_programs` downloads llama-cpp-python's source distribution at the pinned
+version (``pip download --no-binary :all:``, the release requirements-llamacpp.txt pins), unpacks its vendored
+llama.cpp under ``build/llama.cpp/src`` and builds only the two speculative examples, ``llama-speculative-simple``
+(a draft model proposes, the target's own sampler decides: a draft token is kept only when it equals the token the
+target samples) and ``llama-speculative`` (drafts a tree from a draft model and verifies it stochastically), with
+CMake and the project's portable CPU flags (AVX2, no -march=native, no AVX-512, no AMX: see
+requirements-llamacpp.txt). :func:`speculative_programs` finds them once built. They are the black boxes of the
+llama.cpp audit (:mod:`specrepro.sim.llamacpp_audit`).
+
+What it is not: part of the project's set-up (``make setup`` builds only the Python package; the continuous
+integration does not build these programs, and the tests that need them skip without them).
+
+Build time: minutes on 2 cores (the ggml CPU backend, libllama and common are compiled; the other examples, tools,
+tests and the server are not).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+__all__ = ["LLAMA_CPP_PYTHON_VERSION", "PROGRAMS", "CMAKE_FLAGS", "BuildError", "default_root",
+           "speculative_programs", "build_speculative_programs"]
+
+#: the llama-cpp-python release whose vendored llama.cpp is built (requirements-llamacpp.txt pins the same)
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+#: the CMake targets built, as named in the vendored tree (examples/speculative*/CMakeLists.txt)
+PROGRAMS = ("llama-speculative-simple", "llama-speculative")
+#: portable CPU flags (as requirements-llamacpp.txt), and only the examples (no tools, tests, server, app)
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_NATIVE=OFF", "-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_BMI2=ON", "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON", "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
+    "-DGGML_AMX_BF16=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+)
+
+
+class BuildError(RuntimeError):
+    """The programs could not be built: a missing tool (cmake, a C/C++ compiler, pip) or a failed step (its log)."""
+
+
+def default_root() -> Path:
+    """``build/llama.cpp`` of the repository (the folder holding ``specrepro``), or ``$SPECREPRO_LLAMACPP_BUILD``."""
+    env = os.environ.get("SPECREPRO_LLAMACPP_BUILD")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "build" / "llama.cpp"
+
+
+def speculative_programs(root: str | os.PathLike | None = None) -> dict[str, Path] | None:
+    """The built programs ({target name: path}) under ``root`` (default :func:`default_root`), or None when any of
+    :data:`PROGRAMS` is missing or not executable."""
+    bindir = Path(root if root is not None else default_root()) / "cmake-build" / "bin"
+    out = {name: bindir / name for name in PROGRAMS}
+    if all(p.is_file() and os.access(p, os.X_OK) for p in out.values()):
+        return out
+    return None
+
+
+def _missing_tools() -> list[str]:
+    missing = [] if shutil.which("cmake") else ["cmake"]
+    if not (os.environ.get("CXX") and shutil.which(os.environ["CXX"])) and not any(
+            shutil.which(c) for c in ("c++", "g++", "clang++")):
+        missing.append("a C++ compiler (c++, g++ or clang++)")
+    if not (os.environ.get("CC") and shutil.which(os.environ["CC"])) and not any(
+            shutil.which(c) for c in ("cc", "gcc", "clang")):
+        missing.append("a C compiler (cc, gcc or clang)")
+    return missing
+
+
+def _run(cmd: list[str], log: Path, cwd: Path | None = None) -> None:
+    with open(log, "a") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        rc = subprocess.run(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise BuildError(f"{cmd[0]} failed (exit {rc}); the end of {log}:\n{tail}")
+
+
+def _source(root: Path, version: str, log: Path) -> Path:
+    """The vendored llama.cpp tree of the sdist, unpacked once into ``root/src``."""
+    src = root / "src"
+    if (src / "CMakeLists.txt").is_file() and (src / "examples" / "speculative").is_dir():
+        return src
+    sdist_dir = root / "sdist"
+    sdist_dir.mkdir(parents=True, exist_ok=True)
+    name = f"llama_cpp_python-{version}.tar.gz"
+    if not (sdist_dir / name).is_file():
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+              f"llama-cpp-python=={version}", "-d", str(sdist_dir)], log)
+    tmp = root / "src.partial"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
+    with tarfile.open(sdist_dir / name) as tar:
+        members = []
+        for m in tar.getmembers():
+            if m.name.startswith(prefix) and len(m.name) > len(prefix):
+                m.name = m.name[len(prefix):]
+                members.append(m)
+        if not members:
+            raise BuildError(f"{name} holds no vendor/llama.cpp tree")
+        tar.extractall(tmp, members=members, filter="data")
+    if src.exists():
+        shutil.rmtree(src)
+    tmp.rename(src)
+    return src
+
+
+def build_speculative_programs(root: str | os.PathLike | None = None, *, version: str = LLAMA_CPP_PYTHON_VERSION,
+                               jobs: int = 2) -> dict[str, Path]:
+    """Build :data:`PROGRAMS` under ``root`` (default :func:`default_root`, i.e. ``build/llama.cpp``) and return
+    {target name: path of the binary}. Incremental: an existing source tree and CMake build are reused (a second call
+    returns at once).
+
+    Layout: ``root/sdist`` (the downloaded source distribution), ``root/src`` (its vendor/llama.cpp),
+    ``root/cmake-build`` (CMake's build folder, binaries in ``bin/``), ``root/build.log`` (every command's output).
+
+    Raises:
+        BuildError: cmake or a C/C++ compiler is missing (the message names them), or a step failed (with the end
+            of its log).
+    """
+    root = Path(root if root is not None else default_root())
+    missing = _missing_tools()
+    if missing:
+        raise BuildError("cannot build llama.cpp's speculative programs: missing " + ", ".join(missing)
+                         + " (install them, e.g. apt-get install cmake g++, and call this again)")
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "build.log"
+    src = _source(root, version, log)
+    bld = root / "cmake-build"
+    if not (bld / "CMakeCache.txt").is_file():
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        _run(["cmake", "-S", str(src), "-B", str(bld), *gen, *CMAKE_FLAGS], log)
+    _run(["cmake", "--build", str(bld), "-j", str(int(jobs)), "--target", *PROGRAMS], log)
+    found = speculative_programs(root)
+    if found is None:
+        raise BuildError(f"the build finished but {', '.join(PROGRAMS)} are not all in {bld / 'bin'}; see {log}")
+    return found
+
+
+if __name__ == "__main__":  # python -m specrepro.sim.llamacpp_build
+    for k, v in build_speculative_programs().items():
+        print(k, v)
