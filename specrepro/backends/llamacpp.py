@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["LlamaCppLM", "LlamaCppError", "load_zoo", "llama_cpp_available"]
+__all__ = ["LlamaCppLM", "LlamaCppError", "load_zoo", "llama_cpp_available", "llama_cpp_build"]
 
 _BACKEND_READY = False
 
@@ -269,3 +269,23 @@ def load_zoo(name: str, **kwargs) -> LlamaCppLM:
     from specrepro.models import fetch_gguf
 
     return LlamaCppLM(fetch_gguf(name), **kwargs)
+
+
+def llama_cpp_build() -> dict:
+    """Which llama.cpp runs here, for a results file: ``version`` (``llama_cpp.__version__``, the llama-cpp-python
+    release that pins its llama.cpp), ``system_info`` (``llama_print_system_info()``: the CPU features the build
+    uses, e.g. AVX2, OPENMP), and ``omp_wait_policy`` (the ``OMP_WAIT_POLICY`` environment variable, None when unset;
+    see :class:`LlamaCppLM` on threads).
+
+    Raises:
+        ImportError: llama_cpp is not installed.
+    """
+    import llama_cpp
+
+    info = getattr(llama_cpp, "llama_print_system_info", None)
+    text = info() if info is not None else None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    return {"version": getattr(llama_cpp, "__version__", None),
+            "system_info": text.strip() if isinstance(text, str) else None,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}

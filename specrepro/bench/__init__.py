@@ -27,6 +27,9 @@ Tree and Medusa methods (:data:`TREE_MODES`, :func:`parse_tree_spec`):
   ``--medusa-heads auto`` (the newest heads cached for this target by ``get_or_train_heads``, e.g. by notebook 06).
   Greedy acceptance under greedy decoding; under sampling exact MSS with children sampled from the heads
   (``--opt tree_mode``, default i.i.d.).
+* ``llama-ar``, ``llama-sd@G``, ``llama-sd-block@G`` — the target's and the draft's GGUF files as shipped, their
+  forwards run by llama.cpp (:mod:`specrepro.bench.llama`), our AR loop or our chain with token or block
+  verification; the summary gives their speedups over ``llama-ar`` too (``speedup_vs_llama_ar``).
 * ``medusa-typical`` — the same heads with Medusa's typical acceptance: NOT distribution-preserving under sampling
   (``exact`` is False in the table); at temperature 0 it reduces to greedy acceptance.
 
@@ -64,6 +67,8 @@ speed model (:mod:`specrepro.theory`) or quality evaluation (:mod:`specrepro.hum
 from __future__ import annotations
 
 from specrepro.bench import methods as _builtin_methods  # noqa: F401  (registers the built-in methods)
+# after the built-in methods: --list-methods and error messages list the built-in ones first
+from specrepro.bench import llama as _llama_methods  # noqa: F401  (registers llama-ar, llama-sd, llama-sd-block)
 from specrepro.bench.cli import configure_parser, run_command
 from specrepro.bench.methods import bigram_corpus, hf_generation_config
 from specrepro.bench.options import (

@@ -192,6 +192,11 @@ class BenchContext:
             (sd-hybrid-adaptive's longest copied block, default 10).
         cost_text: the prompts' token ids end to end (long tensor [L]; None = random ids), the text the cost model
             times the drafters along (:func:`specrepro.measure.cost.measure_draft_step_ms`).
+        target_name, draft_name: the models as named to the bench (zoo names, hub ids or paths; None when unknown,
+            e.g. models passed in already loaded): the llama.cpp methods open the zoo's GGUF files of these names
+            (:mod:`specrepro.bench.llama`).
+        config_notes: key -> JSON-serialisable value that factories add to the bench JSON's ``config`` (e.g. which
+            llama.cpp build ran); shared with the warm-up context.
     """
 
     target: Any
@@ -207,6 +212,9 @@ class BenchContext:
     device: str = "cpu"
     options: dict = field(default_factory=dict)
     cost_text: Any = None
+    target_name: str | None = None
+    draft_name: str | None = None
+    config_notes: dict = field(default_factory=dict)
     _shared: dict = field(default_factory=dict)
 
     def shared(self, key: str, build: Callable[[], Any]):

@@ -78,7 +78,7 @@ class BenchResult:
         df["per_position_acceptance"] = df["per_position_acceptance"].map(
             lambda xs: " ".join("-" if (x is None or not math.isfinite(x)) else f"{x:.2f}" for x in xs) if xs else "")
         for col in ("speedup_vs_ar", "speedup_vs_hf_assisted", "speedup_vs_hf_ar", "speedup_vs_hf_assisted_int8",
-                    "speedup_vs_hf_assisted_int8_pruned", "speedup_vs_hf_assisted_int4"):
+                    "speedup_vs_hf_assisted_int8_pruned", "speedup_vs_hf_assisted_int4", "speedup_vs_llama_ar"):
             if f"{col}_lo" in df:  # the 95% interval beside the median, as printed text
                 df[f"{col}_95ci"] = [f"[{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
                                      for lo, hi in zip(df[f"{col}_lo"], df[f"{col}_hi"])]
@@ -86,9 +86,10 @@ class BenchResult:
                 "speedup_vs_ar_95ci", "speedup_vs_hf_assisted", "speedup_vs_hf_assisted_95ci", "speedup_vs_hf_ar",
                 "speedup_vs_hf_ar_95ci", "speedup_vs_hf_assisted_int8", "speedup_vs_hf_assisted_int8_95ci",
                 "speedup_vs_hf_assisted_int8_pruned", "speedup_vs_hf_assisted_int8_pruned_95ci",
-                "speedup_vs_hf_assisted_int4", "speedup_vs_hf_assisted_int4_95ci", "alpha",
+                "speedup_vs_hf_assisted_int4", "speedup_vs_hf_assisted_int4_95ci", "speedup_vs_llama_ar",
+                "speedup_vs_llama_ar_95ci", "alpha",
                 "tokens_per_step", "drafted_per_step", "per_position_acceptance", "greedy_equal_to_ar",
-                "predicted_speedup", "predicted_speedup_with_prefill", "free_draft_bound", "measured_over_predicted"]
+                "greedy_equal_to_llama_ar", "predicted_speedup", "predicted_speedup_with_prefill", "free_draft_bound", "measured_over_predicted"]
         return df[[c for c in cols if c in df.columns]].set_index("method").round(3)
 
 
@@ -102,8 +103,9 @@ def _gamma_label(spec: MethodSpec, gamma: int):
 #: transformers' methods that, when run, get a paired-ratio column of their own beside ``speedup_vs_ar`` and
 #: ``speedup_vs_hf_assisted`` (``speedup_vs_hf_ar``: is our AR as fast as transformers' own greedy ``generate``?;
 #: ``speedup_vs_hf_assisted_int8`` / ``_int8_pruned``: our loop against transformers' with the same int8 draft, or
-#: the same int8 draft with the FR-Spec pruned head; ``speedup_vs_hf_assisted_int4``: the same 4-bit draft)
-OTHER_BASELINES = ("hf-ar", "hf-assisted-int8", "hf-assisted-int8-pruned", "hf-assisted-int4")
+#: the same int8 draft with the FR-Spec pruned head; ``speedup_vs_hf_assisted_int4``: the same 4-bit draft;
+#: ``speedup_vs_llama_ar``: against llama.cpp's AR decoding of the same GGUF file, :mod:`specrepro.bench.llama`)
+OTHER_BASELINES = ("hf-ar", "hf-assisted-int8", "hf-assisted-int8-pruned", "hf-assisted-int4", "llama-ar")
 
 #: prompts :func:`run_bench` takes from a workload when ``n_prompts`` is not given (explicit ``prompts`` are all run)
 DEFAULT_N_PROMPTS = 10
@@ -138,6 +140,27 @@ def rate_intervals(d, seed: int = 0) -> dict:
             _, out["alpha_lo"], out["alpha_hi"] = ratio_of_sums_ci(
                 terms.map(sum).to_numpy(float), terms.map(len).to_numpy(float), seed=seed)
     return out
+
+
+def greedy_equality(runs, label: str, base: str) -> dict:
+    """Under greedy decoding: whether method ``label``'s tokens equal method ``base``'s on every (pass, prompt) both
+    ran, from a per-run table of :func:`specrepro.measure.harness.run_interleaved` (columns repeat, prompt, method,
+    token_ids).
+
+    Returns:
+        ``greedy_equal_to_<base>`` (bool; None when they share no (pass, prompt)) and ``equal_to_<base>_runs``
+        ("k/n" runs equal), ``<base>`` with '-' written '_'; an empty dict when the table has no token ids.
+    """
+    key = base.replace("-", "_")
+    cols = ["repeat", "prompt", "token_ids"]
+    if "token_ids" not in runs:
+        return {}
+    mine = runs.loc[runs["method"] == label, cols]
+    theirs = runs.loc[runs["method"] == base, cols]
+    both = mine.merge(theirs, on=["repeat", "prompt"], suffixes=("", "_base"))
+    same = [list(a) == list(b) for a, b in zip(both["token_ids"], both["token_ids_base"])]
+    return {f"greedy_equal_to_{key}": bool(all(same)) if same else None,
+            f"equal_to_{key}_runs": f"{sum(same)}/{len(same)}" if same else ""}
 
 
 def _summarize(runs, resolved, greedy: bool, seed: int = 0):
@@ -188,6 +211,7 @@ def _summarize(runs, resolved, greedy: bool, seed: int = 0):
             "per_position_acceptance": [a / r if r else nan for a, r in zip(acc, reached)],
             "greedy_equal_to_ar": (bool(eq.all()) if len(eq) else None) if greedy else None,
             "equal_to_ar_runs": f"{int(eq.sum())}/{len(eq)}" if (greedy and len(eq)) else "",
+            **(greedy_equality(runs, label, "llama-ar") if greedy and "llama-ar" in methods else {}),
         })
     return pd.DataFrame(rows)
 
@@ -304,9 +328,12 @@ def run_bench(
         loop_ms, peak_rss_mb (the largest resident high-water mark of the method's calls, MiB, the process's models
         included: the memory a machine needs to run it; :mod:`specrepro.measure.memory`),
         per_position_acceptance (P(accept position i | positions < i accepted); per depth for trees), greedy_equal_to_ar (greedy only; None
-        under sampling); with ``predict``, for fixed-γ chain methods also predicted_tokens_per_step (Leviathan
+        under sampling); with ``llama-ar`` among the methods, speedup_vs_llama_ar (and its interval) and, under
+        greedy decoding, greedy_equal_to_llama_ar (:func:`greedy_equality`); with ``predict``, for fixed-γ chain methods also predicted_tokens_per_step (Leviathan
         Eq. 1), free_draft_bound, predicted_speedup (hardware-aware) and measured_over_predicted. ``config`` also
-        records ``seconds`` (this call's wall time, s), ``blocks`` and ``blocks_under_load`` (the (pass, prompt)
+        records what methods noted while built (``llamacpp``, with a llama.cpp method: llama_cpp's version, its
+        ``llama_print_system_info()`` string, ``OMP_WAIT_POLICY``, the threads and the GGUF files with their sha256;
+        :mod:`specrepro.bench.llama`), ``seconds`` (this call's wall time, s), ``blocks`` and ``blocks_under_load`` (the (pass, prompt)
         blocks timed while another process or the hypervisor took at least
         :data:`specrepro.files.LOAD_FLAG_PCT` percent of the CPU; the runs' ``under_load`` column says which).
 
@@ -356,7 +383,8 @@ def run_bench(
     vocab = tm.get_output_embeddings().weight.shape[0]
     ctx = BenchContext(target=tm, tokenizer=tok, draft=dm, prompts=prompts, sampling=sampling, gamma=gamma,
                        max_new_tokens=max_new_tokens, eos_token_id=_eos_ids(tm, tok), vocab_size=vocab, seed=seed,
-                       device=dev, options=options, cost_text=torch.cat([e.cpu() for e in encoded]))
+                       device=dev, options=options, cost_text=torch.cat([e.cpu() for e in encoded]),
+                       target_name=tname, draft_name=dname)
     runners = {label: spec.factory(ctx, _factory_name(label, spec), g) for label, spec, g in resolved}
     resolved = [(label, spec, int(getattr(runners[label], "gamma", g))) for label, spec, g in resolved]
 
@@ -402,6 +430,7 @@ def run_bench(
         "eos_token_id": ctx.eos_token_id, "options": ctx.options, "float_draft_kept": float_draft_kept,
         "timing": "CUDA events + synchronize" if dev.startswith("cuda") else "time.perf_counter",
         "cost_model": None if costs is None else _cost_model_json(costs),
+        **ctx.config_notes,  # what methods recorded while they were built (e.g. "llamacpp": which build ran)
     }
     # what saved blocks must share with this run to be resumed: the settings and machine, not the commit (results
     # get committed during long runs), the number of passes (it may grow) or the cost model (measured again)
