@@ -3,8 +3,8 @@ on two tiny random GGUF checkpoints written by the project (specrepro.backends.t
 
 * the names resolve with the registry, ``--list-methods`` shows them with their descriptions, and a bad γ
   (``llama-sd@0``) or a missing draft gets the registry's usual errors;
-* greedy: llama-sd@2 and llama-sd-block@2 return llama-ar's tokens on every prompt (llama-ar being llama.cpp's own
-  greedy decoding, tests/test_llamacpp.py), timed by the bench's harness (run_interleaved) with llama-ar as the
+* greedy: llama-ar's tokens are llama-cpp-python's own ``Llama.generate`` tokens at temperature 0; llama-sd@2 and
+  llama-sd-block@2 return llama-ar's tokens on every prompt, timed by the bench's harness (run_interleaved) with llama-ar as the
   baseline, and the speculative runs accept some draft tokens and reject others (the draft is the target's first
   layer under its head);
 * under sampling a runner is a function of the harness's generator: the same seed gives the same tokens, another
@@ -112,6 +112,22 @@ def test_greedy_speculative_runners_equal_llama_ar_in_the_harness(paths):
     i = other.index[other["method"] == "llama-sd@2"][0]
     other.at[i, "token_ids"] = list(other.at[i, "token_ids"])[:-1] + [(other.at[i, "token_ids"][-1] + 1) % 32]
     assert greedy_equality(other, "llama-sd@2", "llama-ar")["greedy_equal_to_llama_ar"] is False
+
+
+def test_llama_ar_greedy_is_llamacpps_own_greedy(paths):
+    """The llama-ar runner's greedy tokens equal llama-cpp-python's own generate loop at temperature 0 (no repeat
+    penalty) on the same GGUF file, prompt by prompt."""
+    from llama_cpp import Llama
+
+    run = REGISTRY["llama-ar"].factory(_ctx(paths), "llama-ar", 1)
+    llm = Llama(str(paths["target"]), n_ctx=SHAPE.n_ctx, n_threads=1, verbose=False)
+    for prompt in PROMPTS:
+        theirs = []
+        for tok in llm.generate(prompt, temp=0.0, repeat_penalty=1.0, reset=True):
+            theirs.append(int(tok))
+            if len(theirs) == NEW:
+                break
+        assert run(torch.tensor(prompt), torch.Generator()).tokens == theirs, prompt
 
 
 def test_sampling_runners_follow_the_harness_generator(paths):
