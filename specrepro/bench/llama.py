@@ -22,9 +22,14 @@ cache of 4096 tokens at most; the methods take the bench's prompts as token ids 
 token budget, stop ids, seeds and interleaving as every other method). Which llama.cpp build ran, ``OMP_WAIT_POLICY``
 and those settings go to the bench JSON's ``config["llamacpp"]``.
 
-Threads: llama.cpp's OpenMP workers spin while torch's hold the cores unless ``OMP_WAIT_POLICY=PASSIVE`` is set
-before Python starts (:class:`~specrepro.backends.llamacpp.LlamaCppLM`); the bench rule of record sets it. It also
-reaches torch's own OpenMP runtime, so every method of such a run, ours included, runs under it (the JSON records it).
+Threads: llama.cpp and torch share one OpenMP runtime in the bench's process (llama.cpp's libggml-cpu needs
+``libgomp.so.1``, which resolves to the copy torch loaded first), so ``OMP_WAIT_POLICY`` reaches every method of a run,
+ours included; the JSON records it. :class:`~specrepro.backends.llamacpp.LlamaCppLM` explains why it may be set to
+PASSIVE (workers that spin while other threads need the cores). With the same thread count on both sides, on this
+project's 2-core machine while another process took part of the CPU (2026-11-29, 150-token prefix, medians of 10-13
+one-token forwards, two alternations per setting): PASSIVE made llama.cpp's 1.5B token 69-83 ms instead of 43-87 ms
+and our float32 0.5B forward 189-197 ms instead of 120-254 ms; a setting for a run of record is best chosen by such
+an A/B on the quiet machine.
 
 What it is not: llama.cpp's own speculative example (``llama-speculative``), or its sampler chain.
 """
