@@ -36,7 +36,7 @@ QUICK_EXECUTED := $(patsubst notebooks/%.ipynb,notebooks/executed/quick/%.ipynb,
 BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_greedy.json data/results/bench_qwen_nucleus.json \
     data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json \
     data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json \
-    data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json)
+    data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json data/results/bench_llamacpp_greedy.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
 # on the idle 2-core Xeon, so about 5 h there: one AR and one speculative run of 128 tokens per problem plus a
 # teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/
@@ -283,6 +283,19 @@ data/results/bench_qwen_bf16.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
 	    --dtype bfloat16 --repeats $(BENCH_REPEATS) \
 	    --methods ar,hf-ar,sd-draft-adaptive@20,sd-draft-adaptive-int8@20,hf-assisted,hf-assisted-int8 \
+	    --temperature 0 --json $@
+
+# llama.cpp's kernels under our exact chain, greedy: the pair's GGUF files as shipped (Q4_K_M mixes), their forwards
+# run by llama.cpp (llama-cpp-python 0.3.36 built from source, requirements-llamacpp.txt) with torch's thread count:
+# llama.cpp's AR decoding (llama-ar), our chain speculative sampling at γ = 4 with token and with block verification
+# (llama-sd@4, llama-sd-block@4), beside our PyTorch AR (ar, the same GGUF files dequantized to float32) and our best
+# PyTorch chain (sd-draft-adaptive-int8@20); 20 HumanEval prompts x 64 tokens, BENCH_REPEATS interleaved passes.
+# llama.cpp shares torch's OpenMP runtime in the process: OMP_WAIT_POLICY is left at its default (config.llamacpp
+# records it, the llama.cpp build and the GGUF files' sha256); on a machine shared with other jobs, PASSIVE keeps idle
+# OpenMP workers from spinning, and slows the torch methods too. Not yet measured (make status: missing).
+data/results/bench_llamacpp_greedy.json: | $(STAMP)
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --methods ar,llama-ar,llama-sd@4,llama-sd-block@4,sd-draft-adaptive-int8@20 \
 	    --temperature 0 --json $@
 
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
