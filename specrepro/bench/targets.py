@@ -111,6 +111,9 @@ TARGETS: tuple[Target, ...] = (
     Target("memory-fp32-chat", "float32: peak resident memory ≤ 12 GB (the chat file)", "bench_qwen_chat",
            "peak_memory", 12.0),
     Target("memory-bf16", "bfloat16: peak resident memory ≤ 8 GB", "bench_qwen_bf16", "peak_memory", 8.0),
+    Target("llama-greedy-vs-llama-ar", "llama.cpp's kernels, greedy code: our exact speculative decoding ≥ 1.5× "
+           "llama.cpp's own AR on the same GGUF files", "bench_llamacpp_greedy", "at_least", 1.5,
+           "speedup_vs_llama_ar", ("llama-sd",)),
 )
 
 
