@@ -195,7 +195,7 @@ bench: $(STAMP)  ## python -m specrepro bench with the qwen-coder pair (see READ
 # The performance benchmark of record (standard profile only): qwen-coder pair, first 20 HumanEval problems, 128 new
 # tokens. Greedy: our AR and transformers' greedy generate, our chain speculative decoding at γ = 4 with the fp32
 # draft, its int8 copy and the int8 copy with the FR-Spec pruned head (the cheapest exact draft), the cheapest draft
-# and the int8 draft with a block length of at most 20 chosen token by token (sd-draft-adaptive@20,
+# and the int8 draft with a block length of at most 20 chosen token by token (sd-draft-adaptive-int8-pruned@20,
 # sd-draft-adaptive-int8@20; 20 is also transformers' cap), and transformers' assisted generation with its default fp32
 # draft, with the same int8 draft and with the same int8 pruned-head draft.
 # Nucleus (Chen's T = 0.8, top-p 0.95): our AR, the chain with the draft in its own dtype (what the scorecard judges)
@@ -210,8 +210,8 @@ bench-results: $(BENCH_RESULTS)
 
 data/results/bench_qwen_greedy.json: | $(STAMP)
 	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --repeats $(BENCH_REPEATS) \
-	    --methods ar,hf-ar,sd-draft@4,sd-draft-int8@4,sd-draft-int8-pruned@4,sd-draft-adaptive@20,sd-draft-adaptive-int8@20,hf-assisted,hf-assisted-int8,hf-assisted-int8-pruned \
-	    --opt draft_kind=int8-pruned --temperature 0 --json $@
+	    --methods ar,hf-ar,sd-draft@4,sd-draft-int8@4,sd-draft-int8-pruned@4,sd-draft-adaptive-int8-pruned@20,sd-draft-adaptive-int8@20,hf-assisted,hf-assisted-int8,hf-assisted-int8-pruned \
+	    --temperature 0 --json $@
 
 data/results/bench_qwen_nucleus.json: | $(STAMP)
 	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --repeats $(BENCH_REPEATS) --methods ar,sd-draft@4,sd-draft-int8@4 \
@@ -268,8 +268,8 @@ data/results/bench_qwen_drafts.json: | $(STAMP)
 # gives each category's speedups beside the whole file's.
 data/results/bench_qwen_chat.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload chat --chat --n-prompts 24 --max-new-tokens 64 --seed 0 \
-	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-adaptive-int8@20,sd-hybrid-adaptive@20,hf-assisted-int8,hf-lookup \
-	    --opt draft_kind=int8 --temperature 0 --json $@
+	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-adaptive-int8@20,sd-hybrid-adaptive-int8@20,hf-assisted-int8,hf-lookup \
+	    --temperature 0 --json $@
 
 # bfloat16, greedy: target and draft loaded in bfloat16, and every method in that precision in one run: our AR and
 # transformers' plain generate, our adaptive chain with the bfloat16 draft and with its int8 copy (int8 weights,

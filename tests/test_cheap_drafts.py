@@ -706,7 +706,13 @@ def test_cheap_draft_methods_equal_ar_in_the_bench(tmp_path, monkeypatch):
                     options={"draft_vocab": "2000", "draft_kind": "int8-pruned", "draft_stop": "0.01"},
                     json_path=tmp_path / "b.json")
     assert res.runs["equal_to_baseline"].all(), res.runs[["method", "prompt", "token_ids"]]
-    assert set(res.runs["method"]) == {"ar", *NEW_METHODS.split(",")}
+    # the methods whose draft the option chose are recorded under the names that fix it (sd-draft-adaptive@3 ->
+    # sd-draft-adaptive-int8-pruned@3): a name is the method's whole configuration
+    from specrepro.bench.registry import canonical_method
+
+    named = {canonical_method(m, {"draft_kind": "int8-pruned"}) for m in NEW_METHODS.split(",")}
+    assert "sd-draft-adaptive-int8-pruned@3" in named and "sd-draft-adaptive@3" not in named
+    assert set(res.runs["method"]) == {"ar", *named}
     assert (res.runs["new_tokens"] == 6).all()
     assert list((tmp_path / "fr_spec").glob("*.safetensors"))  # the kept vocabulary came from the (small) corpus
 

@@ -369,7 +369,9 @@ def _sd_hybrid_adaptive(ctx, name, gamma):
     from specrepro.drafters.adaptive import AdaptiveLengthDrafter
     from specrepro.drafters.lookup import HybridDrafter, PromptLookupDrafter
 
-    kind = draft_kind_option(ctx.options)
+    base = str(name).split("@", 1)[0]
+    fixed = base.removeprefix("sd-hybrid-adaptive-") if base.startswith("sd-hybrid-adaptive-") else None
+    kind = fixed or draft_kind_option(ctx.options)
     inner = cheap_drafter(ctx, kind)
     curve, t_draft = ctx.shared(f"auto_costs:{kind}:{gamma}", lambda: auto_gamma_costs(ctx, inner, gamma))
     adaptive = AdaptiveLengthDrafter(inner, curve, t_draft, keep_calibration=True,
@@ -390,6 +392,14 @@ for _name in ADAPTIVE_KIND_METHODS:
     register_method(_name, needs_draft=True, prepare=_prepare_max_gamma(_name, ADAPTIVE_MAX_GAMMA),
                     description=f"sd-draft-adaptive with the {_name.removeprefix('sd-draft-adaptive-')} draft, "
                                 "whatever --opt draft_kind says")(_sd_draft_adaptive)
+#: sd-hybrid-adaptive with the draft kind in its name (e.g. sd-hybrid-adaptive-int8@20): the name is the whole
+#: configuration, as the bench records it (:func:`specrepro.bench.registry.canonical_method`)
+HYBRID_ADAPTIVE_KIND_METHODS = tuple(f"sd-hybrid-adaptive-{k}" for k in ("int8", "pruned", "int8-pruned", "int4",
+                                                                          "int4-pruned"))
+for _name in HYBRID_ADAPTIVE_KIND_METHODS:
+    register_method(_name, needs_draft=True, prepare=_prepare_max_gamma(_name, ADAPTIVE_MAX_GAMMA),
+                    description=f"sd-hybrid-adaptive with the {_name.removeprefix('sd-hybrid-adaptive-')} draft, "
+                                "whatever --opt draft_kind says")(_sd_hybrid_adaptive)
 
 
 def hf_generation_config(ctx: BenchContext, **extra):

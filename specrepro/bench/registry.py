@@ -131,6 +131,43 @@ def known_methods() -> list[str]:
     return list(REGISTRY)
 
 
+#: methods whose draft ``--opt draft_kind`` chooses, and that have a registered name per kind
+#: (``<method>-<kind>``, e.g. ``sd-draft-adaptive-int8``): :func:`canonical_method` names the kind
+KIND_NAMED = ("sd-draft-adaptive", "sd-hybrid-adaptive")
+
+
+def canonical_method(method: str, options: dict | None = None) -> str:
+    """The name that is a method's whole configuration: ``sd-draft-adaptive@20`` run with ``--opt draft_kind=int8``
+    is ``sd-draft-adaptive-int8@20`` (a registered method that drafts with the int8 copy whatever the options say),
+    so the same name run alone measures the same thing. Other methods, and the default float draft, keep their name.
+
+    Args:
+        method: a method entry as given to the bench (``name`` or ``name@arg``).
+        options: the run's ``--opt`` values (``draft_kind`` is read).
+    """
+    base, sep, at = str(method).partition("@")
+    kind = str((options or {}).get("draft_kind", "fp32"))
+    if base in KIND_NAMED and kind != "fp32":
+        return f"{base}-{kind}{sep}{at}"
+    return str(method)
+
+
+def canonical_bench(data: dict) -> dict:
+    """A bench JSON (``config``, ``summary``, ``runs``) with every method under its :func:`canonical_method` name,
+    read from the file's own ``config.options``: files written before the bench recorded canonical names show what
+    ran. A shallow copy; the argument is not modified."""
+    options = (data.get("config") or {}).get("options") or {}
+    names = {m: canonical_method(m, options) for m in (data.get("config") or {}).get("methods") or []}
+    if all(k == v for k, v in names.items()):
+        return data
+
+    def rename(rows):
+        return [{**r, "method": names.get(r.get("method"), r.get("method"))} for r in rows or []]
+
+    config = {**data.get("config", {}), "methods": [names[m] for m in data["config"]["methods"]]}
+    return {**data, "config": config, "summary": rename(data.get("summary")), "runs": rename(data.get("runs"))}
+
+
 def resolve_method(entry: str) -> tuple[str, MethodSpec, int | None]:
     """Parse ``name`` or ``name@γ`` and look the name up (exact name first, then ``prefix*`` families).
 
@@ -232,7 +269,7 @@ class BenchContext:
 #: that raises :class:`BenchOptionError`, or None where the methods' ``prepare`` hooks check it). A method
 #: registered elsewhere declares its own keys with ``register_method(..., options=...)``.
 OPTION_KEYS: dict[str, tuple[tuple[str, ...], Callable | None]] = {
-    "lookup_max_ngram": (("sd-lookup", "hf-lookup", "sd-tree-merge", "sd-hybrid", "sd-hybrid-adaptive"),
+    "lookup_max_ngram": (("sd-lookup", "hf-lookup", "sd-tree-merge", "sd-hybrid", "sd-hybrid-adaptive", "sd-hybrid-adaptive-int8", "sd-hybrid-adaptive-pruned", "sd-hybrid-adaptive-int8-pruned", "sd-hybrid-adaptive-int4", "sd-hybrid-adaptive-int4-pruned"),
                          lookup_max_ngram_option),
     "draft_stop": (("sd-draft-dynamic",), draft_stop_option),
     "tree": (("sd-tree", "sd-tree-int8", "sd-tree-int8-traversal", "sd-tree-int8-spectr", "sd-tree-int8-gbv"), None),
@@ -240,24 +277,24 @@ OPTION_KEYS: dict[str, tuple[tuple[str, ...], Callable | None]] = {
     "medusa_heads": (("medusa", "medusa-typical"), None),
     "typical_epsilon": (("medusa-typical",), check_typical_option("typical_epsilon")),
     "typical_delta": (("medusa-typical",), check_typical_option("typical_delta")),
-    "int8_backend": (("sd-draft-int8", "sd-draft-int8-pruned", "sd-hybrid", "sd-hybrid-adaptive", "sd-draft-auto", "sd-draft-dynamic",
+    "int8_backend": (("sd-draft-int8", "sd-draft-int8-pruned", "sd-hybrid", "sd-hybrid-adaptive", "sd-hybrid-adaptive-int8", "sd-hybrid-adaptive-pruned", "sd-hybrid-adaptive-int8-pruned", "sd-hybrid-adaptive-int4", "sd-hybrid-adaptive-int4-pruned", "sd-draft-auto", "sd-draft-dynamic",
                       "sd-draft-adaptive", "sd-draft-adaptive-int8", "sd-draft-adaptive-int8-pruned", "sd-tree-int8",
                       "sd-tree-int8-traversal", "sd-tree-int8-spectr", "sd-tree-int8-gbv", "sd-draft-int8-block",
                       "hf-assisted-int8", "hf-assisted-int8-gamma",
                       "hf-assisted-int8-pruned"),
                      int8_backend_option),
-    "int4_group_size": (("sd-draft-int4", "sd-draft-int4-pruned", "sd-hybrid", "sd-hybrid-adaptive", "sd-draft-auto", "sd-draft-dynamic",
+    "int4_group_size": (("sd-draft-int4", "sd-draft-int4-pruned", "sd-hybrid", "sd-hybrid-adaptive", "sd-hybrid-adaptive-int8", "sd-hybrid-adaptive-pruned", "sd-hybrid-adaptive-int8-pruned", "sd-hybrid-adaptive-int4", "sd-hybrid-adaptive-int4-pruned", "sd-draft-auto", "sd-draft-dynamic",
                          "sd-draft-adaptive", "sd-draft-adaptive-int4", "sd-draft-adaptive-int4-pruned",
                          "hf-assisted-int4"), int4_group_size_option),
-    "draft_vocab": (("sd-draft-pruned", "sd-draft-int8-pruned", "sd-draft-int4-pruned", "sd-hybrid", "sd-hybrid-adaptive",
+    "draft_vocab": (("sd-draft-pruned", "sd-draft-int8-pruned", "sd-draft-int4-pruned", "sd-hybrid", "sd-hybrid-adaptive", "sd-hybrid-adaptive-int8", "sd-hybrid-adaptive-pruned", "sd-hybrid-adaptive-int8-pruned", "sd-hybrid-adaptive-int4", "sd-hybrid-adaptive-int4-pruned",
                      "sd-draft-auto",
                      "sd-draft-dynamic", "sd-draft-adaptive", "sd-draft-adaptive-pruned",
                      "sd-draft-adaptive-int8-pruned", "sd-draft-adaptive-int4-pruned", "hf-assisted-int8-pruned"),
                     draft_vocab_option),
     "draft_kind": (("sd-hybrid", "sd-hybrid-adaptive", "sd-draft-auto", "sd-draft-dynamic", "sd-draft-adaptive"),
                    draft_kind_option),
-    "hybrid_min_ngram": (("sd-hybrid", "sd-hybrid-adaptive"), hybrid_min_ngram_option),
-    "lookup_gamma": (("sd-hybrid-adaptive",), lookup_gamma_option),
+    "hybrid_min_ngram": (("sd-hybrid", "sd-hybrid-adaptive", "sd-hybrid-adaptive-int8", "sd-hybrid-adaptive-pruned", "sd-hybrid-adaptive-int8-pruned", "sd-hybrid-adaptive-int4", "sd-hybrid-adaptive-int4-pruned"), hybrid_min_ngram_option),
+    "lookup_gamma": (("sd-hybrid-adaptive", "sd-hybrid-adaptive-int8", "sd-hybrid-adaptive-pruned", "sd-hybrid-adaptive-int8-pruned", "sd-hybrid-adaptive-int4", "sd-hybrid-adaptive-int4-pruned",), lookup_gamma_option),
 }
 #: options that have their own command-line flag (named in error messages instead of ``--opt KEY``)
 _OPTION_FLAGS = {"tree": "--tree", "medusa_heads": "--medusa-heads"}

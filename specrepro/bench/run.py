@@ -23,8 +23,11 @@ import torch
 from specrepro.bench.options import BenchOptionError
 from specrepro.bench.registry import (
     DEFAULT_METHODS,
+    OPTION_KEYS,
     BenchContext,
     MethodSpec,
+    canonical_bench,
+    canonical_method,
     resolve_method,
     validate_options,
 )
@@ -363,6 +366,11 @@ def run_bench(
         options["tree"] = tree if isinstance(tree, str) else "x".join(str(k) for k in tree)
     if medusa_heads is not None:
         options["medusa_heads"] = str(medusa_heads)
+    # every method under the name that is its whole configuration (sd-draft-adaptive@20 with --opt draft_kind=int8
+    # runs, and is recorded, as sd-draft-adaptive-int8@20); a draft_kind that no method reads any more is dropped
+    methods = [canonical_method(m, options) for m in methods]
+    if "draft_kind" in options and not any(str(m).split("@", 1)[0] in OPTION_KEYS["draft_kind"][0] for m in methods):
+        options.pop("draft_kind")
     resolved = validate_options(methods=methods, gamma=gamma, n_prompts=n_prompts, max_new_tokens=max_new_tokens,
                                 temperature=temperature, top_p=top_p, top_k=top_k, repeats=repeats, device=device,
                                 has_draft=has_draft, dtype=dtype, options=options)
@@ -738,10 +746,13 @@ def refresh_predictions(data: dict) -> dict:
     Args:
         data: a bench JSON as loaded (``config``, ``summary``, ``runs``).
 
+    Every method is shown under the name that is its whole configuration
+    (:func:`specrepro.bench.registry.canonical_bench`).
+
     Returns:
         ``data`` with its summary rows updated (a shallow copy; the argument is not modified).
     """
-    data = _refresh_with_prefill(_refresh_intervals(data))
+    data = _refresh_with_prefill(_refresh_intervals(canonical_bench(data)))
     if any("predicted_speedup_in_run" in r for r in data.get("summary") or []):
         return data
     rows = with_in_run_predictions(data.get("summary") or [], data.get("runs") or [])

@@ -159,8 +159,14 @@ def _recipe_settings(line: str) -> dict:
 def bench_setting_changes(config: dict, recipe: dict) -> list[str]:
     """Where a bench file's recorded ``config`` differs from what its ``make`` recipe asks for today (one phrase per
     setting; a dtype of ``auto`` in the recipe matches any; options are compared as the bench's ``--opt`` values, so
-    an option the recipe does not set is not compared)."""
+    an option the recipe does not set is not compared; methods by the names that are their whole configuration,
+    :func:`specrepro.bench.registry.canonical_method`, so ``sd-draft-adaptive@20`` with ``--opt draft_kind=int8`` is
+    ``sd-draft-adaptive-int8@20``)."""
+    from specrepro.bench.registry import canonical_method
+
     out = []
+    config = {**config, "methods": [canonical_method(m, config.get("options")) for m in config.get("methods") or []]}
+    recipe = {**recipe, "methods": [canonical_method(m, recipe.get("options")) for m in recipe.get("methods") or []]}
     for key in _BENCH_SETTINGS:
         want, have = recipe.get(key), config.get(key)
         if key == "dtype" and want is None:
