@@ -47,13 +47,21 @@ def test_text_to_ids_is_exact_on_a_prefix_free_code():
 
 
 def test_parse_run_strips_the_frame_and_reads_the_counters():
-    out = "\n\nbfnc" + "a\nb" + "\n\n" + "\n\n"
-    err = "main: n_draft   = 2\nmain: n_predict = 4\nmain: n_drafted = 3\nmain: n_accept  = 1\n"
+    err = "main: n_draft   = 2\nmain: n_predict = 3\nmain: n_drafted = 3\nmain: n_accept  = 1\n"
     pieces = {**PIECES, 9: "f", 17: "n"}
-    ids, drafted, accepted = parse_run(out, err, pieces)
-    assert (ids, drafted, accepted) == ([4, 3, 5], 3, 1)
-    with pytest.raises(ValueError, match="unexpected output"):
-        parse_run("\n\nbfnca", err, pieces)
+    assert parse_run("\n\nbfnc" + "a\nb" + "\n\n\n\n", err, pieces) == ([4, 3, 5], 3, 1)
+    # generated newlines are told from the frame by n_predict
+    assert parse_run("\n\nbfnc" + "a\n\n" + "\n\n\n\n", err, pieces) == ([4, 3, 3], 3, 1)
+    with pytest.raises(ValueError, match="3 tokens generated"):
+        parse_run("\n\nbfnc" + "a\nb" + "\n\n", err, pieces)  # the last frame lost: refused (run again)
+    with pytest.raises(ValueError, match="cut or unexpected"):
+        parse_run("\n\nbfnca", "main: n_draft   = 2\n", pieces)  # the counters were lost
+    with pytest.raises(ValueError, match="3 tokens generated"):
+        parse_run("\n\nbfnc" + "a\n", err, pieces)  # cut inside the generated text
+    with pytest.raises(ValueError, match="3 tokens generated"):
+        parse_run("\n\nbfnc" + "a" + "\n\n\n\n", err, pieces)  # EOS printed (llama-speculative) but missing
+    # llama-speculative-simple: an EOS stops the printing, both frames must be there
+    assert parse_run("\n\nbfnc" + "a" + "\n\n\n\n", err, pieces, eos_printed=False) == ([4], 3, 1)
 
 
 def test_outcome_absorbs_at_eos():
@@ -139,6 +147,23 @@ def test_exact_law_of_the_tiny_target(target_lm, one_thread):
     assert sum(law_p.values()) == pytest.approx(1.0, abs=1e-9) and len(law_p) < len(law)
 
 
+def test_the_law_llama_speculative_code_implies_is_far_from_the_target(target_lm, one_thread):
+    """The law derived from llama-speculative's code (argmax draft tokens accepted with min(1, p/q) as if sampled
+    from q) is a distribution at TV > 0.3 from the target's in every setting: what the audit finds it samples."""
+    from specrepro.backends.llamacpp import LlamaCppLM
+    from specrepro.sim.llamacpp_audit import exact_law, predicted_speculative_law, tiny_pair
+    from specrepro.stats import total_variation
+
+    draft = LlamaCppLM(tiny_pair()[1], n_threads=1)
+    try:
+        for setting in LSETTINGS.values():
+            law = predicted_speculative_law(target_lm, draft, setting)
+            assert sum(law.values()) == pytest.approx(1.0, abs=1e-9)
+            assert total_variation(law, exact_law(target_lm, setting)) > 0.3, setting.name
+    finally:
+        draft.close()
+
+
 N_CHECK = 300
 TV_90_CHECK = 0.2
 
@@ -150,6 +175,7 @@ def test_llama_speculative_simple_at_t1_follows_the_target(target_lm, one_thread
         LEVEL,
         exact_law,
         run_many,
+        run_seeds,
         tiny_pair,
         vocabulary_pieces,
     )
@@ -166,7 +192,7 @@ def test_llama_speculative_simple_at_t1_follows_the_target(target_lm, one_thread
     target, draft = tiny_pair()
     prog = PROGRAMS_AUDITED["llama-speculative-simple"]
     pieces = {i: s for i, s in vocabulary_pieces(target_lm).items() if s}
-    seqs, drafted, accepted = run_many(bins[prog.binary], prog, setting, target, draft, range(N_CHECK), pieces)
+    seqs, drafted, accepted = run_many(bins[prog.binary], prog, setting, target, draft, run_seeds(N_CHECK), pieces)
     assert drafted > 0 and 0 < accepted < drafted
     assert gof_test(seqs, exact)[1] > LEVEL
 

@@ -36,7 +36,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "llama-speculative-simple / llama-speculative programs (built by python -m "
                              "specrepro.sim.llamacpp_build; table audit_llamacpp)")
     parser.add_argument("--n", type=int, default=None,
-                        help="llama.cpp runtime only: runs (samples) per row (default 1000; --quick 150)")
+                        help="llama.cpp runtime only: runs (samples) per row (default 2000; --quick 200)")
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:

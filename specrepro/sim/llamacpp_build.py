@@ -23,10 +23,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 __all__ = ["LLAMA_CPP_PYTHON_VERSION", "PROGRAMS", "CMAKE_FLAGS", "BuildError", "default_root",
-           "speculative_programs", "build_speculative_programs"]
+           "speculative_programs", "build_speculative_programs", "exit_wait_library"]
 
 #: the llama-cpp-python release whose vendored llama.cpp is built (requirements-llamacpp.txt pins the same)
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -147,6 +148,44 @@ def build_speculative_programs(root: str | os.PathLike | None = None, *, version
     if found is None:
         raise BuildError(f"the build finished but {', '.join(PROGRAMS)} are not all in {bld / 'bin'}; see {log}")
     return found
+
+
+_EXIT_WAIT_C = """\
+/* specrepro: preloaded into llama.cpp's example programs (LD_PRELOAD). Their logger writes from its own thread and
+   is never flushed at exit (common/log.cpp leaks it on purpose), so on a loaded machine a run often exits before its
+   output is written. This registers an exit handler that sleeps 30 ms, giving that thread time to write; nothing
+   else of the program changes. */
+#include <stdlib.h>
+#include <time.h>
+static void specrepro_exit_wait(void) { struct timespec t = {0, 30000000}; nanosleep(&t, NULL); }
+__attribute__((constructor)) static void specrepro_exit_wait_init(void) { atexit(specrepro_exit_wait); }
+"""
+
+
+def exit_wait_library(root: str | os.PathLike | None = None) -> Path | None:
+    """A tiny shared library (compiled once into ``root``) to preload into the programs: an exit handler that waits
+    30 ms so that llama.cpp's asynchronous logger writes the run's output before the process ends. None where no C
+    compiler is found (the audit then relies on repeating cut runs alone)."""
+    root = Path(root if root is not None else default_root())
+    lib = root / "specrepro-exit-wait.so"
+    if lib.is_file():
+        return lib
+    cc = next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None)
+    if cc is None:
+        return None
+    root.mkdir(parents=True, exist_ok=True)
+    src = root / "specrepro-exit-wait.c"
+    if not src.is_file() or src.read_text() != _EXIT_WAIT_C:
+        tmp_src = root / f"specrepro-exit-wait.c.{os.getpid()}.{threading.get_ident()}.partial"
+        tmp_src.write_text(_EXIT_WAIT_C)
+        os.replace(tmp_src, src)
+    tmp = root / f"specrepro-exit-wait.so.{os.getpid()}.{threading.get_ident()}.partial"
+    rc = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(src)], capture_output=True).returncode
+    if rc != 0:
+        tmp.unlink(missing_ok=True)
+        return None
+    os.replace(tmp, lib)  # atomic: concurrent callers each install a complete copy
+    return lib
 
 
 if __name__ == "__main__":  # python -m specrepro.sim.llamacpp_build
