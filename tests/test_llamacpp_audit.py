@@ -236,3 +236,15 @@ def test_runtime_option_writes_the_llamacpp_table_and_repros(tmp_path, monkeypat
     assert (tmp_path / "results" / "audit_llamacpp.csv").exists()
     table.loc[0, "as_expected"] = False
     assert audit_cli.run_command(args) == 1
+
+
+def test_build_fails_clearly_without_cmake_or_compiler(tmp_path, monkeypatch):
+    from specrepro.sim import llamacpp_build
+
+    monkeypatch.setattr(llamacpp_build.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(llamacpp_build.BuildError, match="missing cmake, a C\\+\\+ compiler"):
+        llamacpp_build.build_speculative_programs(tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing downloaded or written
+    assert llamacpp_build.speculative_programs(tmp_path) is None

@@ -5,7 +5,7 @@ What this file is: the goodness-of-fit test of specrepro (chi-square with pooled
 speculative example programs of the llama.cpp that llama-cpp-python 0.3.36 vendors, built by
 :mod:`specrepro.sim.llamacpp_build`:
 
-* ``llama-speculative-simple``: a draft model proposes up to ``--draft-max`` tokens; the target's sampler chain
+* ``llama-speculative-simple``: a draft model proposes up to ``--spec-draft-n-max`` tokens; the target's sampler chain
   samples at every drafted position and a draft token is kept only while it equals the token the target sampled
   (``common_sampler_sample_and_accept_n``); exact by construction whatever the draft proposes.
 * ``llama-speculative``: the draft model's top tokens form one chain (``-np 1``) or a tree (``-np`` > 1, branches
@@ -40,7 +40,8 @@ Tokenization: the tiny vocabulary has no "▁" piece nor byte pieces, so llama.c
 need a byte fallback for the space it prepends; every program runs with ``--override-kv
 tokenizer.ggml.add_space_prefix=bool:false`` (it changes tokenization only, not the logits).
 
-What it is not: a speed benchmark, or an audit of llama-server (whose verification is the one of
+What it is not: a speed benchmark, or an audit of llama-server (not built here; its speculative path,
+tools/server/server-context.cpp, calls the same ``common_sampler_sample_and_accept_n`` as
 ``llama-speculative-simple``).
 """
 
@@ -125,7 +126,8 @@ PROGRAMS_AUDITED = {p.name: p for p in [
             description="draft model + target sampling; a draft token is kept when it equals the target's sample "
                         f"(common_sampler_sample_and_accept_n), --spec-draft-n-max {GAMMA}"),
     Program("llama-speculative", "llama-speculative", 1,
-            description=f"stochastic verification min(1, p/q) + residual, one draft chain (-np 1), --spec-draft-n-max {GAMMA}"),
+            description="stochastic verification min(1, p/q) + residual, one draft chain (-np 1), "
+                        f"--spec-draft-n-max {GAMMA}"),
 ]}
 
 
@@ -379,9 +381,9 @@ def run_program(binary: Path, program: Program, setting: LSetting, target: Path,
     ("this design may cause logs to be lost"): on a loaded machine many runs (half, with two at a time on two busy
     cores) exit with status 0 and a cut stdout and stderr. The programs run with
     :func:`specrepro.sim.llamacpp_build.exit_wait_library` preloaded (an exit handler that waits 30 ms; 100 of 100
-    runs complete with it), and a run still cut is repeated with the same seed (up to ``attempts`` times): one thread and a fixed seed
-    make a run deterministic (checked: repeated seeds print the same text, up to the cut), so the repeat yields the
-    sample the lost run drew and the retries cannot bias the law. A run that printed fewer tokens than n_predict
+    runs complete with it), and a run still cut is repeated with the same seed (up to ``attempts`` times): one
+    thread and a fixed seed make a run deterministic (checked: repeated seeds print the same text, up to the cut),
+    so the repeat yields the sample the lost run drew and the retries cannot bias the law. A run that printed fewer tokens than n_predict
     (llama-speculative-simple after an EOS, which it does not print; rare) is accepted only when two runs of its
     seed print the same text (a run cut just before its last frame, after two generated newlines, would look the
     same once: the residual risk is two identical such cuts of a run that generated two newlines).
@@ -773,5 +775,6 @@ def reproduction_script(setting: str, program: str, n: int = 1000, root=None) ->
                          setting_doc=f"temp {s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}",
                          version=LLAMA_CPP_PYTHON_VERSION, prompt=PROMPT_TEXT, binary=str(binary),
                          target=str(target), draft=str(draft), args=args,
-                         exit_wait=str(Path(root if root is not None else default_root()) / "specrepro-exit-wait.so"), top_k=int(s.top_k), top_p=float(s.top_p),
+                         exit_wait=str(Path(root if root is not None else default_root()) / "specrepro-exit-wait.so"),
+                         top_k=int(s.top_k), top_p=float(s.top_p),
                          n=int(n), level=LEVEL)
