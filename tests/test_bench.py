@@ -162,6 +162,12 @@ def test_registered_method_runs_in_the_bench(clean_registry, tiny_with_tokenizer
     assert row["alpha"] == pytest.approx(0.25) and row["tokens_per_step"] == pytest.approx(2.0)
     assert row["per_position_acceptance"][:2] == [1.0, 0.0]
     assert json.loads((tmp_path / "b.json").read_text())["config"]["methods"] == ["ar", "echo-last@4"]
+    # the file has a provenance sidecar like every table of the record: its sha256, the run's CPU and run time
+    from specrepro.files import sha256_bytes
+
+    side = json.loads((tmp_path / "b.provenance.json").read_text())
+    assert side["sha256"] == {"b.json": sha256_bytes((tmp_path / "b.json").read_bytes())}
+    assert side["cpu"] and side["seconds"] >= 0 and side["commit"]
 
 
 def test_explicit_prompts_are_all_run_unless_n_prompts_says_otherwise(tiny_with_tokenizer):

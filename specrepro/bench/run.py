@@ -467,9 +467,17 @@ def run_bench(
         config["blocks_under_load"] = int((blocks["under_load"] == True).sum())  # noqa: E712 (None: not measured)
     result = BenchResult(summary=summary, runs=runs, config=config)
     if json_path is not None:
-        from specrepro.files import atomic_write_text
+        from specrepro.files import atomic_write_files, sha256_bytes
 
-        atomic_write_text(Path(json_path), json.dumps(result.to_json(), indent=1) + "\n")
+        # the file and its provenance sidecar in one step, as every table of the record: the sidecar names the run
+        # (commit, CPU, date, run time, blocks under load) and the sha256 of the file's bytes
+        path = Path(json_path)
+        body = (json.dumps(result.to_json(), indent=1) + "\n").encode()
+        side = {k: config.get(k) for k in ("commit", "cpu", "device_description", "dtype", "torch", "transformers",
+                                            "seconds", "blocks", "blocks_under_load")}
+        side.update(date=__import__("datetime").date.today().isoformat(), sha256={path.name: sha256_bytes(body)})
+        atomic_write_files({path: body, path.with_suffix(".provenance.json"):
+                            (json.dumps(side, indent=1, sort_keys=True) + "\n").encode()})
         ckpt.unlink(missing_ok=True)
     if print_table:
         with pd.option_context("display.width", 200, "display.max_columns", 20):

@@ -211,6 +211,14 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
             reasons += bench_setting_changes(config, _recipe_settings(bench[0]))
         if config.get("blocks_under_load"):
             row["note"] = f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load"
+        sidecar = path.with_suffix(".provenance.json")
+        if sidecar.is_file():
+            digest = (json.loads(sidecar.read_text()).get("sha256") or {}).get(path.name)
+            if digest != sha256_bytes(path.read_bytes()):
+                reasons.append(f"{path.name} differs from its sidecar's sha256")
+        else:
+            row["note"] = "; ".join(filter(None, [row.get("note"), "no sha256 sidecar (written before the bench "
+                                                                   "wrote one)"]))
     else:
         sidecar = path.with_suffix(".provenance.json")
         if not sidecar.is_file():
