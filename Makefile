@@ -54,7 +54,7 @@ QUALITY := $(if $(filter standard,$(PROFILE)),data/results/chen_quality_humaneva
 # only; about a minute: one full and one incremental forward per divergence)
 BENCH_DIVERGENCES := $(if $(filter standard,$(PROFILE)),data/results/divergences_bench_qwen_bf16.csv)
 # transformers' assisted generation and prompt lookup through the exactness battery (standard only; ~5 min on 2 cores)
-AUDIT := $(if $(filter standard,$(PROFILE)),data/results/audit_transformers.csv)
+AUDIT := $(if $(filter standard,$(PROFILE)),data/results/audit_transformers.csv data/results/audit_llamacpp.csv)
 # every committed state of the record re-scored (standard only; a few minutes): the verdict history
 HISTORY := $(if $(filter standard,$(PROFILE)),data/results/verdict_history.csv)
 BENCH_ARGS := --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-tokens 128 --seed 0
@@ -312,6 +312,16 @@ data/results/verdict_history.csv: data/claims.csv | $(STAMP)
 
 data/results/audit_transformers.csv: | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro audit --out build/audit
+
+# llama.cpp's own speculative samplers as black boxes (standard only): llama-speculative-simple (a draft token is kept
+# only when it equals the token the target sampled, as in its server) and llama-speculative (stochastic draft
+# verification), on tiny GGUF models the project writes, at T = 1, top-k 5 and top-p 0.8, 2000 runs per row against the
+# target's exact law, with our sampler through the same logits and an always-accept control beside them. Their
+# programs are built first from llama-cpp-python's source distribution into build/llama.cpp/ (incremental; 6-17 min on
+# 2 cores the first time); the audit then takes about 6 min. Reproduction scripts of failing rows go to build/audit/.
+data/results/audit_llamacpp.csv: | $(STAMP)
+	$(PY) -c "from specrepro.sim.llamacpp_build import build_speculative_programs as b; b()"
+	SPECREPRO_RECORD=1 $(PY) -m specrepro audit --runtime llama.cpp --out build/audit
 
 # Block verification (Sun et al. 2025) beside token verification at T = 1, same draft and gamma.
 data/results/bench_qwen_t1_block.json: | $(STAMP)

@@ -79,6 +79,7 @@ SHARDS: tuple[Shard, ...] = (
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
     _csv("divergences_bench_qwen_bf16"),
     _csv("audit_transformers"),
+    _csv("audit_llamacpp"),
     _csv("verdict_history"),
     *(_csv(n) for n in ("cost_curves", *(f"leviathan_table2_runs_t{t}_p{k}" for t in (0, 1) for k in range(4)))),
 )
