@@ -374,3 +374,19 @@ def test_the_rendered_scorecards_carry_the_verdicts_definitions_from_the_code():
         assert sc.verdict_definitions() in md + "\n"
         for v in sc.VERDICTS:
             assert f"**{v}**: {sc.VERDICT_DEFINITIONS[v]}." in md
+
+
+def test_the_llama_audit_block_renders_every_row_with_its_power(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "record_dir", lambda kind="results": tmp_path)
+    assert "No llama.cpp audit" in report.render_llama_audit()
+    rows = [dict(setting="T=1", implementation=impl, role=role, n=2000, tv=tv, p_value=p, g_test_p=p,
+                 min_detectable_tv_90=0.069, verdict=v, llamacpp_accept_rate=acc, specrepro_accept_rate=0.72,
+                 llama_cpp_python="0.3.36", level=0.001, prompt="bfnc", length=3, gamma=2)
+            for impl, role, tv, p, v, acc in (("llama-speculative-simple", "audited", 0.115, 0.75, "pass", 0.40),
+                                               ("llama-speculative", "audited", 0.41, 1e-5, "fail", 0.63),
+                                               ("specrepro_chain", "control", 0.107, 0.49, "pass", float("nan")))]
+    pd.DataFrame(rows).to_csv(tmp_path / "audit_llamacpp.csv", index=False)
+    text = report.render_llama_audit()
+    assert "| T=1 | `llama-speculative` | audited | 2000 | 0.410 | 1e-05 | 1e-05 | 0.069 | **fail** | 0.63 / 0.72 |" in text
+    assert "| T=1 | `specrepro_chain` | control | 2000 | 0.107 | 0.49 | 0.49 | 0.069 | **pass** | — / 0.72 |" in text
+    assert "γ = 2" in text and "level 0.001" in text

@@ -59,7 +59,7 @@ __all__ = ["KEY_FIGURES", "VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_co
            "render_pages", "update_readme", "plot_verdicts"]
 
 #: the generated blocks, each rendered into whichever page (README.md or docs/*.md) holds its markers
-BLOCKS = ("scorecard", "figures", "bench", "targets", "battery", "runtimes", "gpu", "arcost")
+BLOCKS = ("scorecard", "figures", "bench", "targets", "battery", "runtimes", "gpu", "arcost", "llamaaudit")
 #: the blocks that must be in README.md itself (its first screen)
 README_BLOCKS = ("scorecard", "figures")
 
@@ -572,6 +572,8 @@ def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None =
         return render_gpu(profile)
     if name == "arcost":
         return render_ar_cost(profile)
+    if name == "llamaaudit":
+        return render_llama_audit(profile)
     raise ValueError(f"unknown generated block {name!r}; known: {list(BLOCKS)}")
 
 
@@ -608,6 +610,34 @@ def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
                      "t1_after_ms": float(after) if after is not None else math.nan,
                      "blocks_under_load": cfg.get("blocks_under_load"), "blocks": cfg.get("blocks")})
     return pd.DataFrame(rows)
+
+
+def render_llama_audit(profile: str = STANDARD) -> str:
+    """Markdown for the ``llamaaudit`` block (docs/battery.md): the table ``audit_llamacpp`` (``python -m specrepro
+    audit --runtime llama.cpp``), one row per setting and sampler with its role, n, the TV to the exact law, the
+    chi-square and G-test p-values, the TV detected with 90% power at that n, the verdict at the table's level, and
+    the acceptance rates (llama.cpp's as its program reports it, ours on the same pair); a missing table is named."""
+    rdir = record_dir("results") if profile == STANDARD else results_dir(profile)
+    path = rdir / "audit_llamacpp.csv"
+    if not path.exists():
+        return ("No llama.cpp audit in the record yet: `make data/results/audit_llamacpp.csv` builds llama.cpp's "
+                "speculative programs and runs it.\n")
+    df = pd.read_csv(io.BytesIO(read_noted(path)))
+
+    def num(x, fmt):
+        return format(float(x), fmt) if pd.notna(x) and math.isfinite(float(x)) else "—"
+
+    lines = [f"{_provenance_note(path)}; level {num(df['level'].iloc[0], 'g')}; llama.cpp of llama-cpp-python "
+             f"{df['llama_cpp_python'].iloc[0]}; prompt ids of `{df['prompt'].iloc[0]}`, {int(df['length'].iloc[0])} "
+             f"tokens, γ = {int(df['gamma'].iloc[0])}.", "",
+             "| setting | sampler | role | n | TV | p (χ²) | p (G) | TV detected at 90% power | verdict | "
+             "acceptance: llama.cpp / ours |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        acc = f"{num(r.llamacpp_accept_rate, '.2f')} / {num(r.specrepro_accept_rate, '.2f')}"
+        lines.append(f"| {r.setting} | `{r.implementation}` | {r.role} | {int(r.n)} | {num(r.tv, '.3f')} | "
+                     f"{num(r.p_value, '.2g')} | {num(r.g_test_p, '.2g')} | {num(r.min_detectable_tv_90, '.3f')} | "
+                     f"**{r.verdict}** | {acc} |")
+    return "\n".join(lines) + "\n"
 
 
 def render_ar_cost(profile: str = STANDARD) -> str:
