@@ -389,4 +389,6 @@ def test_the_llama_audit_block_renders_every_row_with_its_power(tmp_path, monkey
     text = report.render_llama_audit()
     assert "| T=1 | `llama-speculative` | audited | 2000 | 0.410 | 1e-05 | 1e-05 | 0.069 | **fail** | 0.63 / 0.72 |" in text
     assert "| T=1 | `specrepro_chain` | control | 2000 | 0.107 | 0.49 | 0.49 | 0.069 | **pass** | — / 0.72 |" in text
+    pd.DataFrame([{**rows[0], "tv_null_mean": 0.109}]).to_csv(tmp_path / "audit_llamacpp.csv", index=False)
+    assert "| 2000 | 0.115 (0.109) |" in report.render_llama_audit()
     assert "γ = 2" in text and "level 0.001" in text
