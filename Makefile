@@ -69,13 +69,18 @@ help:  ## list the targets
 	@echo "  variables: PROFILE=$(PROFILE) (quick|standard|full|humaneval164), VENV=$(VENV), PYTHON=$(PYTHON) (3.11-3.14),"
 	@echo "             TORCH_INDEX=$(TORCH_INDEX) (torch's CPU build; empty: the default index)"
 
-# llama.cpp (llama-cpp-python, requirements-llamacpp.txt) is built here from its source distribution with portable
-# flags (AVX2, no -march=native, no AVX-512, no AMX: runs on every x86-64 machine the project meets, AMX-advertising
-# VMs included); 4-14 min on 2 cores (see that file), once per environment. --no-cache-dir: pip's wheel cache does not
-# key on these flags.
+# llama.cpp (llama-cpp-python, requirements-llamacpp.txt) is built from its source distribution with portable flags
+# (AVX2, no -march=native, no AVX-512, no AMX: runs on every x86-64 machine the project meets, AMX-advertising VMs
+# included): 4-14 min on 2 cores, once per machine. The wheel is kept in the user cache under a key of the pin and the
+# flags (LLAMA_WHEELS), so every later environment, a fresh clone's included, installs it in seconds; pip's own wheel
+# cache is not used for it (--no-cache-dir), since it does not key on the flags.
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON \
     -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAVA_BUILD=OFF
+LLAMA_PIN    := $(shell grep -E '^llama-cpp-python==' requirements-llamacpp.txt)
+LLAMA_WHEELS := $(or $(SPECREPRO_CACHE),$(HOME)/.cache/specrepro)/wheels/llama-cpp-python-$(shell printf '%s %s %s %s' \
+    "$(LLAMA_PIN)" "$(LLAMA_CMAKE_ARGS)" "$$(uname -m)" "$$($(PYTHON) -c 'import sys; print(sys.version_info[:2])')" \
+    | sha256sum | cut -c1-16)
 
 $(STAMP): requirements.txt requirements-llamacpp.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -83,9 +88,15 @@ $(STAMP): requirements.txt requirements-llamacpp.txt pyproject.toml
 	$(if $(TORCH_INDEX),$(PY) -m pip install -q --no-deps --no-index "$(TORCH_PIN)" 2>/dev/null || \
 	    $(PY) -m pip install -q --no-deps --index-url $(TORCH_INDEX) "$(TORCH_PIN)")
 	$(PY) -m pip install -q -r requirements.txt
-	@echo "building llama.cpp (llama-cpp-python) for the CPU, portable flags: a few minutes on 2 cores"
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) MAKEFLAGS=-j$(JOBS) \
-	    $(PY) -m pip install -q --no-cache-dir --no-binary llama-cpp-python -r requirements-llamacpp.txt
+	@if ! ls $(LLAMA_WHEELS)/*.whl >/dev/null 2>&1; then \
+	    echo "building llama.cpp ($(LLAMA_PIN)) for the CPU with portable flags: a few minutes on 2 cores, once"; \
+	    rm -rf $(LLAMA_WHEELS).partial && mkdir -p $(LLAMA_WHEELS).partial && \
+	    CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) MAKEFLAGS=-j$(JOBS) \
+	        $(PY) -m pip wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python -w $(LLAMA_WHEELS).partial \
+	        "$(LLAMA_PIN)" && rm -rf $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).partial $(LLAMA_WHEELS); \
+	fi
+	$(PY) -m pip install -q --no-deps --no-index --find-links $(LLAMA_WHEELS) "$(LLAMA_PIN)"
+	$(PY) -m pip install -q -r requirements-llamacpp.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
