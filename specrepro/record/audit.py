@@ -64,13 +64,23 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(df[COLUMNS[:-1] + ["role"]].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"transformers {df['transformers_version'].iloc[0]}; level {LEVEL:g}; table: {path}")
-    out = Path(args.out)
+    return _repros_and_controls(
+        df, Path(args.out), args.all_repros,
+        lambda r: f"repro_{r['setting'].replace('=', '').replace('-', '_')}_{r['implementation']}.py",
+        lambda r: reproduction_script(r["setting"], r["implementation"], seed=args.seed))
+
+
+def _repros_and_controls(df, out: Path, all_repros: bool, file_name, script) -> int:
+    """Write a reproduction script (``script(row)``, named ``file_name(row)``, under ``out``) for every failing
+    audited row (every audited row with ``all_repros``); return 1 when a control did not behave as expected, else 0."""
+    from specrepro.files import atomic_write_text
+
     for _, r in df.iterrows():
-        if r["role"] == "audited" and (r["verdict"] == "fail" or args.all_repros):
-            script = out / f"repro_{r['setting'].replace('=', '').replace('-', '_')}_{r['implementation']}.py"
+        if r["role"] == "audited" and (r["verdict"] == "fail" or all_repros):
+            path = out / file_name(r)
             out.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(script, reproduction_script(r["setting"], r["implementation"], seed=args.seed))
-            print("reproduction:", script)
+            atomic_write_text(path, script(r))
+            print("reproduction:", path)
     bad = df[(df["role"] != "audited") & ~df["as_expected"]]
     if len(bad):
         print("controls misbehaved:", ", ".join(f"{a}/{b}" for a, b in zip(bad["setting"], bad["implementation"])))
@@ -100,16 +110,8 @@ def _run_llamacpp(args: argparse.Namespace) -> int:
     with pd.option_context("display.width", 220, "display.max_columns", None):
         print(df[COLUMNS[:-1] + ["role"]].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"llama.cpp of llama-cpp-python {df['llama_cpp_python'].iloc[0]}; level {LEVEL:g}; table: {path}")
-    out = Path(args.out)
-    for _, r in df.iterrows():
-        if r["role"] == "audited" and (r["verdict"] == "fail" or args.all_repros):
-            tag = r["setting"].replace("=", "").replace("-", "_").replace(".", "")
-            script = out / f"repro_llamacpp_{tag}_{r['implementation'].replace('-', '_')}.py"
-            out.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(script, reproduction_script(r["setting"], r["implementation"]))
-            print("reproduction:", script)
-    bad = df[(df["role"] != "audited") & ~df["as_expected"]]
-    if len(bad):
-        print("controls misbehaved:", ", ".join(f"{a}/{b}" for a, b in zip(bad["setting"], bad["implementation"])))
-        return 1
-    return 0
+    tag = lambda r: r["setting"].replace("=", "").replace("-", "_").replace(".", "")  # noqa: E731
+    return _repros_and_controls(
+        df, Path(args.out), args.all_repros,
+        lambda r: f"repro_llamacpp_{tag(r)}_{r['implementation'].replace('-', '_')}.py",
+        lambda r: reproduction_script(r["setting"], r["implementation"]))
