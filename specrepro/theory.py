@@ -17,7 +17,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["acceptance_alpha", "expected_tokens", "walltime_improvement", "operations_factor", "optimal_gamma", "CostCurve", "hardware_aware_speedup", "optimal_gamma_hardware", "free_draft_bound", "with_prefill", "speedup_decomposition", "step_costs_ms", "gamma_for_step"]
+__all__ = ["acceptance_alpha", "expected_tokens", "walltime_improvement", "operations_factor", "optimal_gamma", "CostCurve", "hardware_aware_speedup", "optimal_gamma_hardware", "free_draft_bound", "with_prefill", "speedup_decomposition", "step_costs_ms", "gamma_for_step",
+           "alpha_from_acceptance_rate"]
 
 
 def acceptance_alpha(p, q) -> float:
@@ -260,3 +261,37 @@ def gamma_for_step(alpha: float, costs_ms, min_gamma: int = 1) -> int:
     gammas = np.arange(min_gamma, len(costs))
     rate = np.asarray(expected_tokens(alpha, gammas)) / costs[gammas]
     return int(gammas[int(np.argmax(rate))])
+
+
+def alpha_from_acceptance_rate(rate: float, gamma: float, tol: float = 1e-10) -> float:
+    """The i.i.d. acceptance rate α that makes a chain of γ drafted tokens keep the fraction ``rate`` of them.
+
+    Under Leviathan's i.i.d. model a step with γ draft tokens accepts E[accepted] = α (1 - α^γ) / (1 - α) of them
+    (E[tokens](α, γ) - 1, Eq. 1), so the fraction accepted is r(α) = α (1 - α^γ) / ((1 - α) γ), increasing from 0
+    at α = 0 to 1 at α = 1; this inverts it by bisection. It turns a decoder's reported drafted / accepted counts
+    (llama.cpp's server reports only those) into the α the model's predictions take. γ may be a mean (drafted
+    tokens per step), where the step's length varies.
+
+    Args:
+        rate: accepted / drafted in [0, 1]; gamma: draft tokens per step (> 0); tol: the bisection's tolerance on α.
+
+    Returns:
+        α in [0, 1] (float); 1.0 for rate 1 and 0.0 for rate 0; γ <= 1 gives α = rate.
+
+    Raises:
+        ValueError: rate outside [0, 1] or γ <= 0.
+    """
+    r, g = float(rate), float(gamma)
+    if not 0 <= r <= 1 or not g > 0:
+        raise ValueError(f"alpha_from_acceptance_rate needs rate in [0, 1] and gamma > 0; got {rate}, {gamma}")
+    if r in (0.0, 1.0) or g <= 1:
+        return r
+
+    def frac(a):
+        return (float(expected_tokens(a, g)) - 1) / g
+
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if frac(mid) < r else (lo, mid)
+    return (lo + hi) / 2

@@ -84,8 +84,13 @@ def test_a_corrupt_bench_file_raises_instead_of_reading_not_run(tmp_path):
 def test_every_target_reads_a_bench_file_of_the_record():
     from pathlib import Path
 
+    from specrepro.bench.targets import PENDING_FILES
+
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
     for t in TARGETS:
+        if t.file in PENDING_FILES:  # named before its rule exists: once the rule is written, drop it from the list
+            assert f"data/results/{t.file}.json:" not in makefile, f"{t.file} has a rule now: not pending"
+            continue
         assert f"data/results/{t.file}.json:" in makefile, f"{t.id}: no Makefile rule writes {t.file}.json"
 
 

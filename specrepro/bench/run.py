@@ -81,7 +81,8 @@ class BenchResult:
         df["per_position_acceptance"] = df["per_position_acceptance"].map(
             lambda xs: " ".join("-" if (x is None or not math.isfinite(x)) else f"{x:.2f}" for x in xs) if xs else "")
         for col in ("speedup_vs_ar", "speedup_vs_hf_assisted", "speedup_vs_hf_ar", "speedup_vs_hf_assisted_int8",
-                    "speedup_vs_hf_assisted_int8_pruned", "speedup_vs_hf_assisted_int4", "speedup_vs_llama_ar"):
+                    "speedup_vs_hf_assisted_int8_pruned", "speedup_vs_hf_assisted_int4", "speedup_vs_llama_ar",
+                    "speedup_vs_llama_server_ar"):
             if f"{col}_lo" in df:  # the 95% interval beside the median, as printed text
                 df[f"{col}_95ci"] = [f"[{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
                                      for lo, hi in zip(df[f"{col}_lo"], df[f"{col}_hi"])]
@@ -90,9 +91,10 @@ class BenchResult:
                 "speedup_vs_hf_ar_95ci", "speedup_vs_hf_assisted_int8", "speedup_vs_hf_assisted_int8_95ci",
                 "speedup_vs_hf_assisted_int8_pruned", "speedup_vs_hf_assisted_int8_pruned_95ci",
                 "speedup_vs_hf_assisted_int4", "speedup_vs_hf_assisted_int4_95ci", "speedup_vs_llama_ar",
-                "speedup_vs_llama_ar_95ci", "alpha",
+                "speedup_vs_llama_ar_95ci", "speedup_vs_llama_server_ar", "speedup_vs_llama_server_ar_95ci", "alpha",
                 "tokens_per_step", "drafted_per_step", "per_position_acceptance", "greedy_equal_to_ar",
-                "greedy_equal_to_llama_ar", "predicted_speedup", "predicted_speedup_with_prefill", "free_draft_bound", "measured_over_predicted"]
+                "greedy_equal_to_llama_ar", "greedy_equal_to_llama_server_ar", "predicted_speedup",
+                "predicted_speedup_with_prefill", "free_draft_bound", "measured_over_predicted"]
         return df[[c for c in cols if c in df.columns]].set_index("method").round(3)
 
 
@@ -107,8 +109,11 @@ def _gamma_label(spec: MethodSpec, gamma: int):
 #: ``speedup_vs_hf_assisted`` (``speedup_vs_hf_ar``: is our AR as fast as transformers' own greedy ``generate``?;
 #: ``speedup_vs_hf_assisted_int8`` / ``_int8_pruned``: our loop against transformers' with the same int8 draft, or
 #: the same int8 draft with the FR-Spec pruned head; ``speedup_vs_hf_assisted_int4``: the same 4-bit draft;
-#: ``speedup_vs_llama_ar``: against llama.cpp's AR decoding of the same GGUF file, :mod:`specrepro.bench.llama`)
-OTHER_BASELINES = ("hf-ar", "hf-assisted-int8", "hf-assisted-int8-pruned", "hf-assisted-int4", "llama-ar")
+#: ``speedup_vs_llama_ar``: against our loop's AR decoding of the same GGUF file on llama.cpp's kernels,
+#: :mod:`specrepro.bench.llama`; ``speedup_vs_llama_server_ar``: against llama.cpp's own AR, its server without
+#: speculation, :mod:`specrepro.bench.llamaserver`)
+OTHER_BASELINES = ("hf-ar", "hf-assisted-int8", "hf-assisted-int8-pruned", "hf-assisted-int4", "llama-ar",
+                   "llama-server-ar")
 
 #: prompts :func:`run_bench` takes from a workload when ``n_prompts`` is not given (explicit ``prompts`` are all run)
 DEFAULT_N_PROMPTS = 10
@@ -215,6 +220,7 @@ def _summarize(runs, resolved, greedy: bool, seed: int = 0):
             "greedy_equal_to_ar": (bool(eq.all()) if len(eq) else None) if greedy else None,
             "equal_to_ar_runs": f"{int(eq.sum())}/{len(eq)}" if (greedy and len(eq)) else "",
             **(greedy_equality(runs, label, "llama-ar") if greedy and "llama-ar" in methods else {}),
+            **(greedy_equality(runs, label, "llama-server-ar") if greedy and "llama-server-ar" in methods else {}),
         })
     return pd.DataFrame(rows)
 
@@ -316,7 +322,10 @@ def run_bench(
             and each fixed-γ chain method's draft time per token (:func:`measure_costs`; the prediction uses the
             means, :func:`mean_costs`, and ``config.cost_model`` keeps both), and give each such method its
             hardware-aware predicted speedup, free-draft bound and Eq. (1) ideal at its measured α
-            (:func:`add_predictions`).
+            (:func:`add_predictions`); with a llama.cpp method in the run (``llama-*``), also the llama.cpp target's
+            t(n), n = 1..21, the llama.cpp draft's t(1) and c, with 95% intervals over the timed calls, before and
+            after timing (:func:`measure_llama_costs`, ``config.llama_cost_model``; the limit ladder of each
+            llama.cpp method is computed from it on reading, :func:`specrepro.bench.ladder.llama_ladder`).
 
     Returns:
         :class:`BenchResult`: ``runs`` has one row per timed call, the columns of
@@ -399,6 +408,7 @@ def run_bench(
     labels = [label for label, _, _ in resolved]
     method_gammas = {label: g for label, _, g in resolved}
     costs = measure_costs(ctx, runners, method_gammas, encoded) if predict else None
+    llama_costs = measure_llama_costs(ctx, labels, encoded) if predict else None
     warm = None
     if warmup:  # untimed: first-call costs (allocations, kernel selection, lazy imports) stay out of the timings
         wctx = dataclasses.replace(ctx, max_new_tokens=min(8, max_new_tokens))  # shares ctx's built resources
@@ -438,6 +448,7 @@ def run_bench(
         "eos_token_id": ctx.eos_token_id, "options": ctx.options, "float_draft_kept": float_draft_kept,
         "timing": "CUDA events + synchronize" if dev.startswith("cuda") else "time.perf_counter",
         "cost_model": None if costs is None else _cost_model_json(costs),
+        **({} if llama_costs is None else {"llama_cost_model": llama_cost_model_json(llama_costs)}),
         **ctx.config_notes,  # what methods recorded while they were built (e.g. "llamacpp": which build ran)
     }
     # what saved blocks must share with this run to be resumed: the settings and machine, not the commit (results
@@ -453,6 +464,9 @@ def run_bench(
     if costs is not None:  # measured again after timing: the prediction uses both, the config keeps each
         costs = mean_costs(costs, measure_costs(ctx, runners, method_gammas, encoded))
         config["cost_model"] = _cost_model_json(costs)
+    if llama_costs is not None:  # the llama.cpp target's and draft's costs, measured again after timing likewise
+        llama_costs = {"before": llama_costs, "after": measure_llama_costs(ctx, labels, encoded)}
+        config["llama_cost_model"] = llama_cost_model_json(llama_costs)
     gammas = {label: _gamma_label(spec, g) for label, spec, g in resolved}
     runs.insert(runs.columns.get_loc("method") + 1, "gamma", runs["method"].map(gammas))
     summary = _summarize(runs, resolved, sampling.greedy, seed=seed)
@@ -545,6 +559,77 @@ def measure_costs(ctx: BenchContext, runners: dict, gammas: dict, encoded,
         text=ctx.cost_text)
     return {"target": target, "draft_ms": draft_ms, "prefix_len": prefix_len, "repeats": repeats, "rounds": rounds,
             "gammas": gammas, "draft_timed_on": "random ids" if ctx.cost_text is None else "the prompts' tokens"}
+
+
+#: block sizes n of the llama.cpp target's cost curve (verifications of γ = 0..20 draft tokens: the adaptive methods'
+#: γ cap) and the timed calls per point and round, and rounds, of :func:`measure_llama_costs`
+LLAMA_COST_NS = tuple(range(1, 22))
+LLAMA_COST_REPEATS = 5
+LLAMA_COST_ROUNDS = 3
+
+
+def _has_llama(labels) -> bool:
+    return any(str(m).startswith("llama-") for m in labels)
+
+
+def measure_llama_costs(ctx: BenchContext, labels, encoded, ns=LLAMA_COST_NS, repeats: int = LLAMA_COST_REPEATS,
+                        rounds: int = LLAMA_COST_ROUNDS) -> dict | None:
+    """The llama.cpp target's cost curve t(n), n = 1..21, the llama.cpp draft's t(1) and c = t_draft(1) / t_target(1),
+    with 95% intervals over the timed calls (:func:`specrepro.measure.blockcost.measure_block_costs`), when the run
+    holds a llama.cpp method (``llama-*``, llama.cpp's own server included: the same GGUF files on the same kernels).
+
+    The models are the bench's own llama.cpp contexts (:func:`specrepro.bench.llama._model`, opened once per run and
+    shared with the methods; each loop resets them first), the prefix as long as the PyTorch cost model's (the median
+    prompt plus half the new tokens: the mean context of a run, about 200 tokens on HumanEval at 128 new tokens),
+    along the prompts' own tokens. Without a draft in the run, no draft time and no c.
+
+    Returns:
+        None without a llama.cpp method in ``labels``, else :func:`~specrepro.measure.blockcost.measure_block_costs`'s
+        dict plus ``prefix_len`` and ``timed_on``.
+    """
+    import numpy as np
+
+    from specrepro.bench.llama import _model
+    from specrepro.measure.blockcost import measure_block_costs
+
+    from specrepro.backends.llamacpp import llama_cpp_available
+
+    if not _has_llama(labels) or not llama_cpp_available()[0]:  # llama.cpp's server alone runs without the package
+        return None
+    target = _model(ctx, "target")
+    draft = _model(ctx, "draft") if ctx.draft_name is not None else None
+    prefix_len = int(np.median([int(e.numel()) for e in encoded])) + ctx.max_new_tokens // 2
+    prefix_len = min(prefix_len, int(getattr(target, "n_ctx", 4096)) - max(ns))
+    text = None if ctx.cost_text is None else [int(t) for t in ctx.cost_text.tolist()]
+    out = measure_block_costs(target, draft, ns=ns, prefix_len=prefix_len, repeats=repeats, rounds=rounds,
+                              text=text, seed=int(ctx.seed))
+    out["timed_on"] = "random ids" if text is None or len(text) < prefix_len + max(ns) else "the prompts' tokens"
+    return out
+
+
+def llama_cost_model_json(costs: dict) -> dict:
+    """``config.llama_cost_model`` of a bench JSON (ms; sizes n as strings): the measurement's keys
+    (:func:`specrepro.measure.blockcost.measure_block_costs`: ``target_ms`` with ``_lo``/``_hi``, ``draft_ms``, ``c``,
+    each with its 95% interval over the timed calls) for one measurement, or, given ``{"before": ..., "after": ...}``,
+    ``target_ms`` / ``draft_ms`` / ``c`` the means of the two (what the predictions use) with each measurement kept
+    whole under ``before`` and ``after``."""
+    from specrepro.measure.blockcost import block_costs_json
+
+    if "before" not in costs:
+        return block_costs_json(costs)
+    b, a = block_costs_json(costs["before"]), block_costs_json(costs["after"])
+
+    def mean(x, y):
+        return None if x is None or y is None else (float(x) + float(y)) / 2
+
+    out = {"prefix_len": b.get("prefix_len"), "repeats": b.get("repeats"), "rounds": b.get("rounds"),
+           "timed_on": b.get("timed_on"), "interval": b.get("interval"),
+           "target_ms": {n: mean(v, a["target_ms"].get(n)) for n, v in b["target_ms"].items()},
+           "draft_ms": mean(b.get("draft_ms"), a.get("draft_ms")), "c": mean(b.get("c"), a.get("c")),
+           "before": b, "after": a,
+           "measured": "before and after the timed passes; target_ms, draft_ms and c are their means, each "
+                       "measurement with its intervals under before / after"}
+    return out
 
 
 def _curve_ms(curve) -> dict:

@@ -307,6 +307,7 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
     the header says whether the draft as loaded was released before timing). A file that cannot be read is named with the error rather than skipped silently. Links are relative
     to ``base``, the directory of the page that holds the block (default: the repository root).
     """
+    from specrepro.bench.ladder import is_llama_run, ladder_markdown
     from specrepro.bench.run import refresh_predictions
 
     rdir = record_dir("results") if profile == STANDARD else results_dir(profile)
@@ -346,8 +347,14 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                                                  ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"),
                                                  ("speedup_vs_hf_assisted_int8_pruned",
                                                   "× HF assisted, int8 pruned-head draft [95% CI]"),
-                                                 ("speedup_vs_hf_assisted_int4", "× HF assisted, 4-bit draft [95% CI]"))
+                                                 ("speedup_vs_hf_assisted_int4", "× HF assisted, 4-bit draft [95% CI]"),
+                                                 ("speedup_vs_llama_server_ar",
+                                                  "× llama.cpp AR (llama-server-ar) [95% CI]"),
+                                                 ("speedup_vs_llama_ar", "× llama-ar [95% CI]"))
                  if any(key in r for r in summary)]
+        # greedy runs with llama.cpp's AR: whether each output equals its greedy tokens too
+        llama_eq = [b for b in ("llama-server-ar", "llama-ar") if greedy and any(
+            f"greedy_equal_to_{b.replace('-', '_')}" in r for r in summary)]
         predicted = any(r.get("predicted_speedup") is not None for r in summary)
         prefill = any(r.get("predicted_speedup_with_prefill") is not None for r in summary)
         in_run = any(r.get("predicted_speedup_in_run") is not None for r in summary)
@@ -358,10 +365,11 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                      if predicted else "")
         lines = [head, "", "| method | tokens/s | ms/token | × our AR [95% CI] | × HF assisted [95% CI] |"
                  + "".join(f" {title} |" for _, title in extra) + " α [95% CI] | tokens/step [95% CI] | per-position acceptance |"
-                 + pred_head + (" peak resident GB |" if memory else "") + (" equal to greedy AR |" if greedy else ""),
+                 + pred_head + (" peak resident GB |" if memory else "") + (" equal to greedy AR |" if greedy else "")
+                 + "".join(f" equal to greedy {b} |" for b in llama_eq),
                  "|---|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---|"
                  + ("---:|" * (6 if in_run else 4) if predicted else "") + ("---:|" if memory else "")
-                 + ("---|" if greedy else "")]
+                 + ("---|" if greedy else "") + "---|" * len(llama_eq)]
         for r in summary:
             row = [f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),
                    _bench_cell(r.get("tokens_per_s")), _bench_cell(r.get("ms_per_token"), 0),
@@ -383,8 +391,13 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                            else "—")
             if greedy:
                 row.append(r.get("equal_to_ar_runs") or _bench_cell(r.get("greedy_equal_to_ar")))
+            for b in llama_eq:
+                key = b.replace("-", "_")
+                row.append(r.get(f"equal_to_{key}_runs") or _bench_cell(r.get(f"greedy_equal_to_{key}")))
             lines.append("| " + " | ".join(row) + " |")
         parts.append("\n".join(lines) + "\n")
+        if is_llama_run(data):  # llama.cpp's cost model with its intervals and each method's limit ladder
+            parts.append(ladder_markdown(data))
         explained = _render_divergences(path, summary) if greedy else ""
         if explained:
             parts.append(explained)
