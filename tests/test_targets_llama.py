@@ -169,6 +169,11 @@ def test_the_bench_block_shows_the_llama_columns_and_ladder(tmp_path, monkeypatc
     assert "× llama.cpp AR (llama-server-ar) [95% CI]" in text and "× llama-ar [95% CI]" in text
     assert "equal to greedy llama-ar" in text and "12/12" in text
     assert "The limit ladder" in text and "llama.cpp cost model" in text
+    monkeypatch.setattr(report, "record_dir", lambda kind="results": tmp_path)  # the record: missing files named
+    text = report.render_bench("standard")
+    assert "not in the record yet: `bench_qwen_greedy.json`" in text
+    assert "`bench_llamacpp_t1.json` (no recipe yet)" in text
+    assert "`bench_llamacpp_greedy.json`," not in text.split("not in the record yet")[1]
 
 
 def test_block_costs_time_the_tiny_gguf_models():
@@ -201,3 +206,38 @@ def test_block_costs_time_the_tiny_gguf_models():
     assert set(block_costs_json(out)["target_ms"]) == {"1", "3", "5"}
     no_draft = measure_block_costs(target, None, ns=(2,), prefix_len=10, repeats=2, rounds=1)
     assert no_draft["c"] is None and no_draft["target_ms_lo"][2] is None  # 2 calls: too few for an interval
+
+
+def test_the_bench_measures_the_llama_cost_model_before_and_after(tmp_path):
+    from specrepro.backends.llamacpp import llama_cpp_available
+
+    ok, why = llama_cpp_available()
+    if not ok:
+        pytest.skip(f"llama_cpp does not import ({why})")
+    import torch
+
+    from specrepro.backends.tinygguf import TinyShape, tiny_llama_gguf
+    from specrepro.bench import BenchContext
+    from specrepro.bench.run import llama_cost_model_json, measure_llama_costs
+    from specrepro.core.sampling import GREEDY
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)  # the methods open llama.cpp with torch's thread count
+    try:
+        ctx = BenchContext(target=None, tokenizer=None, draft=None, prompts=[], sampling=GREEDY, gamma=2,
+                           max_new_tokens=8, eos_token_id=[], vocab_size=32, seed=0, device="cpu",
+                           cost_text=torch.arange(4, 30).repeat(4),
+                           target_name=str(tiny_llama_gguf(1, TinyShape(), tmp_path)),
+                           draft_name=str(tiny_llama_gguf(1, TinyShape(n_layer=1), tmp_path)))
+        encoded = [torch.tensor([5, 9, 17, 6]), torch.tensor([1, 30, 12, 2, 3, 4])]
+        assert measure_llama_costs(ctx, ["ar", "sd-draft@4"], encoded) is None  # no llama.cpp method
+        runs = [measure_llama_costs(ctx, ["ar", "llama-ar", "llama-sd@2"], encoded, ns=(1, 2, 3), repeats=2,
+                                    rounds=3) for _ in range(2)]
+    finally:
+        torch.set_num_threads(saved)
+    assert runs[0]["prefix_len"] == 5 + 4 and runs[0]["timed_on"] == "the prompts' tokens"
+    out = json.loads(json.dumps(llama_cost_model_json({"before": runs[0], "after": runs[1]})))
+    assert set(out["target_ms"]) == {"1", "2", "3"} and out["before"]["target_calls"]["1"] == 12
+    assert out["target_ms"]["2"] == pytest.approx((runs[0]["target_ms"][2] + runs[1]["target_ms"][2]) / 2)
+    assert out["c"] == pytest.approx((runs[0]["c"] + runs[1]["c"]) / 2) and out["before"]["c_lo"] is not None
+    assert "llamacpp" in ctx.config_notes  # the models were the bench's own, opened by specrepro.bench.llama

@@ -306,6 +306,12 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
     greedy AR, and the largest resident memory of each method's calls where the run measured it (GB of 10^9 bytes;
     the header says whether the draft as loaded was released before timing). A file that cannot be read is named with the error rather than skipped silently. Links are relative
     to ``base``, the directory of the page that holds the block (default: the repository root).
+
+    A run with methods on llama.cpp's kernels (``bench_llamacpp_*``) also gets, where present, the paired ratios over
+    llama.cpp's own AR (``llama-server-ar``) and our loop's (``llama-ar``), whether each greedy output equals theirs,
+    and below its table the llama.cpp cost model with its intervals and each method's limit ladder
+    (:func:`specrepro.bench.ladder.ladder_markdown`). In the standard profile the block ends with the bench files a
+    target names that are not in the record yet.
     """
     from specrepro.bench.ladder import is_llama_run, ladder_markdown
     from specrepro.bench.run import refresh_predictions
@@ -403,6 +409,15 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
             parts.append(explained)
         if cfg.get("workload") == "chat" and data.get("runs"):
             parts.append(_render_groups(data["runs"]))
+    if profile == STANDARD:  # the record's files a performance target reads that are not measured yet
+        from specrepro.bench.targets import PENDING_FILES, TARGETS
+
+        have = {p.stem for p in paths}
+        missing = [f for f in dict.fromkeys(t.file for t in TARGETS) if f not in have]
+        if missing:
+            parts.append("Named by a performance target, not in the record yet: "
+                         + ", ".join(f"`{f}.json`" + (" (no recipe yet)" if f in PENDING_FILES else "")
+                                     for f in missing) + ".\n")
     return "\n".join(parts)
 
 
