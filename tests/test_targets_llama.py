@@ -31,7 +31,8 @@ def _run(sd_speed=1.85, server_spec=26.0, with_cost=True, with_server=True):
     runs = []
     speeds = {"ar": 5.0, "llama-ar": 20.0, "llama-sd@4": 20.0 * sd_speed, "llama-lookup@3": 24.0}
     if with_server:
-        speeds.update({"llama-server-ar": 21.0, "llama-server-draft": server_spec})
+        speeds.update({"llama-server-ar": 21.0, "llama-server-draft": server_spec,
+                       "llama-server-ngram-simple": 20.0})
     for i in range(P):
         wobble = 1 + 0.01 * (i % 3)
         for m, v in speeds.items():
@@ -40,8 +41,10 @@ def _run(sd_speed=1.85, server_spec=26.0, with_cost=True, with_server=True):
                 row.update(target_ms=T1, loop_ms=T1 + 1, steps=128)
             if m == "llama-sd@4":
                 row.update(target_ms=T5, draft_ms=TD, loop_ms=T5 + 4 * TD + 2)
-            if m == "llama-server-draft":
-                row.update(draft_n=100, draft_n_accepted=40)
+            if m == "llama-server-draft":  # the server's totals in the first step, as specrepro.bench.llamaserver
+                row.update(drafted=[100] + [0] * 99, accepted=[40] + [0] * 99, steps=100)
+            if m == "llama-server-ngram-simple":
+                row.update(drafted=[30] + [0] * 111, accepted=[15] + [0] * 111, steps=112)
             runs.append(row)
     e = float(expected_tokens(0.8, 4))
     summary = [{"method": "ar", "tokens_per_s": 5.0, "exact": True},
@@ -57,8 +60,10 @@ def _run(sd_speed=1.85, server_spec=26.0, with_cost=True, with_server=True):
         summary[2].update(speedup_vs_llama_server_ar=s_ar, speedup_vs_llama_server_ar_lo=s_ar - 0.05,
                           speedup_vs_llama_server_ar_hi=s_ar + 0.05)
         summary += [{"method": "llama-server-ar", "tokens_per_s": 21.0, "exact": True},
-                    {"method": "llama-server-draft", "tokens_per_s": server_spec, "exact": False, "gamma": 16,
-                     "speedup_vs_llama_server_ar": server_spec / 21}]
+                    {"method": "llama-server-draft", "tokens_per_s": server_spec, "exact": True, "gamma": None,
+                     "drafted_per_step": 1.0, "tokens_per_step": 1.28, "speedup_vs_llama_server_ar": server_spec / 21},
+                    {"method": "llama-server-ngram-simple", "tokens_per_s": 20.0, "exact": True, "gamma": 0,
+                     "drafted_per_step": 30 / 112, "speedup_vs_llama_server_ar": 20 / 21}]
     config = {"n_prompts": P, "temperature": 0.0, "seed": 0, "target": "qwen2.5-coder-1.5b",
               "draft": "qwen2.5-coder-0.5b", "workload": "humaneval"}
     if with_cost:
@@ -128,7 +133,7 @@ def test_chat_and_t1_targets_read_their_own_files_and_only_exact_methods(tmp_pat
 
 def test_the_ladder_of_a_synthetic_run_matches_the_hand_computation():
     lad = llama_ladder(_run()).set_index("method")
-    assert set(lad.index) == {"llama-sd@4", "llama-lookup@3", "llama-server-draft"}
+    assert set(lad.index) == {"llama-sd@4", "llama-lookup@3", "llama-server-draft", "llama-server-ngram-simple"}
     sd = lad.loc["llama-sd@4"]
     e = (1 - 0.8 ** 5) / 0.2
     assert sd["baseline"] == "llama-ar" and sd["gamma"] == 4 and sd["c"] == pytest.approx(0.1)
@@ -141,10 +146,12 @@ def test_the_ladder_of_a_synthetic_run_matches_the_hand_computation():
     assert sd["measured_over_predicted"] == pytest.approx(1.85 / sd["predicted"])
     lookup = lad.loc["llama-lookup@3"]  # no draft model: c = 0, the prediction is the free-draft bound at γ = 2
     assert lookup["c"] == 0 and lookup["gamma"] == 2 and lookup["predicted"] == pytest.approx(lookup["free_draft"])
-    server = lad.loc["llama-server-draft"]  # α from 40 of 100 drafted accepted at γ = 16
+    server = lad.loc["llama-server-draft"]  # α from 40 of 100 drafted accepted at 1 drafted per step: 0.4
     assert server["baseline"] == "llama-server-ar" and server["acceptance_rate"] == pytest.approx(0.4)
-    assert server["alpha"] == pytest.approx(alpha_from_acceptance_rate(0.4, 16))
+    assert server["gamma"] == 1 and server["alpha"] == pytest.approx(0.4) and server["c"] == pytest.approx(0.1)
     assert server["measured"] == pytest.approx(26 / 21)
+    ngram = lad.loc["llama-server-ngram-simple"]  # no draft model: c = 0; α from 15 of 30 at 0.27 per step
+    assert ngram["c"] == 0 and ngram["alpha"] == pytest.approx(0.5) and ngram["gamma"] == pytest.approx(30 / 112)
     text = ladder_markdown(_run())
     assert "| `llama-sd@4` | `llama-ar` | 4.0 | 0.80 | 0.10 [0.09, 0.11] |" in text
     assert "c 0.10 [0.09, 0.11]" in llama_cost_line(_run()) and "after the timed passes" in llama_cost_line(_run())

@@ -36,8 +36,8 @@ OUR_LLAMA_SPEC = ("llama-sd", "llama-lookup", "llama-hybrid")
 LLAMA_AR, LLAMA_SERVER_AR = "llama-ar", "llama-server-ar"
 #: method bases whose γ is fixed by the name (the others choose it per step: their γ is the mean drafted per step)
 FIXED_GAMMA = ("llama-sd", "llama-sd-block")
-#: method bases that draft without a draft model (an n-gram lookup in the committed text: c = 0)
-NO_DRAFT_MODEL = ("llama-lookup",)
+#: method-name prefixes that draft without a draft model (n-gram lookups in the text: c = 0)
+NO_DRAFT_MODEL = ("llama-lookup", "llama-server-ngram")
 
 
 def _fin(v) -> bool:
@@ -115,8 +115,9 @@ def _runs_median(runs: pd.DataFrame, method: str, column: str) -> float:
 
 
 def _server_counts(runs: pd.DataFrame, method: str) -> tuple[float, float]:
-    """Σ drafted, Σ accepted of a method's runs: the harness's per-step lists (``drafted``, ``accepted``) or
-    llama.cpp server's totals (``draft_n``, ``draft_n_accepted``) where the runs record them; NaN otherwise."""
+    """Σ drafted, Σ accepted of a method's runs: columns ``draft_n`` / ``draft_n_accepted`` (the server's totals)
+    where the runs have them, else the harness's per-step lists ``drafted`` / ``accepted`` (where
+    :mod:`specrepro.bench.llamaserver` puts the server's totals, in their first entry); NaN otherwise."""
     d = runs[runs["method"] == method] if "method" in runs else runs.iloc[0:0]
     for dk, ak in (("draft_n", "draft_n_accepted"), ("drafted", "accepted")):
         if dk in d and ak in d and len(d):
@@ -226,7 +227,7 @@ def llama_ladder(data: dict) -> pd.DataFrame:
             out["alpha_from"] = "reported drafted / accepted, i.i.d. at that γ"
         else:
             alpha, out["alpha_from"] = nan, "not recorded"
-        no_model = base in NO_DRAFT_MODEL
+        no_model = any(base.startswith(p) for p in NO_DRAFT_MODEL)
         c = 0.0 if no_model else c_model
         out.update(gamma=g, alpha=alpha, c=c, c_lo=0.0 if no_model else c_ends["lo"],
                    c_hi=0.0 if no_model else c_ends["hi"], tokens_per_step=_nan(r.get("tokens_per_step")))
