@@ -499,6 +499,10 @@ def run_bench(
                   f"{max_new_tokens} new tokens | T={temperature} top_p={top_p} top_k={top_k} | γ={gamma} | "
                   f"{config['device_description']}, {config['dtype']}, {config['torch_threads']} threads")
             print(result.table().to_string())
+            if "llama_cost_model" in config:  # llama.cpp's cost model and each llama.cpp method's limit ladder
+                from specrepro.bench.ladder import ladder_markdown
+
+                print(ladder_markdown(result.to_json()))
             for label, spec, _ in resolved:
                 if not spec.exact:
                     print(f"note: {label} is not distribution-preserving (exact = False): under sampling its "
