@@ -284,3 +284,67 @@ def test_dynamic_draft_length_acts_under_greedy_decoding(pair):
         assert min(out.drafted[:20]) < 5, stop  # drafts stopped early (before: q(x) = 1 under greedy, never)
         lengths |= set(out.drafted)
     assert len(lengths) > 2  # the draft length really varies
+
+
+# --- the target behind the BlockLM interface (specrepro.backends.hf.HFCausalLM) --------------------------------------
+
+#: tokens and accepted counts of the loop before it drove transformers models through HFCausalLM (its own
+#: DynamicCache, prefill, crop_cache), on the tiny pair, PROMPT, gamma 3, 24 new tokens: the adapter must not change
+#: a single token or draw. (kind, sampling, seed) -> (tokens, accepted)
+_BEFORE_ADAPTER = {
+    ("ar", 0.0, None, None, None): ([4, 5, 3, 7] + [3] * 20, [0] * 24),
+    ("draft", 0.0, None, None, None): ([4, 5, 3, 7] + [3] * 20, [1, 0, 1] + [0] * 19),
+    ("ar", 1.0, None, 1.0, 2): ([6, 0, 5, 1, 3, 1, 3, 6, 5, 3, 6, 2, 4, 5, 2, 0, 1, 3, 3, 3, 3, 6, 0, 1], [0] * 24),
+    ("draft", 1.0, None, 1.0, 0): ([7, 4, 3, 3, 7, 3, 3, 3, 7, 3, 5, 3, 7, 4, 0, 3, 7, 3, 2, 5, 2, 4, 4, 4],
+                                   [2, 2, 0, 0, 1, 1, 3, 1, 3, 1]),
+    ("draft", 0.8, 4, 1.0, 1): ([3, 3, 7, 3, 6, 0, 0, 0, 1, 2, 3, 7, 3, 3, 6, 0, 4, 2, 4, 2, 0, 3, 3, 2],
+                                [0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 1, 1, 3, 0]),
+    ("lookup", 1.2, None, 0.8, 3): ([0, 3, 7, 4, 7, 4, 4, 4, 2, 7, 3, 0, 0, 3, 2, 6, 0, 1, 5, 3, 2, 3, 7, 5],
+                                    [0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0]),
+}
+
+
+@pytest.mark.parametrize("case", list(_BEFORE_ADAPTER), ids=lambda c: f"{c[0]}-T{c[1]}-k{c[2]}-p{c[3]}-seed{c[4]}")
+def test_the_adapter_keeps_every_token_and_draw_of_the_loop_before_it(pair, case):
+    """generate(model) (wrapped automatically) and generate(HFCausalLM(model)) give, bit for bit, the tokens and
+    acceptances the loop gave when it managed the transformers cache itself (greedy and seeded sampling)."""
+    from specrepro.backends.hf import HFCausalLM
+
+    target, draft = pair
+    kind, temperature, top_k, top_p, seed = case
+    cfg = SamplingConfig(temperature, top_k=top_k, top_p=top_p if top_p is not None else 1.0)
+    for tgt in (target, HFCausalLM(target)):
+        drafter = {"ar": None, "draft": DraftModelDrafter(draft, 8), "lookup": PromptLookupDrafter()}[kind]
+        out = generate(tgt, PROMPT, drafter=drafter, gamma=3, max_new_tokens=24, sampling=cfg, seed=seed)
+        assert (out.tokens, out.accepted) == _BEFORE_ADAPTER[case]
+
+
+def test_the_adapter_is_a_blocklm_over_the_models_own_cache(pair):
+    """HFCausalLM.forward_block returns the model's own KV-cached logits (same dtype and device, no copy), keeps
+    the last k rows, computes none for a prefill; truncate drops positions as DynamicCache.crop does."""
+    from transformers import DynamicCache
+
+    from specrepro.backends.hf import HFCausalLM
+    from specrepro.core.blocklm import BlockLM
+
+    target, _ = pair
+    lm = HFCausalLM(target)
+    assert isinstance(lm, BlockLM) and lm.vocab_size == 8 and lm.device == target.device
+    seq = torch.tensor([3, 1, 4, 1, 5, 2, 6])
+    cache = DynamicCache(config=target.config)
+    with torch.inference_mode():
+        ref = target(input_ids=seq[None, :4], past_key_values=cache, use_cache=True, logits_to_keep=4).logits[0]
+        ref2 = target(input_ids=seq[None, 4:], past_key_values=cache, use_cache=True, logits_to_keep=2).logits[0]
+    lm.reset()
+    got = lm.forward_block(seq[:4])
+    assert got.dtype == ref.dtype and torch.equal(got, ref) and len(lm) == 4
+    assert torch.equal(lm.forward_block(seq[4:].tolist(), logits_to_keep=2), ref2) and len(lm) == 7
+    lm.truncate(4)
+    lm.truncate(9)  # no-op: the cache is shorter
+    assert len(lm) == 4 and torch.equal(lm.forward_block(seq[4:], logits_to_keep=2), ref2)
+    lm.reset()
+    assert lm.forward_block(seq[:5], logits_to_keep=0).shape == (0, 8) and len(lm) == 5
+    with pytest.raises(ValueError):
+        lm.truncate(-1)
+    with pytest.raises(ValueError):
+        lm.forward_block([])

@@ -2,49 +2,48 @@
 
 What this file is: the :class:`BlockLM` protocol (the three things a decoding loop needs of a model: a block forward
 on the cached prefix returning logits for every new position, cutting the cache back to a length, and the vocabulary
-size) and :func:`chain_generate`, the chain speculative decoding loop of Leviathan et al. (2023), Algorithm 1 /
-Chen et al. (2023), Algorithm 2, driven through it: the draft proposes gamma tokens one forward at a time, the target
-scores the whole block in one forward, and :func:`~specrepro.core.sampling.verify_chain` (or
-:func:`~specrepro.core.sampling.verify_block`) decides; both caches are cut back after a rejection. The verifiers are
-the project's own (:mod:`specrepro.core.sampling`), not a copy: the loop never knows which backend it drives.
+size), :func:`draft_block` (the draft side of chain speculative decoding over a BlockLM draft: its own cache cut back
+to the longest prefix it shares with the committed sequence, then one forward per drafted token), and
+:func:`chain_generate`, the loop of Leviathan et al. (2023), Algorithm 1 / Chen et al. (2023), Algorithm 2 with a
+BlockLM target and a BlockLM draft: a thin wrapper of :func:`specrepro.core.decoding.generate`, the one decoding loop,
+which drives every target through this protocol (a transformers model through
+:class:`specrepro.backends.hf.HFCausalLM`). Backends: :class:`specrepro.backends.llamacpp.LlamaCppLM` (llama.cpp),
+:class:`specrepro.backends.hf.HFCausalLM` (transformers).
 
-It follows :func:`specrepro.core.decoding.generate` step for step (same cache convention, same commit rule, same
-:class:`~specrepro.core.decoding.GenerationResult`); that loop stays the one for transformers models, whose
-``DynamicCache`` it manages directly. A llama.cpp backend is :class:`specrepro.backends.llamacpp.LlamaCppLM`.
+The drafter of a BlockLM draft with a dynamic block length (``stop_below``, the stop rule of
+:class:`~specrepro.drafters.adaptive.AdaptiveLengthDrafter`) is :class:`specrepro.drafters.model.BlockLMDrafter`,
+which drafts with :func:`draft_block`.
 
 What it is not: a token-tree or Medusa loop, or a batched server (batch size 1).
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Callable, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from specrepro.core.decoding import (
-    MODEL_EOS,
-    GenerationResult,
-    Stopwatch,
-    commit_step,
-    common_prefix,
-    make_generator,
-    prompt_ids,
-)
-from specrepro.core.sampling import GREEDY, SamplingConfig, logits_to_probs, sample, verify_block, verify_chain
+from specrepro.core.decoding import MODEL_EOS, GenerationResult, common_prefix, generate
+from specrepro.core.sampling import GREEDY, SamplingConfig, fit_width, logits_to_probs, sample
 
-__all__ = ["BlockLM", "chain_generate"]
+__all__ = ["BlockLM", "chain_generate", "draft_block"]
 
 
 @runtime_checkable
 class BlockLM(Protocol):
-    """A causal LM with a KV cache over one sequence, as the backend-neutral loop drives it.
+    """A causal LM with a KV cache over one sequence, as the decoding loop drives it.
 
     * ``vocab_size``: V, the width of every logits row.
-    * ``forward_block(token_ids, logits_to_keep=None)``: append ``token_ids`` (n >= 1 ints) to the cached prefix,
-      run them through the model in one call, and return the logits of the last ``logits_to_keep`` of them (all n
-      when None; none for 0) as float32 [k, V] on the CPU, row i being the next-token logits after new token i.
+    * ``forward_block(token_ids, logits_to_keep=None)``: append ``token_ids`` (n >= 1 ints: a sequence of ints;
+      :class:`~specrepro.backends.hf.HFCausalLM` also takes a long [n] tensor) to the cached prefix, run them through
+      the model in one call, and return the logits of the last ``logits_to_keep`` of them (all n when None; none for
+      0) as float [k, V] on the model's device (float32 on the CPU for llama.cpp; the model's dtype and device for
+      transformers), row i being the next-token logits after new token i.
     * ``truncate(length)``: keep the first ``length`` cached positions, drop the rest (no-op when not longer).
     * ``reset()``: empty the cache.
+
+    Optional: ``device`` (where the logits are; the CPU when absent) and ``eos_token_ids`` (the model's stop ids,
+    the default of the loop's ``eos_token_id``).
     """
 
     vocab_size: int
@@ -56,14 +55,71 @@ class BlockLM(Protocol):
     def reset(self) -> None: ...
 
 
-def _stop_ids(eos_token_id, target) -> set[int]:
-    if eos_token_id is MODEL_EOS:
-        return {int(e) for e in getattr(target, "eos_token_ids", ())}
-    if eos_token_id is None:
-        return set()
-    if isinstance(eos_token_id, int):
-        return {eos_token_id}
-    return {int(e) for e in eos_token_id}
+def draft_block(lm: BlockLM, cached: torch.Tensor, ids: torch.Tensor, gamma: int, sampling: SamplingConfig,
+                generator: torch.Generator | None, *, vocab_size: int | None = None,
+                stop: Callable[[int, torch.Tensor, int], bool] | None = None):
+    """Draft up to ``gamma`` tokens continuing ``ids`` with the BlockLM ``lm`` (the draft model of Leviathan et al.
+    2023, Alg. 1: x_i ~ q_i, one forward per token, on the draft's own KV cache).
+
+    The cache, which holds ``cached``, is first cut back to the longest prefix ``cached`` shares with ``ids`` (at most
+    L - 1 tokens, so that one forward yields the next-token logits); the rest of ``ids`` is fed in one block, then
+    each drafted token. q_i is the draft's logits (padded with -inf or cut to ``vocab_size`` when given)
+    processed by :func:`~specrepro.core.sampling.logits_to_probs`; x_i its argmax under greedy decoding, else a draw
+    with ``generator``. ``stop(i, logits, x_i)`` (raw logits float [V], called after the i-th token) ends the block
+    early when it returns True (a dynamic draft length).
+
+    Args:
+        lm: the draft :class:`BlockLM`; cached: long [C] on the CPU, the tokens ``lm``'s cache holds;
+        ids: long [L], L >= 1, the committed sequence (any device); gamma: the most tokens to draft (>= 0).
+
+    Returns:
+        ``(tokens, probs, cached)``: long [g] on the CPU (0 <= g <= gamma), float [g, V] on ``lm``'s device (None when
+        g = 0), and long [L + g - 1] on the CPU (L' = keep when g = 0), what ``lm``'s cache holds afterwards.
+
+    Raises:
+        ValueError: NaN logits (from :func:`~specrepro.core.sampling.logits_to_probs`).
+    """
+    ids = ids.cpu()
+    keep = min(common_prefix(cached, ids), ids.shape[0] - 1)
+    lm.truncate(keep)
+    feed = ids[keep:].tolist()
+    tokens: list[int] = []
+    probs: list[torch.Tensor] = []
+    for _ in range(int(gamma)):
+        logits = fit_width(lm.forward_block(feed, logits_to_keep=1)[-1], vocab_size)
+        q = logits_to_probs(logits, sampling)
+        x = int(q.argmax()) if sampling.greedy else int(sample(q, generator))
+        tokens.append(x)
+        probs.append(q)
+        feed = [x]
+        if stop is not None and stop(len(tokens), logits, x):
+            break
+    tok = torch.tensor(tokens, dtype=torch.long)
+    cached = torch.cat([ids, tok[:-1]]) if tokens else ids[:keep].clone()  # the last token is not fed yet
+    return tok, (torch.stack(probs) if probs else None), cached
+
+
+class _Proposal(NamedTuple):
+    tokens: torch.Tensor
+    probs: torch.Tensor | None
+
+
+class _FixedLengthDraft:
+    """The drafter :func:`chain_generate` wraps a BlockLM draft in: exactly ``gamma`` tokens by :func:`draft_block`
+    (:class:`specrepro.drafters.model.BlockLMDrafter` without a dynamic length)."""
+
+    def __init__(self, lm: BlockLM):
+        self.lm = lm
+        self.name = "draft model"
+        self.reset()
+
+    def reset(self) -> None:
+        self.lm.reset()
+        self.cached_ids = torch.empty(0, dtype=torch.long)
+
+    def propose(self, ids, gamma, sampling, generator):
+        tok, probs, self.cached_ids = draft_block(self.lm, self.cached_ids, ids, gamma, sampling, generator)
+        return _Proposal(tok, probs)
 
 
 def chain_generate(
@@ -80,15 +136,15 @@ def chain_generate(
     verification="token",
 ) -> GenerationResult:
     """Decode from ``target`` autoregressively (``draft=None``) or by chain speculative decoding with the draft
-    model ``draft`` (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, Algorithm 2), both :class:`BlockLM`.
+    model ``draft`` (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, Algorithm 2), both :class:`BlockLM`:
+    :func:`specrepro.core.decoding.generate` with the draft drafting exactly γ tokens per step (:func:`draft_block`).
 
     Each step: the draft, on its own cache (cut back to the longest prefix it shares with the committed sequence),
     samples x_1..x_g, g = min(gamma, tokens left - 1), one forward each, x_i ~ q_i with q_i its logits processed by
     :func:`~specrepro.core.sampling.logits_to_probs`; the target runs ``[last committed token, x_1..x_g]`` in one
     forward (g + 1 rows of logits, row i its distribution before x_{i+1}, row g the bonus position), processed by the
     same function into p; ``verification`` accepts a prefix of the block and draws the correction or bonus token;
-    the target's cache is cut back to the committed length minus one (the cache convention of
-    :func:`specrepro.core.decoding.generate`), which drops the rejected positions.
+    the target's cache is cut back to the committed length minus one, which drops the rejected positions.
 
     Args:
         target, draft: :class:`BlockLM` models over the same vocabulary (e.g.
@@ -97,8 +153,9 @@ def chain_generate(
         gamma: draft length γ >= 1 (ignored without a draft).
         max_new_tokens: the exact cap on new tokens (>= 1).
         sampling: temperature / top-k / top-p, applied identically to target and draft (temperature 0 = greedy).
-        generator: a CPU ``torch.Generator``, the only source of randomness (needed unless greedy).
-        seed: instead of ``generator``: a new CPU generator seeded with ``seed``.
+        generator: a ``torch.Generator`` on the target's device (the CPU for llama.cpp), the only source of
+            randomness (needed unless greedy).
+        seed: instead of ``generator``: a new generator seeded with ``seed``.
         eos_token_id: stop after this token (or any of these), which is kept; default :data:`MODEL_EOS`: the
             target's ``eos_token_ids`` attribute (none if it has none); None or ``()``: never stop early.
         verification: "token" (:func:`~specrepro.core.sampling.verify_chain`, Leviathan Alg. 1), "block"
@@ -116,83 +173,13 @@ def chain_generate(
             target and draft vocabulary sizes that differ; sampling without a generator or seed, or both given;
             NaN logits (from :func:`~specrepro.core.sampling.logits_to_probs`); unknown ``verification``.
     """
-    if not callable(verification) and verification not in ("token", "block"):
-        raise ValueError(f"unknown verification {verification!r}; expected 'token' or 'block'")
     if draft is not None and (isinstance(gamma, bool) or int(gamma) != gamma or gamma < 1):
         raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma!r}")
-    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+    if isinstance(max_new_tokens, bool):
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     if draft is not None and int(draft.vocab_size) != int(target.vocab_size):
         raise ValueError(f"target and draft vocabularies differ: {target.vocab_size} vs {draft.vocab_size} tokens "
                          f"(draft tokens would mean other strings to the target)")
-    ids_t = input_ids if isinstance(input_ids, torch.Tensor) else torch.as_tensor(list(input_ids), dtype=torch.long)
-    ids: list[int] = prompt_ids(ids_t, "cpu").tolist()
-    generator = make_generator(generator, seed, "cpu")
-    if generator is None and not sampling.greedy:
-        raise ValueError("sampling needs an explicit torch.Generator (pass generator=torch.Generator().manual_seed(s) "
-                         "or seed=s)")
-    verify = verification if callable(verification) else (verify_chain if verification == "token" else verify_block)
-    eos = _stop_ids(eos_token_id, target)
-    clock = Stopwatch("cpu")
-    res = GenerationResult(tokens=[], prompt_len=len(ids))
-
-    t_start = clock.start()
-    target.reset()
-    if len(ids) > 1:
-        target.forward_block(ids[:-1], logits_to_keep=0)
-    draft_cached: list[int] = []  # what the draft's cache holds
-    if draft is not None:
-        draft.reset()
-    t = clock.stop("prefill", t_start)
-
-    new: list[int] = []
-    while len(new) < max_new_tokens:
-        budget = max_new_tokens - len(new)
-        g = min(int(gamma), budget - 1) if draft is not None else 0
-        drafted: list[int] = []
-        q_rows: list[torch.Tensor] = []
-        if g > 0:
-            keep = min(common_prefix(torch.tensor(draft_cached, dtype=torch.long),
-                                     torch.tensor(ids, dtype=torch.long)), len(ids) - 1)
-            draft.truncate(keep)
-            feed = ids[keep:]
-            draft_cached = ids[:keep]
-            for _ in range(g):
-                logits = draft.forward_block(feed, logits_to_keep=1)[-1]
-                draft_cached = draft_cached + list(feed)
-                q = logits_to_probs(logits, sampling)
-                x = int(q.argmax()) if sampling.greedy else int(sample(q, generator))
-                drafted.append(x)
-                q_rows.append(q)
-                feed = [x]
-            t = clock.stop("draft", t)
-        draft_tokens = torch.tensor(drafted, dtype=torch.long)
-        draft_probs = torch.stack(q_rows) if q_rows else None
-        logits = target.forward_block([ids[-1]] + drafted)
-        t_new = clock.stop("target", t)
-        res.forward_sizes.append(g + 1)
-        res.target_times.append(t_new - t)
-        t = t_new
-        if logits.shape != (g + 1, int(target.vocab_size)):
-            raise ValueError(f"the target returned logits of shape {tuple(logits.shape)} for a block of {g + 1} "
-                             f"tokens over {target.vocab_size}")
-        p = logits_to_probs(logits, sampling)
-        n, nxt = verify(p, draft_probs, draft_tokens, generator)
-        if g:
-            rows = p[: min(n + 1, g)]
-            qs = draft_probs[: rows.shape[0]]
-            # a probability: a float32 sum over the vocabulary may pass 1 by rounding when q = p
-            res.alpha_terms.extend(torch.minimum(rows, qs).sum(-1).clamp(max=1.0).tolist())
-        step = commit_step(drafted[:n] + [nxt], budget, eos, res)
-        res.drafted.append(g)
-        res.accepted.append(n)
-        new.extend(step)
-        ids.extend(step)
-        target.truncate(len(ids) - 1)
-        t = clock.stop("verify", t)
-        if res.stopped_at_eos:
-            break
-    clock.stop("total", t_start)
-    res.tokens = new
-    res.times = dict(clock.totals)
-    return res
+    return generate(target, input_ids, drafter=_FixedLengthDraft(draft) if draft is not None else None,
+                    gamma=int(gamma), max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
+                    seed=seed, eos_token_id=eos_token_id, verification=verification)

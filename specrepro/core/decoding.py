@@ -1,4 +1,4 @@
-"""KV-cached autoregressive and chain speculative decoding loops for Hugging Face causal LMs.
+"""KV-cached autoregressive and chain speculative decoding: one loop over any model backend.
 
 What this file is: one loop, :func:`generate`, that runs the target with a KV cache and, given a drafter, verifies
 drafted blocks in one target forward pass (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, Algorithm 2 —
@@ -6,9 +6,16 @@ the same algorithm in two notations: Chen's "modified rejection sampling" with i
 so both are served by this one code path). Without a drafter it is the autoregressive (AR) baseline, on the same
 machinery, so timings compare like with like: AR is speculative decoding with gamma = 0.
 
+The target is driven only through the :class:`specrepro.core.blocklm.BlockLM` interface (a block forward on the
+cached prefix, cutting the cache back, the vocabulary width): a transformers causal LM is wrapped in
+:class:`specrepro.backends.hf.HFCausalLM` (its ``DynamicCache``; logits stay on its device, in its dtype), a llama.cpp
+GGUF model is :class:`specrepro.backends.llamacpp.LlamaCppLM`. The draft side is any :mod:`specrepro.drafters`
+drafter, whatever runs it (a transformers draft model, prompt lookup, a llama.cpp draft through
+:class:`specrepro.drafters.model.BlockLMDrafter`, adaptive lengths over either).
+
 Cache convention: the target's cache holds every committed token but the last one; each step feeds
 ``[last committed token, x_1..x_g]`` (g + 1 tokens) and reads g + 1 rows of logits, row i being the target's
-distribution before draft token i and row g the bonus position. After verification the cache is cropped back to
+distribution before draft token i and row g the bonus position. After verification the cache is cut back to
 the committed length minus one, which drops the rejected positions' KV entries.
 
 What it is not: token-tree decoding (:mod:`specrepro.core.trees`) or a batched server; batch size is 1.
@@ -21,7 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specrepro.core.kvcache import crop_cache, new_cache
+from specrepro.backends.hf import HFCausalLM
+from specrepro.core.kvcache import new_cache
 from specrepro.core.sampling import (
     GREEDY,
     SamplingConfig,
@@ -31,7 +39,7 @@ from specrepro.core.sampling import (
 )
 
 __all__ = ["GenerationResult", "generate", "autoregressive", "speculative", "Stopwatch", "MODEL_EOS",
-           "default_eos_ids", "resolve_eos", "prompt_ids", "make_generator"]
+           "default_eos_ids", "resolve_eos", "prompt_ids", "make_generator", "as_block_lm"]
 
 
 class Stopwatch:
@@ -157,10 +165,14 @@ def default_eos_ids(model, tokenizer=None) -> list[int]:
 
 
 def resolve_eos(eos_token_id, model=None) -> set[int]:
-    """The set of stop ids of a decoding loop's ``eos_token_id`` argument: :data:`MODEL_EOS` -> the model's
-    (:func:`default_eos_ids`; none without a model), None or ``()`` -> none, an int or ints -> those."""
+    """The set of stop ids of a decoding loop's ``eos_token_id`` argument: :data:`MODEL_EOS` -> the model's (a
+    backend's own ``eos_token_ids`` attribute where it has one, e.g. :class:`~specrepro.backends.llamacpp.LlamaCppLM`;
+    else :func:`default_eos_ids`; none without a model), None or ``()`` -> none, an int or ints -> those."""
     if isinstance(eos_token_id, _ModelEOS):
-        return set(default_eos_ids(model)) if model is not None else set()
+        if model is None:
+            return set()
+        own = getattr(model, "eos_token_ids", None)
+        return {int(e) for e in own} if own is not None else set(default_eos_ids(model))
     if eos_token_id is None:
         return set()
     if isinstance(eos_token_id, int):
@@ -228,6 +240,13 @@ def commit_step(step: list[int], budget: int, eos: set[int], res: "GenerationRes
     return step
 
 
+def as_block_lm(target):
+    """``target`` as a :class:`~specrepro.core.blocklm.BlockLM`: itself when it has ``forward_block`` (a backend such
+    as :class:`~specrepro.backends.llamacpp.LlamaCppLM`, or an :class:`~specrepro.backends.hf.HFCausalLM` already),
+    else a transformers causal LM wrapped in a new :class:`~specrepro.backends.hf.HFCausalLM`."""
+    return target if hasattr(target, "forward_block") else HFCausalLM(target)
+
+
 def generate(
     target,
     input_ids: torch.Tensor,
@@ -243,9 +262,20 @@ def generate(
 ) -> GenerationResult:
     """Decode from ``target``, autoregressively (``drafter=None``) or with chain speculative decoding.
 
+    Each step: the drafter proposes x_1..x_g (g <= min(gamma, tokens left - 1)) with the distributions q it drew
+    them from (None for point masses); the target runs ``[last committed token, x_1..x_g]`` in one ``forward_block``
+    (g + 1 rows of logits), processed by :func:`~specrepro.core.sampling.logits_to_probs` into p; ``verification``
+    accepts a prefix of the block and draws the correction or bonus token; the drafter hears how many of its tokens
+    were kept (``feedback``); the target's cache is cut back to the committed length minus one.
+
     Args:
-        target: a transformers causal LM (``AutoModelForCausalLM``) on any device.
-        input_ids: long [L] or [1, L], the prompt (L >= 1); one sequence (batch size 1).
+        target: a transformers causal LM (``AutoModelForCausalLM``) on any device, wrapped in
+            :class:`~specrepro.backends.hf.HFCausalLM` (a new KV cache per call), or any
+            :class:`~specrepro.core.blocklm.BlockLM` (e.g. :class:`~specrepro.backends.llamacpp.LlamaCppLM`; reset
+            first). Its device (``device`` attribute; the CPU for a backend without one) is where the committed
+            ids, the draws and the verification live.
+        input_ids: long [L] or [1, L], the prompt (L >= 1); one sequence (batch size 1). A BlockLM target also
+            takes a sequence of L ints.
         drafter: a :mod:`specrepro.drafters` drafter, or None for the AR baseline. Its model may live on another
             device than the target: draft tokens and distributions are moved to the target's device to be verified.
         gamma: draft length γ >= 1 (ignored for AR). Fewer are drafted near ``max_new_tokens``.
@@ -255,8 +285,9 @@ def generate(
             another device, e.g. a CPU generator with a CUDA target, works: each draw is made on the generator's
             device and moved back).
         eos_token_id: stop after this token (or any of these); it is included in the output, nothing after it.
-            Default :data:`MODEL_EOS`: the target's ``generation_config.eos_token_id`` (:func:`default_eos_ids`),
-            as transformers' ``generate``. None (or ``()``) never stops early.
+            Default :data:`MODEL_EOS`: a transformers target's ``generation_config.eos_token_id``
+            (:func:`default_eos_ids`), as transformers' ``generate``; a backend's ``eos_token_ids`` attribute (none
+            if it has none). None (or ``()``) never stops early.
         seed: instead of ``generator``: a new ``torch.Generator`` on the target's device seeded with ``seed``.
         verification: the chain rule: "token" (:func:`~specrepro.core.sampling.verify_chain`, Leviathan Alg. 1) or "block"
             (:func:`~specrepro.core.sampling.verify_block`, Sun et al. 2025 block verification); both exact. A callable
@@ -268,28 +299,37 @@ def generate(
 
     Raises:
         ValueError: gamma < 1 with a drafter, max_new_tokens < 1, an empty prompt or a batch [B > 1, L], sampling
-            without a generator or seed, both generator and seed, NaN logits, unknown verification.
+            without a generator or seed, both generator and seed, NaN logits, unknown verification, target logits
+            of another shape than [g + 1, V], draft distributions of another width than the target's logits.
     """
     if not callable(verification) and verification not in ("token", "block"):
         raise ValueError(f"unknown verification {verification!r}; expected 'token' or 'block'")
     if drafter is not None and gamma < 1:
         raise ValueError(f"gamma (draft length) must be >= 1, got {gamma!r}")
     _check_args(gamma, max_new_tokens)
-    device = target.device
+    lm = as_block_lm(target)
+    takes_tensors = isinstance(lm, HFCausalLM)  # other backends take lists of ints
+    device = getattr(lm, "device", "cpu")
+    if not isinstance(input_ids, torch.Tensor):
+        input_ids = torch.as_tensor([int(t) for t in input_ids], dtype=torch.long)
     ids = prompt_ids(input_ids, device)
     generator = make_generator(generator, seed, device)
     if generator is None and not sampling.greedy:
         raise ValueError("sampling needs an explicit torch.Generator (pass generator=torch.Generator().manual_seed(s) "
                          "or seed=s)")
-    eos = resolve_eos(eos_token_id, target)
+    eos = resolve_eos(eos_token_id, lm.model if takes_tensors else lm)
+    vocab = int(lm.vocab_size)
     clock = Stopwatch(device)
     res = GenerationResult(tokens=[], prompt_len=int(ids.numel()))
     if drafter is not None:
         drafter.reset()
     feedback = getattr(drafter, "feedback", None)
+    verify = verification if callable(verification) else (verify_chain if verification == "token" else verify_block)
 
     t_start = clock.start()
-    cache = prefill(target, ids)
+    lm.reset()
+    if ids.numel() > 1:  # the cache convention: every prompt token but the last
+        lm.forward_block(ids[:-1] if takes_tensors else ids[:-1].tolist(), logits_to_keep=0)
     t = clock.stop("prefill", t_start)
 
     new: list[int] = []
@@ -305,15 +345,17 @@ def generate(
             draft_tokens, draft_probs = ids.new_empty(0), None
         g = int(draft_tokens.numel())
         feed = torch.cat([ids[-1:], draft_tokens])
-        out = target(input_ids=feed[None], past_key_values=cache, use_cache=True, logits_to_keep=g + 1)
+        logits = lm.forward_block(feed if takes_tensors else feed.tolist(), logits_to_keep=g + 1)
         t_new = clock.stop("target", t)
         res.forward_sizes.append(g + 1)
         res.target_times.append(t_new - t)
         t = t_new
-        p = logits_to_probs(out.logits[0, -(g + 1):], sampling)
+        if logits.dim() != 2 or logits.shape[0] != g + 1 or logits.shape[1] != vocab:
+            raise ValueError(f"the target returned logits of shape {tuple(logits.shape)} for a block of {g + 1} "
+                             f"tokens over {vocab}")
+        p = logits_to_probs(logits, sampling)
         if draft_probs is not None and draft_probs.shape[-1] != p.shape[-1]:
             raise ValueError(f"draft distributions have width {draft_probs.shape[-1]}, target logits {p.shape[-1]}")
-        verify = verification if callable(verification) else (verify_chain if verification == "token" else verify_block)
         n, nxt = verify(p, draft_probs, draft_tokens, generator)
         if g:
             q_rows = draft_probs[: min(n + 1, g)] if draft_probs is not None else None
@@ -330,7 +372,7 @@ def generate(
             feedback(g, n)  # the drafter hears how many of its tokens were kept
         new.extend(step)
         ids = torch.cat([ids, torch.tensor(step, dtype=ids.dtype, device=device)])
-        crop_cache(cache, ids.numel() - 1)
+        lm.truncate(ids.numel() - 1)
         t = clock.stop("verify", t)
         if res.stopped_at_eos:
             break

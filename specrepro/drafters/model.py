@@ -1,17 +1,19 @@
 """Draft-model drafters: a small causal LM proposes γ tokens with their distributions q (Leviathan et al. 2023,
-Chen et al. 2023), optionally with a vocabulary-pruned LM head (FR-Spec).
+Chen et al. 2023): a transformers model, optionally with a vocabulary-pruned LM head (FR-Spec), or any
+:class:`~specrepro.core.blocklm.BlockLM` backend (a llama.cpp GGUF model).
 """
 
 from __future__ import annotations
 
 import torch
 
+from specrepro.core.blocklm import draft_block
 from specrepro.core.decoding import common_prefix
 from specrepro.core.kvcache import crop_cache, new_cache
 from specrepro.core.sampling import SamplingConfig, fit_width, logits_to_probs, sample
 from specrepro.drafters.base import Proposal, stop_after
 
-__all__ = ["DraftModelDrafter", "PrunedHeadDrafter"]
+__all__ = ["DraftModelDrafter", "PrunedHeadDrafter", "BlockLMDrafter"]
 
 
 class DraftModelDrafter:
@@ -81,6 +83,59 @@ class DraftModelDrafter:
         self.cached_ids = torch.cat([ids.cpu(), tok[:-1].cpu()]) if tokens else ids.cpu()
         return Proposal(tok, torch.stack(probs) if probs else None)
 
+
+class BlockLMDrafter:
+    """A draft model behind the :class:`~specrepro.core.blocklm.BlockLM` interface (e.g. a llama.cpp GGUF model,
+    :class:`specrepro.backends.llamacpp.LlamaCppLM`) with its own KV cache: :class:`DraftModelDrafter` on any backend
+    (Leviathan et al. 2023, Sec. 3 and Alg. 1; Chen et al. 2023, Alg. 2).
+
+    Each call cuts the draft's cache back to the longest prefix it shares with the committed sequence
+    (``truncate``), feeds the rest in one ``forward_block``, then drafts one token per forward: x_i ~ q_i, q_i the
+    draft's logits processed by the same :func:`~specrepro.core.sampling.logits_to_probs` as the target
+    (:func:`specrepro.core.blocklm.draft_block`). Tokens are returned as long [g] on the CPU, q as float [g, V] on the
+    model's device (float32 on the CPU for llama.cpp); the loop moves them to the target's device.
+
+    Dynamic draft length exactly as :class:`DraftModelDrafter`: ``stop_below > 0`` makes ``gamma`` the maximum and
+    ends the block after the first token whose temperature-1 draft confidence is below it; a ``stop_rule`` (set by
+    :class:`~specrepro.drafters.adaptive.AdaptiveLengthDrafter` for one call) replaces the threshold
+    (:func:`~specrepro.drafters.base.stop_after`). Exact for the same reason: the stop depends only on the draft's own
+    values up to that token.
+
+    Args:
+        lm: the draft :class:`~specrepro.core.blocklm.BlockLM` (its cache is this drafter's: :meth:`reset` clears it).
+        vocab_size: the target's logits width V; the draft's logits are padded with -inf or cut to it (None: the
+            draft's own width, which must then be the target's).
+        name: a label for tables.
+        stop_below: threshold in [0, 1) on the draft's temperature-1 probability of its own token; 0 (default)
+            drafts exactly gamma tokens.
+
+    Raises:
+        ValueError: ``stop_below`` outside [0, 1).
+    """
+
+    def __init__(self, lm, vocab_size: int | None = None, name: str = "draft model", stop_below: float = 0.0):
+        stop_below = float(stop_below)
+        if not 0.0 <= stop_below < 1.0:  # also refuses NaN
+            raise ValueError(f"stop_below (draft confidence threshold) must be in [0, 1), got {stop_below!r}")
+        self.lm = lm
+        self.vocab_size = vocab_size
+        self.name = name
+        self.stop_below = stop_below
+        self.stop_rule = None  # set by AdaptiveLengthDrafter for the length of one call
+        self.reset()
+
+    stop_after = stop_after
+
+    def reset(self) -> None:
+        self.lm.reset()
+        self.cached_ids = torch.empty(0, dtype=torch.long)
+
+    def propose(self, ids, gamma, sampling, generator):
+        dynamic = self.stop_rule is not None or self.stop_below > 0.0
+        tok, probs, self.cached_ids = draft_block(self.lm, self.cached_ids, ids, gamma, sampling, generator,
+                                                  vocab_size=self.vocab_size,
+                                                  stop=self.stop_after if dynamic else None)
+        return Proposal(tok, probs)
 
 
 class PrunedHeadDrafter:
