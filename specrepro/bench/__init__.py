@@ -69,6 +69,7 @@ from __future__ import annotations
 from specrepro.bench import methods as _builtin_methods  # noqa: F401  (registers the built-in methods)
 # after the built-in methods: --list-methods and error messages list the built-in ones first
 from specrepro.bench import llama as _llama_methods  # noqa: F401  (registers llama-ar, llama-sd, llama-sd-block)
+from specrepro.bench import llamaserver as _llamaserver_methods  # noqa: F401  (registers the llama-server-* methods)
 from specrepro.bench.cli import configure_parser, run_command
 from specrepro.bench.methods import bigram_corpus, hf_generation_config
 from specrepro.bench.options import (

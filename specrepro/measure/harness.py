@@ -38,11 +38,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from specrepro.files import machine_snapshot, machine_state
+from specrepro.files import MachineSnapshot, machine_snapshot, machine_state
 from specrepro.measure.memory import peak_rss_mb, reset_peak, rss_split_mb
 from specrepro.stats import bootstrap_ci
 
-__all__ = ["RunOutput", "seed_for", "make_generator", "timed_call", "as_run_output", "run_interleaved", "timing_checkpoint_key", "per_run_table", "paired_ratios", "paired_speedup", "speedup_table", "draft_of_method", "in_run_cost_coefficient"]
+__all__ = ["RunOutput", "register_helper_process", "unregister_helper_process", "seed_for", "make_generator", "timed_call", "as_run_output", "run_interleaved", "timing_checkpoint_key", "per_run_table", "paired_ratios", "paired_speedup", "speedup_table", "draft_of_method", "in_run_cost_coefficient"]
 
 
 @dataclass
@@ -73,6 +73,45 @@ class RunOutput:
     def prefill_s(self) -> float:
         """Seconds spent on the prompt before the first step (NaN when unknown)."""
         return float(self.times.get("prefill", float("nan")))
+
+
+#: pids of processes that do a method's work for this one (e.g. a llama-server the method sends its prompts to):
+#: their CPU time counts as this process's own in the machine state of a timed block, not as another process's.
+HELPER_PIDS: set[int] = set()
+
+
+def register_helper_process(pid: int) -> None:
+    """Count the CPU time of process ``pid`` (a helper this process started and talks to) as this process's own in
+    the machine state of every timed block (``other_cpu_pct``, ``under_load``), from now until
+    :func:`unregister_helper_process`."""
+    HELPER_PIDS.add(int(pid))
+
+
+def unregister_helper_process(pid: int) -> None:
+    """Stop counting ``pid`` as a helper (call it before the helper exits: once reaped, its time is the children's
+    time that :func:`specrepro.files.machine_snapshot` already counts)."""
+    HELPER_PIDS.discard(int(pid))
+
+
+def _helper_cpu_s() -> float:
+    """CPU seconds (user + system, its reaped children included) used so far by the live :data:`HELPER_PIDS`."""
+    total = 0.0
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in list(HELPER_PIDS):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(float(x) for x in fields[11:15]) / hz  # utime stime cutime cstime (fields 14-17)
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def _snapshot() -> MachineSnapshot:
+    """:func:`specrepro.files.machine_snapshot` with the helpers' CPU time added to this process's own."""
+    snap = machine_snapshot()
+    extra = _helper_cpu_s() if HELPER_PIDS else 0.0
+    return MachineSnapshot((*snap[:5], snap[5] + extra)) if extra else snap
 
 
 def seed_for(seed: int, repeat: int, prompt_index: int) -> int:
@@ -171,7 +210,8 @@ def run_interleaved(
         MiB; :mod:`specrepro.measure.memory`: the models' weights included), rss_anon_mb / rss_file_mb (resident
         anonymous and file-backed memory right after the call, MiB), equal_to_baseline, and the machine's state
         during the row's (repeat, prompt) block (:func:`specrepro.files.machine_state`): load_before, load_after,
-        steal_pct, other_cpu_pct, under_load (True: another process or the hypervisor took at least
+        steal_pct, other_cpu_pct (the CPU time of :data:`HELPER_PIDS` counts as this process's own), under_load
+        (True: another process or the hypervisor took at least
         :data:`specrepro.files.LOAD_FLAG_PCT` percent of the CPU while the block was timed). ``attrs["resumed_blocks"]``: the (repeat, prompt)
         blocks loaded from ``checkpoint`` rather than timed in this call.
 
@@ -216,7 +256,7 @@ def run_interleaved(
             order = labels[k:] + labels[:k]
             outs: dict[str, RunOutput] = {}
             first = len(rows)
-            snap = machine_snapshot()
+            snap = _snapshot()
             for pos, label in enumerate(order):
                 bar.set_postfix_str(f"{label} · {pid}", refresh=False)
                 gen = make_generator(seed_for(seed, r, i), dev)
@@ -247,7 +287,7 @@ def run_interleaved(
                     "peak_rss_mb": peak, "rss_anon_mb": now["anon"], "rss_file_mb": now["file"],
                 })
                 bar.update(1)
-            state = machine_state(snap, machine_snapshot())  # was the machine idle while this block was timed?
+            state = machine_state(snap, _snapshot())  # was the machine idle while this block was timed?
             for row in rows[first:]:
                 row["equal_to_baseline"] = (outs[row["method"]].tokens == outs[baseline].tokens) \
                     if (greedy and baseline is not None) else None

@@ -1,4 +1,5 @@
-"""llama.cpp's speculative example programs, built from the source the installed llama-cpp-python was built from.
+"""llama.cpp's speculative example programs and its server, built from the source the installed llama-cpp-python was
+built from.
 
 What this file is: :func:`build_speculative_programs` downloads llama-cpp-python's source distribution at the pinned
 version (``pip download --no-binary :all:``, the release requirements-llamacpp.txt pins), unpacks its vendored
@@ -7,13 +8,19 @@ llama.cpp under ``build/llama.cpp/src`` and builds only the two speculative exam
 target samples) and ``llama-speculative`` (drafts a tree from a draft model and verifies it stochastically), with
 CMake and the project's portable CPU flags (AVX2, no -march=native, no AVX-512, no AMX: see
 requirements-llamacpp.txt). :func:`speculative_programs` finds them once built. They are the black boxes of the
-llama.cpp audit (:mod:`specrepro.sim.llamacpp_audit`).
+llama.cpp audit (:mod:`specrepro.sim.llamacpp_audit`). :func:`build_llama_server` builds ``llama-server`` (its
+tools/server, the HTTP server whose own speculation the bench's ``llama-server-*`` methods time,
+:mod:`specrepro.bench.llamaserver`) the same way, in the same CMake build folder and with the same CPU flags;
+:func:`llama_server_program` finds it. :func:`build_llama_programs` builds any list of the tree's CMake targets.
 
 What it is not: part of the project's set-up (``make setup`` builds only the Python package; the continuous
 integration does not build these programs, and the tests that need them skip without them).
 
-Build time: minutes on 2 cores (the ggml CPU backend, libllama and common are compiled; the other examples, tools,
-tests and the server are not).
+Build time: minutes on 2 cores for the examples (the ggml CPU backend, libllama and common are compiled; the other
+examples, tools and tests are not). ``llama-server`` on top of them: 76 more build steps (the server, its HTTP
+library, the multimodal library mtmd it links, an empty web-UI table), 138 s with ``-j 2`` on this project's shared
+2-core machine under load (2026-11-29, the examples already built). Each build's seconds are appended to
+``build/llama.cpp/build-times.jsonl``.
 """
 
 from __future__ import annotations
@@ -24,23 +31,29 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 from pathlib import Path
 
-__all__ = ["LLAMA_CPP_PYTHON_VERSION", "PROGRAMS", "CMAKE_FLAGS", "BuildError", "default_root",
-           "speculative_programs", "build_speculative_programs", "exit_wait_library"]
+__all__ = ["LLAMA_CPP_PYTHON_VERSION", "PROGRAMS", "SERVER_PROGRAMS", "CMAKE_FLAGS", "BuildError", "default_root",
+           "speculative_programs", "build_speculative_programs", "build_llama_programs", "build_llama_server",
+           "llama_server_program", "exit_wait_library"]
 
 #: the llama-cpp-python release whose vendored llama.cpp is built (requirements-llamacpp.txt pins the same)
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 #: the CMake targets built, as named in the vendored tree (examples/speculative*/CMakeLists.txt)
 PROGRAMS = ("llama-speculative-simple", "llama-speculative")
-#: portable CPU flags (as requirements-llamacpp.txt), and only the examples (no tools, tests, server, app)
+#: the server's CMake target (tools/server/CMakeLists.txt)
+SERVER_PROGRAMS = ("llama-server",)
+#: portable CPU flags (as requirements-llamacpp.txt); the examples and tools (so that the server is a target) are
+#: configured, no tests, no app; the server's web UI is neither built (npm) nor downloaded (an empty asset table).
+#: Only the targets asked for are compiled (``cmake --build --target``).
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
     "-DGGML_NATIVE=OFF", "-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_BMI2=ON", "-DGGML_FMA=ON",
     "-DGGML_F16C=ON", "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
     "-DGGML_AMX_BF16=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
-    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
 )
 
 
@@ -59,11 +72,21 @@ def default_root() -> Path:
 def speculative_programs(root: str | os.PathLike | None = None) -> dict[str, Path] | None:
     """The built programs ({target name: path}) under ``root`` (default :func:`default_root`), or None when any of
     :data:`PROGRAMS` is missing or not executable."""
+    return _programs(root, PROGRAMS)
+
+
+def _programs(root, names) -> dict[str, Path] | None:
     bindir = Path(root if root is not None else default_root()) / "cmake-build" / "bin"
-    out = {name: bindir / name for name in PROGRAMS}
+    out = {name: bindir / name for name in names}
     if all(p.is_file() and os.access(p, os.X_OK) for p in out.values()):
         return out
     return None
+
+
+def llama_server_program(root: str | os.PathLike | None = None) -> Path | None:
+    """The built ``llama-server`` under ``root`` (default :func:`default_root`), or None when it is not built."""
+    found = _programs(root, SERVER_PROGRAMS)
+    return None if found is None else found["llama-server"]
 
 
 def _missing_tools() -> list[str]:
@@ -118,36 +141,80 @@ def _source(root: Path, version: str, log: Path) -> Path:
     return src
 
 
-def build_speculative_programs(root: str | os.PathLike | None = None, *, version: str = LLAMA_CPP_PYTHON_VERSION,
-                               jobs: int = 2) -> dict[str, Path]:
-    """Build :data:`PROGRAMS` under ``root`` (default :func:`default_root`, i.e. ``build/llama.cpp``) and return
-    {target name: path of the binary}. Incremental: an existing source tree and CMake build are reused (a second call
-    returns at once).
+def _cache_mismatch(cache: Path, flags) -> list[str]:
+    """The ``-DKEY=VALUE`` flags whose value CMake's cache does not hold (all of them when there is no cache)."""
+    try:
+        text = cache.read_text(errors="replace")
+    except OSError:
+        return list(flags)
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith(("//", "#")):
+            values[key.split(":")[0]] = value
+    out = []
+    for flag in flags:
+        key, _, value = flag[2:].partition("=")
+        if values.get(key) != value:
+            out.append(flag)
+    return out
+
+
+def build_llama_programs(programs=PROGRAMS, root: str | os.PathLike | None = None, *,
+                         version: str = LLAMA_CPP_PYTHON_VERSION, jobs: int = 2) -> dict[str, Path]:
+    """Build the CMake targets ``programs`` of the vendored llama.cpp under ``root`` (default :func:`default_root`,
+    i.e. ``build/llama.cpp``) and return {target name: path of the binary}. Incremental: an existing source tree and
+    CMake build are reused (a second call returns at once); the build folder is configured again only when its cache
+    lacks one of :data:`CMAKE_FLAGS` (e.g. a folder configured before the server was a target).
 
     Layout: ``root/sdist`` (the downloaded source distribution), ``root/src`` (its vendor/llama.cpp),
-    ``root/cmake-build`` (CMake's build folder, binaries in ``bin/``), ``root/build.log`` (every command's output).
+    ``root/cmake-build`` (CMake's build folder, binaries in ``bin/``), ``root/build.log`` (every command's output),
+    ``root/build-times.jsonl`` (one line per call: the targets, ``jobs``, seconds configuring and building).
 
     Raises:
         BuildError: cmake or a C/C++ compiler is missing (the message names them), or a step failed (with the end
             of its log).
     """
+    import json
+
+    programs = tuple(programs)
     root = Path(root if root is not None else default_root())
     missing = _missing_tools()
     if missing:
-        raise BuildError("cannot build llama.cpp's speculative programs: missing " + ", ".join(missing)
+        raise BuildError(f"cannot build llama.cpp's {', '.join(programs)}: missing " + ", ".join(missing)
                          + " (install them, e.g. apt-get install cmake g++, and call this again)")
     root.mkdir(parents=True, exist_ok=True)
     log = root / "build.log"
     src = _source(root, version, log)
     bld = root / "cmake-build"
-    if not (bld / "CMakeCache.txt").is_file():
-        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    t0 = time.monotonic()
+    if _cache_mismatch(bld / "CMakeCache.txt", CMAKE_FLAGS):
+        gen = ["-G", "Ninja"] if shutil.which("ninja") and not (bld / "CMakeCache.txt").is_file() else []
         _run(["cmake", "-S", str(src), "-B", str(bld), *gen, *CMAKE_FLAGS], log)
-    _run(["cmake", "--build", str(bld), "-j", str(int(jobs)), "--target", *PROGRAMS], log)
-    found = speculative_programs(root)
+    t1 = time.monotonic()
+    _run(["cmake", "--build", str(bld), "-j", str(int(jobs)), "--target", *programs], log)
+    t2 = time.monotonic()
+    with open(root / "build-times.jsonl", "a") as fh:
+        fh.write(json.dumps({"targets": list(programs), "jobs": int(jobs), "configure_s": round(t1 - t0, 1),
+                             "build_s": round(t2 - t1, 1), "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                           time.gmtime())}) + "\n")
+    found = _programs(root, programs)
     if found is None:
-        raise BuildError(f"the build finished but {', '.join(PROGRAMS)} are not all in {bld / 'bin'}; see {log}")
+        raise BuildError(f"the build finished but {', '.join(programs)} are not all in {bld / 'bin'}; see {log}")
     return found
+
+
+def build_speculative_programs(root: str | os.PathLike | None = None, *, version: str = LLAMA_CPP_PYTHON_VERSION,
+                               jobs: int = 2) -> dict[str, Path]:
+    """Build :data:`PROGRAMS` (:func:`build_llama_programs`) and return {target name: path of the binary}."""
+    return build_llama_programs(PROGRAMS, root, version=version, jobs=jobs)
+
+
+def build_llama_server(root: str | os.PathLike | None = None, *, version: str = LLAMA_CPP_PYTHON_VERSION,
+                       jobs: int = 2) -> Path:
+    """Build ``llama-server`` (:data:`SERVER_PROGRAMS`, :func:`build_llama_programs`: same source, build folder and
+    CPU flags as the examples) and return the path of the binary."""
+    return build_llama_programs(SERVER_PROGRAMS, root, version=version, jobs=jobs)["llama-server"]
 
 
 _EXIT_WAIT_C = """\
@@ -188,6 +255,6 @@ def exit_wait_library(root: str | os.PathLike | None = None) -> Path | None:
     return lib
 
 
-if __name__ == "__main__":  # python -m specrepro.sim.llamacpp_build
-    for k, v in build_speculative_programs().items():
+if __name__ == "__main__":  # python -m specrepro.sim.llamacpp_build [TARGET ...] (default: the speculative examples)
+    for k, v in build_llama_programs(tuple(sys.argv[1:]) or PROGRAMS).items():
         print(k, v)
