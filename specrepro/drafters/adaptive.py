@@ -145,8 +145,8 @@ class AdaptiveLengthDrafter:
     run is reproducible.
 
     Args:
-        drafter: a :class:`DraftModelDrafter` or :class:`PrunedHeadDrafter` (its ``stop_below`` is ignored while
-            the wrapper proposes).
+        drafter: a :class:`DraftModelDrafter`, :class:`PrunedHeadDrafter` or :class:`BlockLMDrafter` (a llama.cpp
+            draft; :mod:`specrepro.drafters.model`); its ``stop_below`` is ignored while the wrapper proposes.
         t_target: callable n -> ms (:class:`specrepro.theory.CostCurve`); t_draft: ms per drafted token (a number
             or a callable read at n = 1).
         overhead_ms: per-step time outside the forward passes (ms).
@@ -171,8 +171,8 @@ class AdaptiveLengthDrafter:
                  prior_weight: float = 4.0, decay: float = 0.98, alpha_prior: float = 0.8,
                  keep_calibration: bool = False, name: str | None = None):
         if not hasattr(drafter, "stop_after"):
-            raise ValueError(f"{type(drafter).__name__} has no dynamic draft length (use DraftModelDrafter or "
-                             "PrunedHeadDrafter)")
+            raise ValueError(f"{type(drafter).__name__} has no dynamic draft length (use DraftModelDrafter, "
+                             "PrunedHeadDrafter or BlockLMDrafter)")
         if int(bins) != bins or bins < 1:
             raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
         if not float(prior_weight) > 0.0:

@@ -1,7 +1,9 @@
 """Timing of forward passes: the target's cost curve t(n) and each draft's per-step cost, in ms.
 
-What this file is: the measurements the cost model of :mod:`specrepro.theory` takes as input. What it is not: the
-arithmetic (``theory``) or the interleaved timing of decoding methods (``measure.harness``).
+What this file is: the measurements the cost model of :mod:`specrepro.theory` takes as input, for a transformers
+target or any :class:`specrepro.core.blocklm.BlockLM` target (llama.cpp's :class:`~specrepro.backends.llamacpp.
+LlamaCppLM`, timed through ``forward_block`` and ``truncate``), and for any drafter. What it is not: the arithmetic
+(``theory``) or the interleaved timing of decoding methods (``measure.harness``).
 """
 
 from __future__ import annotations
@@ -37,9 +39,16 @@ def measure_cost_table(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
     Random token ids (drawn with ``generator``) are used: the cost of a dense transformer forward does not depend on
     the ids. CUDA is synchronized around each timed call.
 
+    A :class:`~specrepro.core.blocklm.BlockLM` ``model`` (anything with ``forward_block``, e.g. llama.cpp's
+    :class:`~specrepro.backends.llamacpp.LlamaCppLM`) is timed the same way through its own interface: ``reset``, a
+    prefill of ``prefix_len`` tokens with no logits, then per call ``forward_block`` of n tokens keeping n rows (as a
+    verification of n - 1 draft tokens does) and ``truncate`` back to the prefix; its ids are drawn from
+    [0, ``vocab_size``), and it is reset afterwards.
+
     Args:
-        model: a transformers causal LM; ns: the new-token counts n (each >= 1); prefix_len: cached prefix tokens;
-        repeats: timed rounds (>= 1); generator: seeds the random ids; warmup_rounds: untimed rounds (>= 0).
+        model: a transformers causal LM or a BlockLM; ns: the new-token counts n (each >= 1); prefix_len: cached
+        prefix tokens; repeats: timed rounds (>= 1); generator: seeds the random ids; warmup_rounds: untimed rounds
+        (>= 0).
 
     Returns:
         pandas DataFrame, one row per n in ascending order: n (int), ms (median, float), ms_low, ms_high (95%
@@ -54,6 +63,8 @@ def measure_cost_table(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
     if int(repeats) < 1 or int(warmup_rounds) < 0 or not ns or min(ns) < 1:
         raise ValueError(f"measure_cost_table needs repeats >= 1, warmup_rounds >= 0 and every n >= 1; got "
                          f"{repeats}, {warmup_rounds}, {ns}")
+    if hasattr(model, "forward_block"):
+        return _block_cost_frame(model, ns, prefix_len, int(repeats), generator, int(warmup_rounds))
     device = model.device
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (1, prefix_len + max(ns)), generator=generator).to(device)
@@ -72,6 +83,31 @@ def measure_cost_table(model, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), prefix_
                 if r >= int(warmup_rounds):
                     times[n].append(1000 * (time.perf_counter() - t0))
                 crop_cache(cache, prefix_len)
+    return _cost_frame(times)
+
+
+def _block_cost_frame(lm, ns: list[int], prefix_len: int, repeats: int, generator, warmup_rounds: int):
+    """:func:`measure_cost_table` of a BlockLM ``lm``: the same round-robin over ``ns`` (sorted, >= 1) through
+    ``forward_block`` / ``truncate``, on random ids in [0, ``lm.vocab_size``)."""
+    device = torch.device(getattr(lm, "device", "cpu"))
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    ids = torch.randint(0, int(lm.vocab_size), (prefix_len + max(ns),), generator=generator).tolist()
+    times: dict[int, list[float]] = {n: [] for n in ns}
+    lm.reset()
+    try:
+        if prefix_len:
+            lm.forward_block(ids[:prefix_len], logits_to_keep=0)
+        for r in range(warmup_rounds + repeats):
+            for n in ns:
+                sync()
+                t0 = time.perf_counter()
+                lm.forward_block(ids[prefix_len:prefix_len + n], logits_to_keep=n)
+                sync()
+                if r >= warmup_rounds:
+                    times[n].append(1000 * (time.perf_counter() - t0))
+                lm.truncate(prefix_len)
+    finally:
+        lm.reset()
     return _cost_frame(times)
 
 
@@ -244,7 +280,8 @@ def measure_draft_step_ms(drafter, vocab: int, prefix_len: int = 200, repeats: i
     real, different positions.
 
     Args:
-        drafter: a :mod:`specrepro.drafters` drafter with a KV-cached model (draft model, pruned head, int8).
+        drafter: a :mod:`specrepro.drafters` drafter with a KV-cached model (draft model, pruned head, int8, or a
+            :class:`~specrepro.drafters.model.BlockLMDrafter` of a llama.cpp draft).
         vocab: ids are drawn from [0, vocab).
         prefix_len: length of the random prefix (tokens); repeats: timed calls after ``warmup`` untimed ones (the
             first forwards after the prefill run slow on a CPU: see :func:`specrepro.measure.cost.measure_cost_curve`).
@@ -296,9 +333,15 @@ def measure_chain_costs(target, drafters: dict, ns: Sequence[int], vocab: int, p
     up before it times: the first forwards after loading and after a prefill run slow), and the median over the
     rounds (a drift during the measurement then hits every point alike instead of bending the curve).
 
+    Any backend: ``target`` may be a transformers causal LM or a :class:`~specrepro.core.blocklm.BlockLM` (e.g.
+    llama.cpp's :class:`~specrepro.backends.llamacpp.LlamaCppLM`, timed through ``forward_block`` and ``truncate``,
+    :func:`measure_cost_table`), and a drafter anything with ``propose``/``reset`` (e.g.
+    :class:`~specrepro.drafters.model.BlockLMDrafter` of a llama.cpp draft).
+
     Args:
-        target: a transformers causal LM; drafters: label -> drafter; ns: token counts of the target curve;
-        vocab: random ids are drawn from [0, vocab); repeats: timed calls per point and round (after a warm-up);
+        target: a transformers causal LM or a BlockLM; drafters: label -> drafter; ns: token counts of the target
+        curve; vocab: random ids are drawn from [0, vocab) (the drafters'; a BlockLM target draws from its own
+        ``vocab_size``); repeats: timed calls per point and round (after a warm-up);
         generator: seeds the random ids (the cost of a dense forward does not depend on them) and draws.
         text: real token ids (long tensor [L]) the drafters are timed along (their top-p processing costs depend
             on the distribution, see :func:`measure_draft_step_ms`); None = random ids.
