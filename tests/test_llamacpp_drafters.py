@@ -231,7 +231,7 @@ def test_the_new_methods_on_a_tiny_bench(paths):
     for label, gamma in labels.items():
         name = label.split("@")[0]
         runners[label] = REGISTRY[name].factory(ctx, label if REGISTRY[name].prepare else name, gamma)
-    assert [k for k in ctx._shared if k.startswith("llamacpp:costs")] == ["llamacpp:costs:6"]  # measured once
+    assert [k for k in ctx._shared if k.startswith("llama_costs")] == ["llama_costs:6"]  # measured once
     for label in ("llama-sd-adaptive@6", "llama-hybrid-adaptive@6"):
         run = runners[label]
         assert run.gamma == 6 and list(run.cost_curve.n) == list(range(1, 8)) and run.t_draft_ms > 0
@@ -253,3 +253,18 @@ def test_the_new_methods_on_a_tiny_bench(paths):
     run = REGISTRY["llama-hybrid-adaptive"].factory(sampled, "llama-hybrid-adaptive@6", 6)
     a, b = (run(torch.tensor(PROMPTS[0]), torch.Generator().manual_seed(11)).tokens for _ in range(2))
     assert len(a) == NEW and a != run(torch.tensor(PROMPTS[0]), torch.Generator().manual_seed(12)).tokens
+
+
+def test_chain_costs_of_a_llamacpp_target_and_draft(models):
+    """measure_chain_costs on a BlockLM target (timed through forward_block / truncate) and a BlockLMDrafter: the
+    same (CostCurve, {label: ms}) as for transformers models; the models' caches are left empty."""
+    from specrepro.measure.cost import measure_chain_costs, measure_cost_table
+
+    curve, draft_ms = measure_chain_costs(models["target"], {"draft": BlockLMDrafter(models["early"])}, ns=(1, 2, 4),
+                                          vocab=SHAPE.vocab, prefix_len=20, repeats=2, rounds=2,
+                                          generator=torch.Generator().manual_seed(0), sampling=T1)
+    assert list(curve.n) == [1, 2, 4] and (curve.ms > 0).all()
+    assert set(draft_ms) == {"draft"} and draft_ms["draft"] > 0
+    assert models["target"].tokens == [] and models["early"].tokens == []
+    table = measure_cost_table(models["target"], ns=(3, 1), prefix_len=10, repeats=6, warmup_rounds=1)
+    assert list(table["n"]) == [1, 3] and list(table["rounds"]) == [6, 6] and table["ms_low"].notna().all()

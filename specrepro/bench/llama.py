@@ -229,7 +229,7 @@ def llama_chain_costs(ctx: BenchContext, max_gamma: int, prefix_len: int = COST_
                                              sampling=ctx.sampling, text=ctx.cost_text)
         return curve, t_draft["draft"]
 
-    return ctx.shared(f"llamacpp:costs:{int(max_gamma)}", build)
+    return ctx.shared(f"llama_costs:{int(max_gamma)}", build)
 
 
 def _generate_runner(ctx: BenchContext, drafter, gamma: int):
