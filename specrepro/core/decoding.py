@@ -220,9 +220,11 @@ def _check_args(gamma: int, max_new_tokens: int):
 
 @torch.inference_mode()
 def prefill(target, ids: torch.Tensor):
-    """A fresh KV cache holding every prompt token but the last (long [L], L >= 1): the cache convention shared by
-    :func:`generate`, :func:`specrepro.core.trees.tree_generate` and :func:`specrepro.core.medusa.medusa_generate`, whose
-    every step feeds [last committed token] + draft tokens."""
+    """A fresh KV cache of the transformers model ``target`` holding every prompt token but the last (long [L],
+    L >= 1): the cache convention of :func:`specrepro.core.trees.tree_generate` and
+    :func:`specrepro.core.medusa.medusa_generate` (and of :func:`generate`, which fills its target's cache the same way
+    through :meth:`~specrepro.backends.hf.HFCausalLM.forward_block`), whose every step feeds [last committed token] +
+    draft tokens."""
     cache = new_cache(target)
     if ids.numel() > 1:
         target(input_ids=ids[None, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
