@@ -109,9 +109,12 @@ def llama_cost_line(data: dict) -> str:
 
 
 def _runs_median(runs: pd.DataFrame, method: str, column: str) -> float:
-    from specrepro.bench.run import run_median
-
-    return run_median(runs, method, column)
+    """The median of ``method``'s ``column`` over the per-run table (NaN where absent). The bench's printout imports
+    this module, so it does not import :mod:`specrepro.bench.run`."""
+    if runs.empty or column not in runs:
+        return float("nan")
+    v = pd.to_numeric(runs.loc[runs["method"] == method, column], errors="coerce").dropna()
+    return float(v.median()) if len(v) else float("nan")
 
 
 def _server_counts(runs: pd.DataFrame, method: str) -> tuple[float, float]:

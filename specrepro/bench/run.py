@@ -582,7 +582,7 @@ def measure_llama_costs(ctx: BenchContext, labels, encoded, ns=LLAMA_COST_NS, re
     with 95% intervals over the timed calls (:func:`specrepro.measure.blockcost.measure_block_costs`), when the run
     holds a llama.cpp method (``llama-*``, llama.cpp's own server included: the same GGUF files on the same kernels).
 
-    The models are the bench's own llama.cpp contexts (:func:`specrepro.bench.llama._model`, opened once per run and
+    The models are the bench's own llama.cpp contexts (:func:`specrepro.bench.llama.llama_model`, opened once per run and
     shared with the methods; each loop resets them first), the prefix as long as the PyTorch cost model's (the median
     prompt plus half the new tokens: the mean context of a run, about 200 tokens on HumanEval at 128 new tokens),
     along the prompts' own tokens. Without a draft in the run, no draft time and no c.
@@ -593,7 +593,7 @@ def measure_llama_costs(ctx: BenchContext, labels, encoded, ns=LLAMA_COST_NS, re
     """
     import numpy as np
 
-    from specrepro.bench.llama import _model
+    from specrepro.bench.llama import llama_model as _model
     from specrepro.measure.blockcost import measure_block_costs
 
     from specrepro.backends.llamacpp import llama_cpp_available
