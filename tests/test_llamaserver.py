@@ -58,6 +58,12 @@ def _cpu_s(pid: int) -> float:
     return (float(fields[11]) + float(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.fixture(autouse=True)
+def server_logs(tmp_path, monkeypatch):
+    """Server logs in the test's folder, not build/llama-server."""
+    monkeypatch.setenv("SPECREPRO_LLAMA_SERVER_LOGS", str(tmp_path / "server-logs"))
+
+
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny-gguf-server")
@@ -95,7 +101,7 @@ def test_server_greedy_equals_llamacpp_greedy(paths, reference, method, draft):
                 assert timings["draft_n"] > 0
             out = ls.run_output(tokens, timings, 0.1)
             assert sum(out.accepted) == timings.get("draft_n_accepted", 0)
-            assert len(out.accepted) == len(tokens) - 1 - sum(out.accepted)
+            assert len(out.accepted) == len(tokens) - sum(out.accepted)
     finally:
         srv.close()
     assert not _alive(srv.pid)
@@ -194,3 +200,29 @@ def test_no_orphan_server(paths, how):
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(pid)
+
+
+def test_decoding_goes_on_past_a_server_stop_that_is_no_bench_stop(paths):
+    """The server ends generation at its vocabulary's EOS (id 2 here); with bench stop ids that exclude it, the
+    decoding continues (a further request) and equals our loop's with the same stop ids, at every draft type."""
+    from specrepro.bench import llamaserver as ls
+
+    lm = LlamaCppLM(paths["target"], n_threads=1)
+    cases = []
+    for first in range(3, 32):
+        p = [first, 9, 17, 6]
+        ref = chain_generate(lm, torch.tensor(p), max_new_tokens=N_NEW, sampling=GREEDY, eos_token_id=[]).tokens
+        if 2 in ref[:-1]:
+            cases.append((p, ref))
+    assert cases, "no prompt whose greedy continuation holds the server's EOS"
+    for flags, draft in (((), None), (ls.SERVER_METHODS["llama-server-draft-nmax7"].flags, paths["target"])):
+        srv = _server(paths, flags, draft)
+        try:
+            for p, ref in cases[:3]:
+                tokens, timings, _ = ls.completion(srv, p, max_new_tokens=N_NEW, sampling=GREEDY, eos_token_id=[])
+                assert tokens == ref and timings["requests"] >= 2
+                # and with the server's EOS among the bench's stop ids: one request, cut after it
+                tokens, timings, _ = ls.completion(srv, p, max_new_tokens=N_NEW, sampling=GREEDY, eos_token_id=[2])
+                assert tokens == ref[:ref.index(2) + 1] and timings["requests"] == 1
+        finally:
+            srv.close()

@@ -11,7 +11,9 @@ configuration (:data:`SERVER_METHODS` holds the exact flags):
   the vendored source (common/common.h, ``common_params_speculative_draft``): ``--spec-draft-n-max 3``,
   ``--spec-draft-n-min 0``, ``--spec-draft-p-min 0.0`` (``--spec-draft-p-split 0.10``). The vendored tree has
   renamed the flags ``--draft-max`` / ``--draft-min`` to ``--spec-draft-n-max`` / ``--spec-draft-n-min``
-  (tools/server/README.md: "the argument has been removed"); the old names are refused.
+  (tools/server/README.md: "the argument has been removed"); the old names are refused. ``-md`` alone does not
+  speculate in this version (the type stays ``none`` for a plain draft GGUF file: checked), hence the explicit
+  ``--spec-type``.
 * ``llama-server-draft-nmax7`` — the same at ``--spec-draft-n-max 7``, the setting llama.cpp's documentation shows
   for a target/draft pair (examples/speculative-simple/README.md: ``--spec-type draft-simple --spec-draft-n-max 7``
   for Qwen3-8B with Qwen3-0.6B); neither docs/speculative.md nor tools/server/README.md recommends other draft-model
@@ -47,22 +49,28 @@ Each call: POST ``/completion`` with the prompt as token ids (the harness's ids,
 array gets no BOS from the server — tools/server/README.md: BOS only for a string prompt — and every call checks
 ``timings.prompt_n`` equals the prompt's length and ``timings.cache_n`` is 0), ``n_predict`` = the bench's token
 budget, ``cache_prompt: false`` (every call prefills its whole prompt; nothing carries over but ngram-mod's pool),
-``return_tokens: true``. Greedy decoding: ``temperature: 0`` (llama.cpp's greedy sampler: the argmax). Sampling:
+``return_tokens: true``. Greedy decoding: ``temperature: 0`` in the server's default sampler chain, whose
+temperature step keeps only the highest logit at a temperature <= 0 (src/llama-sampler.cpp): the argmax. Sampling:
 ``temperature``, ``top_k`` (0 = off), ``top_p`` with ``samplers: ["temperature", "top_k", "top_p"]`` (our order:
 temperature, then top-k, then top-p; llama.cpp's other samplers, min-p 0.05 among them, left out) and a ``seed``
 drawn from the harness's generator of the (pass, prompt) — the same law as every method's, not the same draws.
-Stops: the server stops at its vocabulary's end-of-generation tokens (the EOS token included in the returned ids,
-as the bench's methods do); the bench's stop ids should be among them (``config["llama_server"]`` lists both sets
-and any bench stop id the server would not stop at); the returned ids are cut after the first bench stop id.
+Stops: the bench's stop ids, as every method's. The server stops at its vocabulary's end-of-generation tokens
+(the token included in the returned ids), a superset of the bench's here: Qwen2.5-Coder's GGUF files end generation
+at ``<|endoftext|>`` (151643) and the FIM tokens 151662-151664 besides ``<|im_end|>`` (151645), the bench's one stop
+id; where the server stops at a token that is not a bench stop id, a further request continues the same decoding
+(see :func:`completion`: the extra HTTP round trip is in the call's time). The returned ids are cut after the first
+bench stop id (a bench stop id that is not an end-of-generation token for the server would be decoded past and cut;
+``config["llama_server"]["eos"]`` lists both sets and any such id).
 
 What a call returns (a :class:`~specrepro.measure.harness.RunOutput`): the generated ids; ``times`` ``prefill`` and
 ``decode`` (the server's own ``timings.prompt_ms`` and ``predicted_ms``, seconds) and ``request`` (the HTTP call as
 this process saw it); the harness's wall clock around the call is the time of record (HTTP included, as users pay
 it). The server reports draft totals, not steps: ``drafted`` / ``accepted`` hold ``timings.draft_n`` /
 ``draft_n_accepted`` in their first entry and 0 in the others, and their length is the number of target forwards
-after the prefill, derived (new tokens − 1 − accepted: each forward commits its accepted draft tokens and one more;
-exact unless a draft was cut by the token budget or a stop id). So sums (acceptance rate, drafted per step) and
-step counts are right, per-step distributions are not available; no α terms.
+that committed tokens, derived as in our loop's count (new tokens − accepted: the prefill's forward commits the
+first token, each later one its accepted draft tokens and one more; exact unless a draft was cut by the token
+budget or a stop id). So sums (acceptance rate, drafted per step) and step counts are right, per-step
+distributions are not available; no α terms.
 
 The server's CPU time counts as the method's own in the harness's machine state
 (:func:`specrepro.measure.harness.register_helper_process`), not as another process's.
@@ -353,33 +361,61 @@ def sampler_fields(sampling, generator: torch.Generator | None) -> dict:
 
 
 def completion(server: LlamaServer, prompt: list[int], *, max_new_tokens: int, sampling, generator=None,
-               eos_token_id=(), ) -> tuple[list[int], dict, float]:
-    """One ``/completion`` call: (generated ids cut after the first of ``eos_token_id``, the server's ``timings``,
-    seconds of the HTTP call).
+               eos_token_id=()) -> tuple[list[int], dict, float]:
+    """One decoding of ``prompt`` through ``/completion``: (generated ids, ending after the first of
+    ``eos_token_id``, the server's ``timings`` summed over its requests, seconds of the HTTP calls).
+
+    The server stops at every end-of-generation token of its vocabulary; where it stops at one that is not a bench
+    stop id (Qwen2.5's ``<|endoftext|>`` when the bench stops at ``<|im_end|>`` only), the decoding goes on as every
+    other method's does: a further request continues from the prompt and the tokens so far, reusing the slot's
+    cache of this same decoding (``cache_prompt: true`` for that request only; the first always re-prefills), for
+    the tokens left of the budget. Its prompt work counts as decoding (``timings['prompt_ms']`` is the first
+    request's). The returned ``timings`` carry ``requests`` (how many were sent).
 
     Raises:
         RuntimeError: the server evaluated another number of prompt tokens than given (a BOS added, a cache reused)
             or returned no token ids.
     """
-    payload = {"prompt": [int(t) for t in prompt], "n_predict": int(max_new_tokens), "cache_prompt": False,
-               "return_tokens": True, "stream": False, **sampler_fields(sampling, generator)}
-    t0 = time.perf_counter()
-    r = server.post("/completion", payload)
-    seconds = time.perf_counter() - t0
-    timings = r.get("timings") or {}
-    if int(timings.get("prompt_n", -1)) != len(prompt) or int(timings.get("cache_n", 0)) != 0:
-        raise RuntimeError(f"llama-server evaluated {timings.get('prompt_n')} prompt tokens ({timings.get('cache_n')} "
-                           f"from its cache) for a prompt of {len(prompt)}: a BOS was added or a cache reused")
-    tokens = r.get("tokens")
-    if tokens is None or (not tokens and int(r.get("tokens_predicted", 0)) > 0):
-        raise RuntimeError("llama-server returned no token ids (return_tokens)")
-    tokens = [int(t) for t in tokens]
+    prompt = [int(t) for t in prompt]
     stops = {int(e) for e in (eos_token_id or ())}
-    for i, t in enumerate(tokens):
-        if t in stops:
-            tokens = tokens[:i + 1]
-            break
-    return tokens[:int(max_new_tokens)], timings, seconds
+    tokens: list[int] = []
+    total = {"prompt_n": 0, "cache_n": 0, "prompt_ms": 0.0, "predicted_ms": 0.0, "draft_n": 0,
+             "draft_n_accepted": 0, "requests": 0}
+    seconds = 0.0
+    while True:
+        first = not tokens
+        payload = {"prompt": prompt + tokens, "n_predict": int(max_new_tokens) - len(tokens),
+                   "cache_prompt": not first, "return_tokens": True, "stream": False,
+                   **sampler_fields(sampling, generator)}
+        t0 = time.perf_counter()
+        r = server.post("/completion", payload)
+        seconds += time.perf_counter() - t0
+        t = r.get("timings") or {}
+        n_eval, n_cached = int(t.get("prompt_n", -1)), int(t.get("cache_n", 0))
+        if first and (n_eval != len(prompt) or n_cached != 0):
+            raise RuntimeError(f"llama-server evaluated {n_eval} prompt tokens ({n_cached} from its cache) for a "
+                               f"prompt of {len(prompt)}: a BOS was added or a cache reused")
+        if not first and n_eval + n_cached != len(prompt) + len(tokens):
+            raise RuntimeError(f"llama-server continued from {n_eval} + {n_cached} cached tokens, not the "
+                               f"{len(prompt) + len(tokens)} sent")
+        new = r.get("tokens")
+        if new is None or (not new and int(r.get("tokens_predicted", 0)) > 0):
+            raise RuntimeError("llama-server returned no token ids (return_tokens)")
+        total["requests"] += 1
+        total["prompt_n"] += n_eval
+        total["cache_n"] += n_cached
+        total["prompt_ms" if first else "predicted_ms"] += float(t.get("prompt_ms", 0.0))
+        total["predicted_ms"] += float(t.get("predicted_ms", 0.0))
+        total["draft_n"] += int(t.get("draft_n", 0))
+        total["draft_n_accepted"] += int(t.get("draft_n_accepted", 0))
+        tokens += [int(x) for x in new]
+        cut = next((i for i, x in enumerate(tokens) if x in stops), None)
+        if cut is not None:
+            return tokens[:cut + 1], total, seconds
+        if len(tokens) >= int(max_new_tokens):
+            return tokens[:int(max_new_tokens)], total, seconds
+        if r.get("stop_type") != "eos" or not new:
+            return tokens, total, seconds
 
 
 def run_output(tokens: list[int], timings: dict, seconds: float):
@@ -387,9 +423,7 @@ def run_output(tokens: list[int], timings: dict, seconds: float):
     from specrepro.measure.harness import RunOutput
 
     drafted, accepted = int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
-    steps = max(0, len(tokens) - 1 - accepted)
-    if steps == 0 and drafted:
-        steps = 1
+    steps = max(0, len(tokens) - accepted)
     d = [drafted] + [0] * (steps - 1) if steps else []
     a = [accepted] + [0] * (steps - 1) if steps else []
     times = {"prefill": float(timings.get("prompt_ms", float("nan"))) / 1000.0,
