@@ -36,7 +36,8 @@ QUICK_EXECUTED := $(patsubst notebooks/%.ipynb,notebooks/executed/quick/%.ipynb,
 BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_greedy.json data/results/bench_qwen_nucleus.json \
     data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json \
     data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json \
-    data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json data/results/bench_llamacpp_greedy.json)
+    data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json data/results/bench_llamacpp_greedy.json \
+    data/results/bench_llamacpp_vs_ours.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
 # on the idle 2-core Xeon, so about 5 h there: one AR and one speculative run of 128 tokens per problem plus a
 # teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/
@@ -296,17 +297,32 @@ data/results/bench_qwen_bf16.json: | $(STAMP)
 	    --methods ar,hf-ar,sd-draft-adaptive@20,sd-draft-adaptive-int8@20,hf-assisted,hf-assisted-int8 \
 	    --temperature 0 --json $@
 
-# llama.cpp's kernels under our exact chain, greedy: the pair's GGUF files as shipped (Q4_K_M mixes), their forwards
-# run by llama.cpp (llama-cpp-python 0.3.36 built from source, requirements-llamacpp.txt) with torch's thread count:
-# llama.cpp's AR decoding (llama-ar), our chain speculative sampling at γ = 4 with token and with block verification
-# (llama-sd@4, llama-sd-block@4), beside our PyTorch AR (ar, the same GGUF files dequantized to float32) and our best
-# PyTorch chain (sd-draft-adaptive-int8@20); 20 HumanEval prompts x 64 tokens, BENCH_REPEATS interleaved passes.
-# llama.cpp shares torch's OpenMP runtime in the process: OMP_WAIT_POLICY is left at its default (config.llamacpp
-# records it, the llama.cpp build and the GGUF files' sha256); on a machine shared with other jobs, PASSIVE keeps idle
-# OpenMP workers from spinning, and slows the torch methods too. Not yet measured (make status: missing).
+# llama.cpp side by side, greedy code: the pair's GGUF files as shipped (Q4_K_M mixes, nothing dequantized), every
+# method's forwards run by llama.cpp (llama-cpp-python 0.3.36 built from source, requirements-llamacpp.txt; threads =
+# torch's). llama.cpp's own decoding through its server, started once per command line (specrepro.bench.llamaserver):
+# AR (llama-server-ar), its draft-model speculation at the server's defaults (llama-server-draft: draft-simple, n-max 3,
+# p-min 0) and at the one draft-pair setting its documentation gives (llama-server-draft-nmax7, from its
+# speculative-simple example), its n-gram speculation (llama-server-ngram-simple; ngram-mod is left out because its
+# pool persists across requests, so later passes would draft from earlier ones). Ours on the same kernels
+# (specrepro.bench.llama): AR through our loop (llama-ar), the chain at γ = 4 (llama-sd@4), the adaptive length
+# (llama-sd-adaptive@20), prompt lookup (llama-lookup@4) and the hybrid (llama-hybrid-adaptive@20). 20 HumanEval
+# prompts x 64 tokens, BENCH_REPEATS interleaved passes; the llama.cpp cost curve t(n), c and each method's limit
+# ladder are measured before and after (config.llama_cost_model). Our PyTorch AR is not in this file (about 18 s per
+# call here, it would take the shard past an hour on the slowest CPU): bench_llamacpp_vs_ours.json sets the two side by
+# side. llama.cpp shares torch's OpenMP runtime in the process; OMP_WAIT_POLICY is left at its default (recorded).
 data/results/bench_llamacpp_greedy.json: | $(STAMP)
+	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
-	    --repeats $(BENCH_REPEATS) --methods ar,llama-ar,llama-sd@4,llama-sd-block@4,sd-draft-adaptive-int8@20 \
+	    --repeats $(BENCH_REPEATS) --methods $(LLAMA_GREEDY_METHODS) --temperature 0 --json $@
+
+LLAMA_GREEDY_METHODS := llama-server-ar,llama-ar,llama-sd@4,llama-sd-adaptive@20,llama-lookup@4,llama-hybrid-adaptive@20,llama-server-draft,llama-server-draft-nmax7,llama-server-ngram-simple
+
+# llama.cpp against our PyTorch decoding, greedy code, in one run: our float32 AR of the dequantized files and our
+# best PyTorch chain beside llama.cpp's AR and our hybrid on llama.cpp's kernels; 10 HumanEval prompts x 64 tokens.
+data/results/bench_llamacpp_vs_ours.json: | $(STAMP)
+	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-adaptive-int8@20,llama-server-ar,llama-hybrid-adaptive@20 \
 	    --temperature 0 --json $@
 
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
