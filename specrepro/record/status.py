@@ -74,7 +74,7 @@ SHARDS: tuple[Shard, ...] = (
     *(_bench(n) for n in ("bench_qwen_greedy", "bench_qwen_nucleus", "bench_qwen_t1_trees", "bench_qwen_t1_block",
                           "bench_qwen_dynamic_probe", "bench_qwen_medusa", "bench_qwen_verifiers_t1",
                           "bench_qwen_verifiers_nucleus", "bench_qwen_drafts", "bench_qwen_chat", "bench_qwen_bf16",
-                          "bench_llamacpp_greedy")),
+                          "bench_llamacpp_greedy", "bench_llamacpp_spec", "bench_llamacpp_vs_ours")),
     _csv("greedy_equality_humaneval"),
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
     _csv("divergences_bench_qwen_bf16"),
