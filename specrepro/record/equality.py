@@ -13,6 +13,12 @@ import), not the commit or the machine: a sitting after an unrelated commit, or 
 one stopped. Every row names the commit and CPU of the sitting that decoded it (AR and speculative output of one
 prompt always come from one sitting), and the provenance lists them all.
 
+``--from-bench FILE`` explains the greedy outputs of a bench file that differ from its AR run instead: for PyTorch
+methods by :func:`specrepro.sim.real.explain_divergence` (bounds in spacings of the dtype), for a llama.cpp bench file
+(its config names the target's GGUF file) by :mod:`specrepro.sim.llama_equality` (every ``llama-*`` output against
+the baseline and ``llama-ar``, the target's logits replayed along three ways of batching the same tokens, a near-tie
+within ``--tie-disagreements`` times the paths' disagreement on every path).
+
 What it is not: a timing (the two runs are not interleaved for speed; use ``python -m specrepro bench``).
 """
 
@@ -24,7 +30,7 @@ from pathlib import Path
 from specrepro.files import checkpoint_file
 
 __all__ = ["configure_parser", "run_command", "checkpoint_path", "bench_divergences", "divergences_name",
-           "DECODING_MODULES", "add_workload_options"]
+           "DECODING_MODULES", "add_workload_options", "bench_prompt_ids", "open_llama_bench_target"]
 
 #: The modules whose code decides the tokens of a greedy-equality row (with every package module they import; see
 #: :func:`specrepro.files.code_fingerprint`): decoding and its caches, the draft model, model loading, the workloads
@@ -67,12 +73,63 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tie-spacings", type=float, default=2.0,
                    help="with --from-bench: the near-tie bound in spacings of the model's dtype at the logits "
                         "(the bound is the larger of this and --tie-bound)")
+    p.add_argument("--tie-disagreements", type=float, default=4.0,
+                   help="with --from-bench on a llama.cpp bench file: the near-tie bound in multiples of d, the "
+                        "replayed paths' disagreement on the two tokens' logits (one token per llama_decode as "
+                        "llama-ar; the whole prefix in one decode; the prompt in one decode then one token each as "
+                        "llama-server-ar; d = the largest spread of either token's logit over the paths). A "
+                        "divergence is a near-tie when |logit(reference token) - logit(other token)| <= "
+                        "max(--tie-bound, this x d) on every path: 4 = 2 (a gap moves by up to 2d when each logit "
+                        "moves by d) x 2 (the methods' own block sizes are not all replayed); see "
+                        "specrepro.sim.llama_equality")
 
 
 def divergences_name(bench_json: str | Path) -> str:
     """The result table that explains a bench file's greedy divergences: ``divergences_<bench file stem>`` (not
     ``bench_*``, which names the bench files themselves)."""
     return f"divergences_{Path(bench_json).stem}"
+
+
+def bench_prompt_ids(cfg: dict, tokenizer) -> dict:
+    """The token ids a bench file's methods decoded, rebuilt as the bench built them (its workload and first
+    ``n_prompts`` prompts, raw or under the tokenizer's chat template as ``chat_template`` says, encoded by the
+    target's tokenizer): prompt id -> long [L] tensor."""
+    from specrepro.data import format_prompt, load_workload
+
+    chat = bool(cfg.get("chat_template"))
+    return {p.id: tokenizer(format_prompt(p, tokenizer, chat=chat), return_tensors="pt").input_ids[0]
+            for p in load_workload(cfg["workload"], int(cfg["n_prompts"]))}
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def open_llama_bench_target(cfg: dict):
+    """The target of a llama.cpp bench file as the bench opened it: its GGUF file (the zoo's, or a path, via
+    :func:`specrepro.bench.llama.gguf_path`), checked against the sha256 the file records, in a
+    :class:`~specrepro.backends.llamacpp.LlamaCppLM` with the recorded context length, thread count and KV cache type
+    and llama.cpp's default attention (flash attention "auto", as the bench ran it).
+
+    Raises:
+        ValueError: the GGUF file here is not the one the bench ran (another sha256).
+    """
+    from specrepro.backends.llamacpp import LlamaCppLM
+    from specrepro.bench.llama import gguf_path
+
+    note = cfg["llamacpp"]
+    g = note["target_gguf"]
+    path = gguf_path(g["model"])
+    if g.get("sha256") and _sha256(path) != g["sha256"]:
+        raise ValueError(f"{path} is not the target GGUF file the bench ran (sha256 {g['sha256'][:12]}...)")
+    return LlamaCppLM(path, n_ctx=int(note.get("n_ctx") or 4096), n_threads=note.get("n_threads"),
+                      kv_cache_type=note.get("kv_cache_type") or "f16")
 
 
 def bench_divergences(bench_json: str | Path, *, tie_bound: float = 1e-3, tie_spacings: float = 2.0,
@@ -96,7 +153,6 @@ def bench_divergences(bench_json: str | Path, *, tie_bound: float = 1e-3, tie_sp
 
     import pandas as pd
 
-    from specrepro.data import format_prompt, load_workload
     from specrepro.sim.real import explain_divergence
 
     data = json.loads(Path(bench_json).read_text())
@@ -112,7 +168,7 @@ def bench_divergences(bench_json: str | Path, *, tie_bound: float = 1e-3, tie_sp
         from specrepro.models import load_model
 
         model, tokenizer = load_model(cfg["target"], dtype=cfg.get("dtype") or "float32")
-    prompts = {p.id: p for p in load_workload(cfg["workload"], int(cfg["n_prompts"]))}
+    encoded = bench_prompt_ids(cfg, tokenizer)
     rows = []
     for (method, idx), group in pd.DataFrame(bad).groupby(["method", "prompt_index"], sort=True):
         first = group.sort_values("repeat").iloc[0]
@@ -120,8 +176,7 @@ def bench_divergences(bench_json: str | Path, *, tie_bound: float = 1e-3, tie_sp
         if key not in ar:
             raise ValueError(f"{bench_json}: {method} diverges on prompt {idx} but the file has no ar run to compare")
         pid = first["prompt"]
-        text = format_prompt(prompts[pid], tokenizer, chat=bool(cfg.get("chat_template")))
-        ids = tokenizer(text, return_tensors="pt").input_ids[0]
+        ids = encoded[pid]
         n_runs = sum(1 for r in runs if r["method"] == method and r["prompt_index"] == idx)
         why = explain_divergence(model, ids, ar[key], list(first["token_ids"]), tie_bound=tie_bound,
                                  tie_spacings=tie_spacings)
@@ -193,9 +248,13 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
 
 def _run_from_bench(args: argparse.Namespace) -> int:
     """``greedy-equality --from-bench FILE``: :func:`bench_divergences` saved as ``divergences_<bench name>`` (the
-    committed record only under ``make reproduce``). Exit status 1 when a divergence is not a near-tie."""
+    committed record only under ``make reproduce``); for a llama.cpp bench file (its config names the target's GGUF
+    file), :func:`_run_from_llama_bench`. Exit status 1 when a divergence is not a near-tie."""
+    import json
+
     from specrepro.files import sha256_bytes
     from specrepro.record.results import check_clean_for_record, save_table
+    from specrepro.sim.llama_equality import is_llamacpp_bench
 
     if not args.tie_bound > 0 or not args.tie_spacings >= 0:
         raise ValueError(f"need tie_bound > 0 and tie_spacings >= 0; got {args.tie_bound}, {args.tie_spacings}")
@@ -203,6 +262,8 @@ def _run_from_bench(args: argparse.Namespace) -> int:
     if not path.exists():
         raise FileNotFoundError(f"no bench file {path}")
     check_clean_for_record(args.profile)
+    if is_llamacpp_bench(json.loads(path.read_text())["config"]):
+        return _run_from_llama_bench(args, path)
     table = bench_divergences(path, tie_bound=args.tie_bound, tie_spacings=args.tie_spacings)
     save_table(table, divergences_name(path), profile=args.profile, bench_file=path.name,
                bench_sha256=sha256_bytes(path.read_bytes()), tie_bound=args.tie_bound,
@@ -211,3 +272,48 @@ def _run_from_bench(args: argparse.Namespace) -> int:
     print(f"{path.name}: {len(table)} (method, prompt) divergences from greedy AR, {len(table) - n_bad} near-ties "
           f"(|gap| <= max({args.tie_bound:g}, {args.tie_spacings:g} spacings)), {n_bad} not explained")
     return 1 if n_bad else 0
+
+
+def _run_from_llama_bench(args: argparse.Namespace, path: Path) -> int:
+    """``--from-bench`` on a llama.cpp bench file: :func:`specrepro.sim.llama_equality.llama_bench_divergences` (every
+    llama.cpp output against the baseline and llama-ar, three replayed paths, the near-tie rule fixed in advance:
+    |gap| <= max(--tie-bound, --tie-disagreements x the paths' disagreement) on every path), saved as
+    ``divergences_<bench name>``. Prompts rebuilt by the target's tokenizer (:func:`bench_prompt_ids`), the target
+    opened from the GGUF file the bench ran (:func:`open_llama_bench_target`)."""
+    import json
+    import time
+
+    from specrepro.files import sha256_bytes
+    from specrepro.models import load_tokenizer
+    from specrepro.record.results import save_table
+    from specrepro.sim.llama_equality import PATHS, llama_bench_divergences, llama_references
+
+    if not args.tie_disagreements >= 0:
+        raise ValueError(f"need tie_disagreements >= 0; got {args.tie_disagreements}")
+    raw = path.read_bytes()
+    data = json.loads(raw)
+    cfg = data["config"]
+    t0 = time.perf_counter()
+    ids = bench_prompt_ids(cfg, load_tokenizer(cfg["target"]))
+    lm = open_llama_bench_target(cfg)
+    table = llama_bench_divergences(data, ids, lm, tie_disagreements=args.tie_disagreements,
+                                    tie_bound=args.tie_bound, progress=True)
+    seconds = time.perf_counter() - t0
+    g = cfg["llamacpp"]["target_gguf"]
+    methods = list(dict.fromkeys(r["method"] for r in data.get("runs") or []))
+    save_table(table, divergences_name(path), profile=args.profile, bench_file=path.name,
+               bench_sha256=sha256_bytes(raw), tie_bound=args.tie_bound, tie_disagreements=args.tie_disagreements,
+               rule="near-tie: |logit(reference token) - logit(other token)| <= max(tie_bound, tie_disagreements x d) "
+                    "on every path, d = the largest spread of either token's logit over the paths",
+               paths=list(PATHS), references=llama_references(cfg, methods), target_gguf=g.get("file"),
+               target_sha256=g.get("sha256"), n_threads=lm.n_threads, seconds=round(seconds, 1))
+    n = len(table)
+    ok = table["explained"].astype(bool) if n else table.get("explained")
+    n_ok = int(ok.sum()) if n else 0
+    gaps = table["max_abs_gap"] if n and "max_abs_gap" in table else None
+    largest = f"{gaps.max():.4g}" if gaps is not None and gaps.notna().any() else "-"
+    largest_tie = (f"{gaps[ok].max():.4g}" if gaps is not None and gaps[ok].notna().any() else "-")
+    print(f"{path.name}: {n} (method, reference, prompt) divergences among llama.cpp outputs, {n_ok} near-ties "
+          f"(|gap| <= max({args.tie_bound:g}, {args.tie_disagreements:g} x the paths' disagreement) on every path), "
+          f"{n - n_ok} not explained; largest |gap| {largest} (among near-ties {largest_tie}); {seconds / 60:.1f} min")
+    return 1 if n - n_ok else 0
