@@ -26,7 +26,7 @@ def repo_root() -> Path:
 
 
 # paths a run writes (never inputs to a measurement): excluded from the "-dirty" check of the provenance commit
-_OUTPUT_PATHS = ("data/results", "figures", "notebooks/executed", "build", "README.md", "docs")
+_OUTPUT_PATHS = ("data/results", "data/checkpoints", "figures", "notebooks/executed", "build", "README.md", "docs")
 
 
 def checkpoint_file(name: str, profile: str) -> Path:
