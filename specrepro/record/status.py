@@ -148,8 +148,8 @@ def _recipe_settings(line: str) -> dict:
     bench_parser(p)
     args, _ = p.parse_known_args(words)
     methods = [m.strip() for m in (args.methods or "").split(",") if m.strip()]
-    if methods and "ar" not in methods:
-        methods.insert(0, "ar")
+    if methods and args.baseline not in methods:  # the bench runs its baseline first when it is not named
+        methods.insert(0, args.baseline)
     options = dict(o.split("=", 1) for o in args.opt)
     return {"methods": methods, "n_prompts": args.n_prompts, "max_new_tokens": args.max_new_tokens,
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed,
