@@ -53,7 +53,8 @@ QUALITY := $(if $(filter standard,$(PROFILE)),data/results/chen_quality_humaneva
     data/results/chen_quality_humaneval_completions.csv)
 # every greedy output of the bfloat16 bench that differs from bfloat16 AR, explained or not by a near-tie (standard
 # only; about a minute: one full and one incremental forward per divergence)
-BENCH_DIVERGENCES := $(if $(filter standard,$(PROFILE)),data/results/divergences_bench_qwen_bf16.csv)
+BENCH_DIVERGENCES := $(if $(filter standard,$(PROFILE)),data/results/divergences_bench_qwen_bf16.csv \
+    data/results/divergences_bench_llamacpp_greedy.csv data/results/divergences_bench_llamacpp_spec.csv)
 # transformers' assisted generation and prompt lookup through the exactness battery (standard only; ~5 min on 2 cores)
 AUDIT := $(if $(filter standard,$(PROFILE)),data/results/audit_transformers.csv data/results/audit_llamacpp.csv)
 # every committed state of the record re-scored (standard only; a few minutes): the verdict history
@@ -339,6 +340,17 @@ data/results/bench_llamacpp_vs_ours.json: | $(STAMP)
 # advance (the table records the bench file's sha256; the bench block flags a table made from another run)
 data/results/divergences_bench_qwen_bf16.csv: data/results/bench_qwen_bf16.json | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --from-bench $< --tie-bound 1e-3 --tie-spacings 2
+
+# llama.cpp's logits depend on how a sequence is split into decode calls (its quantized matrix products and flash
+# attention round per batch), so two exact greedy decoders can swap two near-tied tokens: each output of a llama.cpp
+# file that differs from its baseline's or llama-ar's, replayed on the target's GGUF file one token per decode, in
+# one batch and as the server feeds it, is a near-tie when the two tokens' logits lie within 4 times the paths' own
+# disagreement on them on every path (fixed before looking; the table records the bench file's sha256)
+data/results/divergences_bench_llamacpp_greedy.csv: data/results/bench_llamacpp_greedy.json | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --from-bench $< --tie-bound 1e-3 --tie-disagreements 4
+
+data/results/divergences_bench_llamacpp_spec.csv: data/results/bench_llamacpp_spec.json | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --from-bench $< --tie-bound 1e-3 --tie-disagreements 4
 
 # The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs
 # (the table, with n and the power at n); reproduction scripts of failing settings go to build/audit/.

@@ -317,7 +317,7 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
     from specrepro.bench.run import refresh_predictions
 
     rdir = record_dir("results") if profile == STANDARD else results_dir(profile)
-    paths = sorted(rdir.glob("bench_*.json"))
+    paths = bench_files(rdir)
     if not paths:
         return f"No benchmark results for profile {profile} yet: `make reproduce PROFILE={profile}` writes them.\n"
     parts = []
@@ -507,7 +507,7 @@ def prediction_gaps(profile: str = STANDARD) -> pd.DataFrame:
     from specrepro.bench.targets import prediction_gap
 
     frames = [prediction_gap(json.loads(read_noted(f))).assign(file=f.name)
-              for f in sorted(_bench_dir(profile).glob("bench_*.json"))]
+              for f in bench_files(_bench_dir(profile))]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -616,7 +616,7 @@ def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
 
     rdir = record_dir("results") if profile == STANDARD else results_dir(profile)
     rows = []
-    for path in sorted(rdir.glob("bench_*.json")):
+    for path in bench_files(rdir):
         data = json.loads(read_noted(path))
         cfg, runs = data.get("config") or {}, pd.DataFrame(data.get("runs") or [])
         if runs.empty or "method" not in runs:
@@ -945,6 +945,12 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
     if not parts:
         parts.append("No GPU measurements under `data/gpu/` yet.\n")
     return "\n".join(parts)
+
+
+def bench_files(directory: Path) -> list[Path]:
+    """The bench JSON files of a results directory (``bench_*.json``), sorted, without their provenance sidecars
+    (``bench_*.provenance.json``)."""
+    return sorted(p for p in Path(directory).glob("bench_*.json") if not p.name.endswith(".provenance.json"))
 
 
 def _provenance_note(path: Path) -> str:

@@ -78,6 +78,8 @@ SHARDS: tuple[Shard, ...] = (
     _csv("greedy_equality_humaneval"),
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
     _csv("divergences_bench_qwen_bf16"),
+    _csv("divergences_bench_llamacpp_greedy"),
+    _csv("divergences_bench_llamacpp_spec"),
     _csv("audit_transformers"),
     _csv("audit_llamacpp"),
     _csv("verdict_history"),
@@ -297,7 +299,9 @@ def forward_costs(root: Path | None = None) -> dict[str, float]:
     CPU (:func:`specrepro.files.cpu_description`)."""
     root = root or repo_root()
     seen: dict[str, list[float]] = {}
-    for path in sorted((root / "data/results").glob("bench_*.json")):
+    from specrepro.record.report import bench_files
+
+    for path in bench_files(root / "data/results"):
         config = json.loads(path.read_text()).get("config", {})
         cost = (config.get("cost_model") or {}).get("target_ms", {}).get("1")
         if cost and config.get("cpu") and config.get("target") == "qwen2.5-coder-1.5b" \
