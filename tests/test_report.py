@@ -392,3 +392,16 @@ def test_the_llama_audit_block_renders_every_row_with_its_power(tmp_path, monkey
     pd.DataFrame([{**rows[0], "tv_null_mean": 0.109}]).to_csv(tmp_path / "audit_llamacpp.csv", index=False)
     assert "| 2000 | 0.115 (0.109) |" in report.render_llama_audit()
     assert "γ = 2" in text and "level 0.001" in text
+
+
+def test_llama_divergences_render_counts_rule_and_each_paths_gap(tmp_path):
+    from specrepro.record.report import _render_llama_divergences
+
+    row = dict(method="llama-sd@4", reference="llama-ar", prompt_id="HumanEval/2", passes="3/3", diverged_at=26,
+               ref_token=1, other_token=2, gap_one_token=-0.04, gap_batch=-0.12, gap_server=0.03, disagreement=0.13,
+               order_differs=True, explained=True)
+    df = pd.DataFrame([row, dict(row, method="llama-lookup@4", explained=False, order_differs=False)])
+    text = _render_llama_divergences(df, {"tie_bound": 1e-3, "tie_disagreements": 4.0}, tmp_path / "d.csv")
+    assert "2 (method, reference, prompt) rows at 1 points, 1 of them near-ties" in text
+    assert "max(0.001, 4 d)" in text and "1 where the replayed paths themselves rank" in text
+    assert "-0.04 / -0.12 / +0.03, d 0.13" in text and "`llama-lookup@4` vs `llama-ar` (3/3)" in text

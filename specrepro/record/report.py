@@ -443,6 +443,8 @@ def _render_divergences(bench_path: Path, summary) -> str:
     df = pd.read_csv(io.BytesIO(read_noted(table)))
     if df.empty:
         return ""
+    if "reference" in df.columns:  # a llama.cpp file: its outputs against its baseline and llama-ar
+        return _render_llama_divergences(df, prov, table)
     bound = (f"max({prov.get('tie_bound', 1e-3):g}, {prov.get('tie_spacings', 2):g} spacings of the dtype at those "
              "logits)")
     n_ok = int(df["explained"].astype(bool).sum())
@@ -453,6 +455,27 @@ def _render_divergences(bench_path: Path, summary) -> str:
         for r in df.itertuples())
     return (f"Greedy outputs that differ from greedy AR: {len(df)} (method, prompt) pairs, {n_ok} of them near-ties "
             f"(AR's token and the other's within {bound}); `{table.name}`: {items}.\n")
+
+
+def _render_llama_divergences(df: pd.DataFrame, prov: dict, table: Path) -> str:
+    """The divergences of a llama.cpp bench file (``greedy-equality --from-bench``, llama.cpp branch): counts, the
+    rule fixed in advance, and per divergence point the methods, passes and each replayed path's gap."""
+    n_ok = int(df["explained"].astype(bool).sum())
+    n_order = int(df["order_differs"].astype(bool).sum()) if "order_differs" in df.columns else 0
+    bound = (f"max({prov.get('tie_bound', 1e-3):g}, {prov.get('tie_disagreements', 4):g} d), d the replayed paths' "
+             "largest disagreement on either token's logit")
+    points = df.groupby(["prompt_id", "diverged_at", "ref_token", "other_token"], sort=False)
+    items = "; ".join(
+        f"{pid} token {int(at)}: "
+        + ", ".join(f"`{r.method}` vs `{r.reference}` ({r.passes})" for r in g.itertuples())
+        + f" — gap one token / batch / server {g['gap_one_token'].iloc[0]:+.3g} / {g['gap_batch'].iloc[0]:+.3g} / "
+          f"{g['gap_server'].iloc[0]:+.3g}, d {g['disagreement'].iloc[0]:.3g}"
+        for (pid, at, _, _), g in points)
+    return (f"Greedy outputs that differ from the baseline's or llama-ar's: {len(df)} (method, reference, prompt) "
+            f"rows at {points.ngroups} points, {n_ok} of them near-ties (the two tokens' logits within {bound}, on "
+            f"every path: one token per decode as llama-ar, the whole prefix in one decode, the prompt in one decode "
+            f"then one token each as llama-server-ar), {n_order} where the replayed paths themselves rank the two "
+            f"tokens differently; `{table.name}`: {items}.\n")
 
 
 def _render_groups(runs) -> str:
