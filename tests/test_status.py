@@ -50,7 +50,7 @@ INPUTS_PENDING = {
 CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb"}
 #: notebook 04's shards not yet measured as shards (`make lev-shards`, under an hour each): missing, or, for the cost
 #: curves, measured by the notebook under settings it did not record; and llama.cpp bench files. May only shrink.
-SHARDS_PENDING = {"data/results/cost_curves.csv", "data/results/bench_llamacpp_vs_ours.json",
+SHARDS_PENDING = {"data/results/cost_curves.csv",
                   *(f"data/results/leviathan_table2_runs_t{t}_p{k}.csv" for t in (0, 1) for k in range(4)
                     if (t, k) != (0, 0))}
 
