@@ -192,12 +192,16 @@ def _ticking(bar, every: float = 1.0):
     return ticking()
 
 
-def _sha256(path: Path, chunk: int = 1 << 22) -> str:
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """The sha256 (hex) of a file's bytes, read in chunks of ``chunk`` bytes. Raises OSError when it cannot be read."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+_sha256 = sha256_file
 
 
 def _pip_download(dist: str, version: str, dest: Path) -> Path:

@@ -54,7 +54,6 @@ What it is not: llama.cpp's own speculative example (``llama-speculative``), or 
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
@@ -65,16 +64,15 @@ from specrepro.bench.options import (
     lookup_gamma_option,
     lookup_max_ngram_option,
 )
+from specrepro.bench.methods import ADAPTIVE_MAX_GAMMA, prepare_max_gamma
 from specrepro.bench.registry import BenchContext, register_method
+from specrepro.models import sha256_file
 
 __all__ = ["LLAMA_N_CTX", "ADAPTIVE_MAX_GAMMA", "COST_PREFIX_LEN", "gguf_path", "llama_model", "llama_chain_costs"]
 
 #: KV cache length (tokens) of the llama.cpp contexts the methods open, at most (less where the model was trained on
 #: less); a HumanEval prompt plus its new tokens fits with room to spare.
 LLAMA_N_CTX = 4096
-#: the largest block length of llama-sd-adaptive and llama-hybrid-adaptive when no ``@G`` is given: as
-#: sd-draft-adaptive's (:data:`specrepro.bench.methods.ADAPTIVE_MAX_GAMMA`, transformers' ``num_assistant_tokens``)
-ADAPTIVE_MAX_GAMMA = 20
 #: the cached prefix (tokens) the adaptive methods' costs are timed after, as :func:`specrepro.bench.methods.
 #: auto_gamma_costs` times the PyTorch models (less where a context is shorter)
 COST_PREFIX_LEN = 200
@@ -96,13 +94,6 @@ def gguf_path(name: str | None) -> Path:
     raise BenchOptionError(f"the llama.cpp methods run the zoo's GGUF files ({', '.join(ZOO)}) or a .gguf path; "
                            f"got model {name!r}")
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def llama_model(ctx: BenchContext, role: str):
@@ -132,7 +123,7 @@ def llama_model(ctx: BenchContext, role: str):
             "loop": "specrepro.core.decoding.generate over specrepro.backends.llamacpp.LlamaCppLM "
                     "(llama-ar: one token per llama_decode; drafts: specrepro.drafters.model.BlockLMDrafter of the "
                     "draft's GGUF file, prompt lookup)"})
-        note[f"{role}_gguf"] = {"model": name, "file": path.name, "sha256": _sha256(path),
+        note[f"{role}_gguf"] = {"model": name, "file": path.name, "sha256": sha256_file(path),
                                 "vocab_size": lm.vocab_size}
         return lm
 
@@ -189,19 +180,6 @@ def _llama_sd_block(ctx, name, gamma):
 # ---------------------------------------------------------------------------------------------------------------
 # Our drafters on llama.cpp: adaptive block lengths, prompt lookup, and their hybrid
 # ---------------------------------------------------------------------------------------------------------------
-def _prepare_max_gamma(method: str, default: int = ADAPTIVE_MAX_GAMMA):
-    """The ``prepare`` hook of a method whose ``@G`` is the largest block length (default max(γ, ``default``))."""
-
-    def prepare(at, gamma, options):
-        if at is None:
-            return max(int(gamma), int(default))
-        if not at.isdigit() or int(at) < 1:
-            raise BenchOptionError(f"{method}@{at}: the text after @ is the largest draft length, an integer >= 1")
-        return int(at)
-
-    return prepare
-
-
 def llama_chain_costs(ctx: BenchContext, max_gamma: int, prefix_len: int = COST_PREFIX_LEN, repeats: int = 3,
                       rounds: int = 3):
     """The fixed costs the adaptive llama.cpp methods choose their block lengths from, measured once per bench and
@@ -261,7 +239,7 @@ def _adaptive_drafter(ctx: BenchContext, gamma: int):
 
 
 @register_method("llama-sd-adaptive", needs_draft=True, family="llama.cpp",
-                 prepare=_prepare_max_gamma("llama-sd-adaptive"),
+                 prepare=prepare_max_gamma("llama-sd-adaptive", ADAPTIVE_MAX_GAMMA, check=None),
                  description="llama-sd with the block length <= @G (default 20) chosen token by token from the "
                              "llama.cpp draft's calibrated confidence and the llama.cpp models' measured costs "
                              "(AdaptiveLengthDrafter over BlockLMDrafter; token verification, Leviathan Alg. 1); exact")
@@ -289,7 +267,7 @@ def _llama_lookup(ctx, name, gamma):
 
 
 @register_method("llama-hybrid-adaptive", needs_draft=True, family="llama.cpp",
-                 prepare=_prepare_max_gamma("llama-hybrid-adaptive"),
+                 prepare=prepare_max_gamma("llama-hybrid-adaptive", ADAPTIVE_MAX_GAMMA, check=None),
                  options=("lookup_max_ngram", "hybrid_min_ngram", "lookup_gamma"),
                  description="prompt lookup where an n-gram (n >= 2) matches (<= 10 tokens), else the adaptive "
                              "llama.cpp draft of llama-sd-adaptive@G (HybridDrafter; token verification); exact")

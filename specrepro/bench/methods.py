@@ -290,11 +290,16 @@ AUTO_MAX_GAMMA = 8
 ADAPTIVE_MAX_GAMMA = 20
 
 
-def _prepare_max_gamma(method: str, default: int = AUTO_MAX_GAMMA):
-    """The ``prepare`` hook of a method whose @γ is the largest draft length (default max(γ, ``default``))."""
+def prepare_max_gamma(method: str, default: int = AUTO_MAX_GAMMA, check=draft_kind_option):
+    """The ``prepare`` hook of a method whose @γ is the largest draft length (default max(γ, ``default``)).
+
+    ``check(options)`` validates the method's options first (default: its ``--opt draft_kind``; None: nothing, for
+    methods without a draft kind, e.g. the llama.cpp ones). Raises BenchOptionError on an ``@`` that is not an
+    integer >= 1."""
 
     def prepare(at, gamma, options):
-        draft_kind_option(options)
+        if check is not None:
+            check(options)
         if at is None:
             return max(int(gamma), int(default))
         if not at.isdigit() or int(at) < 1:
@@ -321,7 +326,7 @@ def auto_gamma_costs(ctx: BenchContext, drafter, max_gamma: int, prefix_len: int
     return curve, t_draft["draft"]
 
 
-@register_method("sd-draft-auto", needs_draft=True, prepare=_prepare_max_gamma("sd-draft-auto"))
+@register_method("sd-draft-auto", needs_draft=True, prepare=prepare_max_gamma("sd-draft-auto"))
 def _sd_draft_auto(ctx, name, gamma):
     """our chain speculative decoding, γ <= @γ (default 8) chosen per step from measured cost curves and the running α
     (hardware-aware cost model; --opt draft_kind: fp32, int8, pruned, int8-pruned, int4, int4-pruned)"""
@@ -338,7 +343,7 @@ def _sd_draft_auto(ctx, name, gamma):
 
 
 @register_method("sd-draft-adaptive", needs_draft=True,
-                 prepare=_prepare_max_gamma("sd-draft-adaptive", ADAPTIVE_MAX_GAMMA))
+                 prepare=prepare_max_gamma("sd-draft-adaptive", ADAPTIVE_MAX_GAMMA))
 def _sd_draft_adaptive(ctx, name, gamma):
     """our chain speculative decoding, block length <= @γ (default 20) chosen token by token: the draft stops where its
     calibrated confidence no longer pays for another drafted token under the measured costs (AdaptiveLengthDrafter,
@@ -360,7 +365,7 @@ def _sd_draft_adaptive(ctx, name, gamma):
 
 
 @register_method("sd-hybrid-adaptive", needs_draft=True,
-                 prepare=_prepare_max_gamma("sd-hybrid-adaptive", ADAPTIVE_MAX_GAMMA))
+                 prepare=prepare_max_gamma("sd-hybrid-adaptive", ADAPTIVE_MAX_GAMMA))
 def _sd_hybrid_adaptive(ctx, name, gamma):
     """our chain speculative decoding: prompt lookup where an n-gram (n >= hybrid_min_ngram, default 2) matches (at
     most lookup_gamma tokens, default 10), else the draft model with its block length <= @γ (default 20) chosen token
@@ -389,7 +394,7 @@ def _sd_hybrid_adaptive(ctx, name, gamma):
 ADAPTIVE_KIND_METHODS = tuple(f"sd-draft-adaptive-{k}" for k in ("int8", "pruned", "int8-pruned", "int4",
                                                                   "int4-pruned"))
 for _name in ADAPTIVE_KIND_METHODS:
-    register_method(_name, needs_draft=True, prepare=_prepare_max_gamma(_name, ADAPTIVE_MAX_GAMMA),
+    register_method(_name, needs_draft=True, prepare=prepare_max_gamma(_name, ADAPTIVE_MAX_GAMMA),
                     description=f"sd-draft-adaptive with the {_name.removeprefix('sd-draft-adaptive-')} draft, "
                                 "whatever --opt draft_kind says")(_sd_draft_adaptive)
 #: sd-hybrid-adaptive with the draft kind in its name (e.g. sd-hybrid-adaptive-int8@20): the name is the whole
@@ -397,7 +402,7 @@ for _name in ADAPTIVE_KIND_METHODS:
 HYBRID_ADAPTIVE_KIND_METHODS = tuple(f"sd-hybrid-adaptive-{k}" for k in ("int8", "pruned", "int8-pruned", "int4",
                                                                           "int4-pruned"))
 for _name in HYBRID_ADAPTIVE_KIND_METHODS:
-    register_method(_name, needs_draft=True, prepare=_prepare_max_gamma(_name, ADAPTIVE_MAX_GAMMA),
+    register_method(_name, needs_draft=True, prepare=prepare_max_gamma(_name, ADAPTIVE_MAX_GAMMA),
                     description=f"sd-hybrid-adaptive with the {_name.removeprefix('sd-hybrid-adaptive-')} draft, "
                                 "whatever --opt draft_kind says")(_sd_hybrid_adaptive)
 

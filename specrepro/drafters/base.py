@@ -12,7 +12,7 @@ import torch
 
 from specrepro.core.sampling import SamplingConfig
 
-__all__ = ["Proposal", "Drafter"]
+__all__ = ["Proposal", "Drafter", "check_stop_below", "stop_after"]
 
 
 @dataclass
@@ -61,3 +61,12 @@ def stop_after(drafter, i: int, logits: torch.Tensor, j) -> bool:
     logits = logits.float()
     c = float(torch.exp(logits[j] - torch.logsumexp(logits, -1)))  # softmax(logits)[j] without the whole row
     return bool(rule(i, c)) if rule is not None else c < drafter.stop_below
+
+
+def check_stop_below(stop_below) -> float:
+    """``stop_below`` (a dynamic draft length's threshold on the draft's temperature-1 probability of its own token)
+    as a float. Raises ValueError outside [0, 1), NaN included."""
+    stop_below = float(stop_below)
+    if not 0.0 <= stop_below < 1.0:  # also refuses NaN
+        raise ValueError(f"stop_below (draft confidence threshold) must be in [0, 1), got {stop_below!r}")
+    return stop_below

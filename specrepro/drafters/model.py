@@ -11,7 +11,7 @@ from specrepro.core.blocklm import draft_block
 from specrepro.core.decoding import common_prefix
 from specrepro.core.kvcache import crop_cache, new_cache
 from specrepro.core.sampling import SamplingConfig, fit_width, logits_to_probs, sample
-from specrepro.drafters.base import Proposal, stop_after
+from specrepro.drafters.base import Proposal, check_stop_below, stop_after
 
 __all__ = ["DraftModelDrafter", "PrunedHeadDrafter", "BlockLMDrafter"]
 
@@ -45,9 +45,7 @@ class DraftModelDrafter:
     """
 
     def __init__(self, model, vocab_size: int | None = None, name: str = "draft model", stop_below: float = 0.0):
-        stop_below = float(stop_below)
-        if not 0.0 <= stop_below < 1.0:  # also refuses NaN
-            raise ValueError(f"stop_below (draft confidence threshold) must be in [0, 1), got {stop_below!r}")
+        stop_below = check_stop_below(stop_below)
         self.model = model
         self.vocab_size = vocab_size
         self.name = name
@@ -114,9 +112,7 @@ class BlockLMDrafter:
     """
 
     def __init__(self, lm, vocab_size: int | None = None, name: str = "draft model", stop_below: float = 0.0):
-        stop_below = float(stop_below)
-        if not 0.0 <= stop_below < 1.0:  # also refuses NaN
-            raise ValueError(f"stop_below (draft confidence threshold) must be in [0, 1), got {stop_below!r}")
+        stop_below = check_stop_below(stop_below)
         self.lm = lm
         self.vocab_size = vocab_size
         self.name = name
@@ -174,9 +170,7 @@ class PrunedHeadDrafter:
 
     def __init__(self, model, kept_ids: torch.Tensor, vocab_size: int, head=None, name: str = "pruned-head draft",
                  stop_below: float = 0.0):
-        stop_below = float(stop_below)
-        if not 0.0 <= stop_below < 1.0:  # also refuses NaN
-            raise ValueError(f"stop_below (draft confidence threshold) must be in [0, 1), got {stop_below!r}")
+        stop_below = check_stop_below(stop_below)
         self.stop_below = stop_below
         self.stop_rule = None  # set by AdaptiveLengthDrafter for the length of one call
         kept = torch.as_tensor(kept_ids, dtype=torch.long).reshape(-1).cpu()

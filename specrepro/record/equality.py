@@ -101,15 +101,6 @@ def bench_prompt_ids(cfg: dict, tokenizer) -> dict:
             for p in load_workload(cfg["workload"], int(cfg["n_prompts"]))}
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def open_llama_bench_target(cfg: dict):
     """The target of a llama.cpp bench file as the bench opened it: its GGUF file (the zoo's, or a path, via
@@ -122,11 +113,12 @@ def open_llama_bench_target(cfg: dict):
     """
     from specrepro.backends.llamacpp import LlamaCppLM
     from specrepro.bench.llama import gguf_path
+    from specrepro.models import sha256_file
 
     note = cfg["llamacpp"]
     g = note["target_gguf"]
     path = gguf_path(g["model"])
-    if g.get("sha256") and _sha256(path) != g["sha256"]:
+    if g.get("sha256") and sha256_file(path) != g["sha256"]:
         raise ValueError(f"{path} is not the target GGUF file the bench ran (sha256 {g['sha256'][:12]}...)")
     return LlamaCppLM(path, n_ctx=int(note.get("n_ctx") or 4096), n_threads=note.get("n_threads"),
                       kv_cache_type=note.get("kv_cache_type") or "f16")
