@@ -38,7 +38,7 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
     data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json \
     data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json data/results/bench_llamacpp_greedy.json \
     data/results/bench_llamacpp_spec.json data/results/bench_llamacpp_vs_ours.json data/results/bench_llamacpp_chat.json \
-    data/results/bench_llamacpp_t1.json)
+    data/results/bench_llamacpp_t1.json data/results/bench_qwen_heldout_greedy.json data/results/bench_qwen_heldout_chat.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
 # on the idle 2-core Xeon, so about 5 h there: one AR and one speculative run of 128 tokens per problem plus a
 # teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/
@@ -177,6 +177,15 @@ data/results/leviathan_table2_runs_t0_p%.csv: | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro shard leviathan_table2_runs_t0_p$* --profile profiles/standard.yaml
 lev-shards: $(LEV_SHARDS)  ## measure notebook 04's shards that are missing (standard profile; each under an hour)
 $(EXECUTED_DIR)/04_leviathan_speedup.ipynb: $(LEV_SHARDS)
+
+# Notebook 05's naive-vs-MSS table (SpecInfer Table 3) is a shard too (standard profile): mss_prompts HumanEval prompts
+# x mss_repeats passes x mss_tokens tokens, both verification rules on trees <5, 1, ..., 1> of depth 8 at T = 1, each
+# pass from its own seed; tokens per step are counted, not timed (about 18 s a run on 2 cores: 20 x 3 x 2 runs, ~40
+# min on AVX-512). Resumes from data/checkpoints/ like notebook 04's shards.
+MSS_SHARD := $(if $(filter standard,$(PROFILE)),data/results/specinfer_table3_runs.csv)
+data/results/specinfer_table3_runs.csv: | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro shard specinfer_table3_runs --profile profiles/standard.yaml
+$(EXECUTED_DIR)/05_specinfer_trees.ipynb: $(MSS_SHARD)
 
 # Notebook 02 marks the drafts' measured (α, c) of notebook 04's table on Leviathan's Fig. 3 and 4: it runs after 04.
 $(EXECUTED_DIR)/02_leviathan_theory.ipynb: $(EXECUTED_DIR)/04_leviathan_speedup.ipynb
@@ -336,6 +345,19 @@ data/results/bench_llamacpp_vs_ours.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-tokens 64 --seed 0 \
 	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-adaptive-int8@20,llama-server-ar,llama-hybrid-adaptive@20 \
 	    --temperature 0 --json $@
+
+# Held-out prompts: each headline file's best method, named here before these runs, against our AR on prompts that no
+# choice of method, draft or setting in the record has seen (--prompt-offset skips the prompts the record chose on):
+# HumanEval/20-39 for the greedy file's best (64 tokens, not its 128, so that 3 passes fit an hour on the slowest
+# CPU; the larger prefill share counts against the speculative method), and the chat workload's prompts 25-44 for
+# the chat file's best (the same 64 tokens and chat template as its file).
+data/results/bench_qwen_heldout_greedy.json: | $(STAMP)
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --prompt-offset 20 --n-prompts 20 --max-new-tokens 64 \
+	    --seed 0 --repeats $(BENCH_REPEATS) --methods ar,sd-draft-adaptive-int8@20 --temperature 0 --json $@
+
+data/results/bench_qwen_heldout_chat.json: | $(STAMP)
+	$(PY) -m specrepro bench --pair qwen-coder --workload chat --chat --prompt-offset 24 --n-prompts 20 --max-new-tokens 64 \
+	    --seed 0 --repeats $(BENCH_REPEATS) --methods ar,sd-hybrid-adaptive-int8@20 --temperature 0 --json $@
 
 # 4. The chat workload on llama.cpp's kernels, greedy: the same 24 prompts (six categories, chat template) and methods
 #    as our PyTorch chat file's roles: llama.cpp's AR (server and our loop), the adaptive chain, prompt lookup and the

@@ -32,7 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "greedy-equality": ("specrepro.record.equality", "greedy speculative vs greedy AR on a whole workload, divergences "
                                               "explained by near-ties or counted"),
     "shard": ("specrepro.record.shards", "read or measure notebook 04's shards (cost curves, the Table 2 sweeps' "
-                                         "parts), each one table and sidecar of the record, sized to a sitting"),
+                                         "parts) and notebook 05's naive-vs-MSS table, each one table and sidecar "
+                                         "of the record, sized to a sitting"),
     "status": ("specrepro.record.status", "every shard, executed notebook and figure of the record: current, stale "
                                           "(and why) or missing, with its last run time and an estimate here"),
     "pass-at-1": ("specrepro.record.quality", "HumanEval pass@1 of AR and speculative sampling on a whole workload, "

@@ -183,6 +183,23 @@ def test_explicit_prompts_are_all_run_unless_n_prompts_says_otherwise(tiny_with_
     assert res.config["n_prompts"] == 3
 
 
+def test_prompt_offset_takes_held_out_prompts_of_the_workload(tiny_with_tokenizer):
+    from specrepro.bench.options import BenchOptionError
+    from specrepro.data import load_workload
+
+    model, tok = tiny_with_tokenizer
+    res = run_bench(models=(model, None, tok), workload="humaneval", prompt_offset=20, n_prompts=2, methods="ar",
+                    max_new_tokens=1, warmup=False, progress=False, predict=False)
+    want = [p.id for p in load_workload("humaneval", 22)[20:]]
+    assert res.config["prompt_ids"] == want == ["HumanEval/20", "HumanEval/21"] and res.config["prompt_offset"] == 20
+    with pytest.raises(BenchOptionError, match="from prompt 163"):
+        run_bench(models=(model, None, tok), workload="humaneval", prompt_offset=163, n_prompts=2, methods="ar",
+                  max_new_tokens=1, warmup=False, progress=False, predict=False)
+    with pytest.raises(BenchOptionError, match="prompt_offset"):
+        run_bench(models=(model, None, tok), workload="humaneval", prompt_offset=-1, n_prompts=2, methods="ar",
+                  max_new_tokens=1, warmup=False, progress=False, predict=False)
+
+
 def test_sampling_bench_passes_the_same_settings_to_hf(tiny_with_tokenizer, monkeypatch):
     model, tok = tiny_with_tokenizer
     seen = []

@@ -109,3 +109,98 @@ def test_greedy_method_labels_need_no_model():
     assert labels == ["AR", "d γ=1", "d γ=3", "int8 d γ=1", "int8 d γ=3", "bigram γ=3", "prompt lookup γ=4"]
     best = pd.DataFrame({"draft": ["d", "int8 d"], "best_gamma": [3, 1]})
     assert list(table2.t1_methods(None, best)) == ["AR", "bigram γ=3", "prompt lookup γ=4", "d γ=3", "int8 d γ=1"]
+
+
+class _Tok:
+    """A stand-in tokenizer: a prompt's text is its token ids, space-separated."""
+
+    eos_token_id = None
+
+    def __call__(self, text, return_tensors="pt"):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(input_ids=torch.tensor([[int(t) for t in text.split()]]))
+
+
+def _prompts(n):
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(id=f"p{i}", text=f"{i % 8} {(i + 3) % 8} 1") for i in range(n)]
+
+
+def test_naive_vs_mss_passes_are_paired_seeded_and_resume_from_the_checkpoint(tmp_path, pair, monkeypatch):
+    from specrepro.lab import specinfer
+    from specrepro.measure.harness import paired_ratios
+
+    target, draft = pair
+    kw = dict(width=2, depth=2, max_new_tokens=6, seed=5, progress=False)
+    ckpt = tmp_path / "mss.json"
+    full = specinfer.naive_vs_mss_table(target, draft, _Tok(), _prompts(2), repeats=2, checkpoint=ckpt, **kw)
+    assert len(full) == 8 and sorted(full["repeat"].unique()) == [0, 1]
+    assert set(full.groupby(["repeat", "prompt"])["method"].apply(tuple)) == {("naive", "mss")}
+    # pass 0 is the one-pass table; pass 1 is another draw
+    one = specinfer.naive_vs_mss_table(target, draft, _Tok(), _prompts(2), repeats=1, **kw)
+    cols = ["method", "prompt", "tokens", "steps", "accepted"]
+    pd.testing.assert_frame_equal(one[cols], full[full["repeat"] == 0][cols].reset_index(drop=True))
+    assert full[full["repeat"] == 1]["accepted"].tolist() != one["accepted"].tolist()
+    assert paired_ratios(full, "mss", "naive", "tokens_per_step").size == 2
+    # the checkpoint holds every block: a second call with the same key measures nothing
+    monkeypatch.setattr(specinfer, "tree_generate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    again = specinfer.naive_vs_mss_table(target, draft, _Tok(), _prompts(2), repeats=2, checkpoint=ckpt, **kw)
+    pd.testing.assert_frame_equal(again[cols], full[cols])
+    with pytest.raises(ValueError, match="repeats"):
+        specinfer.naive_vs_mss_table(target, draft, _Tok(), _prompts(2), repeats=0, **kw)
+
+
+def test_the_mss_shard_is_measured_once_and_read_under_the_same_setting(tmp_path, pair, monkeypatch):
+    from specrepro import data
+    from specrepro.lab import specinfer
+
+    monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
+    monkeypatch.setattr(data, "load_workload", lambda name, n: _prompts(n))
+    target, draft = pair
+    params = dict(target="t", draft="d", dtype="float32", device="cpu", workload="humaneval", widths=[1, 2],
+                  tree_depth=2, seed=0, mss_prompts=2, mss_tokens=4, mss_repeats=2)
+    calls = []
+    real = specinfer.naive_vs_mss_table
+    monkeypatch.setattr(specinfer, "naive_vs_mss_table", lambda *a, **k: calls.append(k) or real(*a, **k))
+    first = shards.MSSShard(params, profile="unit", models=(target, draft, _Tok(), "d"), progress=False).table()
+    assert first.attrs["measured"] and len(first) == 8 and calls[0]["repeats"] == 2 and calls[0]["width"] == 2
+    again = shards.MSSShard(params, profile="unit", models=(target, draft, _Tok(), "d"), progress=False).table()
+    assert not again.attrs.get("measured") and len(calls) == 1
+    import json
+
+    prov = json.loads((tmp_path / "specinfer_table3_runs.provenance.json").read_text())
+    assert prov["shard"] == "specinfer_table3_runs" and prov["repeats"] == 2 and prov["prompts"] == 2
+    assert prov["seconds"] >= 0 and "cpu" in prov
+    other = shards.MSSShard({**params, "mss_tokens": 6}, profile="unit", models=(target, draft, _Tok(), "d"),
+                            progress=False).table()
+    assert other.attrs["measured"] and len(calls) == 2
+    assert shards.MSSShard({**params, "draft": None}, profile="unit").settings()["draft"] == "t (bf16 copy)"
+
+
+def test_a_shard_resumed_over_sittings_records_their_summed_time(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
+    monkeypatch.setattr(shards, "shard_checkpoint", lambda name, profile: tmp_path / f"{name}.ckpt.json")
+    table = pd.DataFrame({"x": [1, 2]})
+
+    def interrupted(ckpt):
+        ckpt.write_text("{}")  # a block was kept
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        shards.read_or_measure("s", "unit", "cpu", {"shard": "s"}, interrupted)
+    log = tmp_path / "s.ckpt.json.sittings.json"
+    (first,) = json.loads(log.read_text())
+    log.write_text(json.dumps([first + 100.0]))  # as if that sitting had lasted 100 s longer
+    out = shards.read_or_measure("s", "unit", "cpu", {"shard": "s"}, lambda ckpt: table)
+    prov = json.loads((tmp_path / "s.provenance.json").read_text())
+    assert out.attrs["measured"] and prov["sittings"] == 2 and prov["seconds"] >= 100.0
+    assert prov["seconds"] == pytest.approx(first + 100.0 + prov["seconds_this_sitting"], abs=0.11)
+    assert not log.exists() and not (tmp_path / "s.ckpt.json").exists()
+    # a sitting that kept nothing leaves no log: the next one starts the count afresh
+    with pytest.raises(RuntimeError):
+        shards.read_or_measure("t", "unit", "cpu", {"shard": "t"}, lambda ckpt: (_ for _ in ()).throw(RuntimeError()))
+    assert not (tmp_path / "t.ckpt.json.sittings.json").exists()

@@ -74,6 +74,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=int, default=3, help="draft length γ")
     p.add_argument("--workload", default="humaneval", help="humaneval, pydoc, chat (six Spec-Bench-like categories, offline; with --chat-template), or a .jsonl file of {\"prompt\": ...}")
     p.add_argument("--n-prompts", type=int, default=10, help="use the first N prompts of the workload")
+    p.add_argument("--prompt-offset", type=int, default=0, metavar="K",
+                   help="skip the workload's first K prompts (held-out prompts: N prompts from K on)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="cap on new tokens per prompt")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass; 1 = off")
@@ -136,7 +138,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
               top_p=args.top_p, top_k=args.top_k, seed=args.seed, device=args.device, dtype=args.dtype,
               repeats=args.repeats, json_path=args.json_path, chat=args.chat, warmup=not args.no_warmup,
               options=opts, tree=args.tree, medusa_heads=args.medusa_heads, print_table=True,
-              predict=not args.no_predict)
+              predict=not args.no_predict, prompt_offset=args.prompt_offset)
     if args.json_path:
         print(f"wrote {args.json_path}")
     return 0

@@ -286,6 +286,7 @@ def run_bench(
     print_table: bool = False,
     predict: bool = True,
     baseline: str = "ar",
+    prompt_offset: int = 0,
 ) -> BenchResult:
     """Benchmark decoding methods on one workload, interleaved prompt by prompt.
 
@@ -301,6 +302,8 @@ def run_bench(
             :data:`DEFAULT_N_PROMPTS` = 10), or ``prompts``: a list of :class:`~specrepro.data.Prompt` or strings,
             all of them unless ``n_prompts`` is given (then the first ``n_prompts``). Tokenised raw with the target's
             tokenizer (no chat template unless ``chat=True``), as in Chen et al.'s HumanEval runs.
+        prompt_offset: skip the workload's first ``prompt_offset`` prompts (>= 0): ``n_prompts`` from there on, e.g.
+            prompts held out from the ones a method was chosen on (recorded as ``config.prompt_offset``).
         max_new_tokens: cap on new tokens per prompt (EOS stops earlier, identically for every method).
         temperature, top_p, top_k: sampling (temperature 0 = greedy; HF runs get ``do_sample=False`` then).
         seed: seeds one ``torch.Generator`` per (repeat, prompt), shared by all methods on it.
@@ -388,8 +391,14 @@ def run_bench(
                                 temperature=temperature, top_p=top_p, top_k=top_k, repeats=repeats, device=device,
                                 has_draft=has_draft, dtype=dtype, options=options)
     sampling = SamplingConfig(temperature=float(temperature), top_k=int(top_k or 0) or None, top_p=float(top_p))
+    if int(prompt_offset) < 0:
+        raise BenchOptionError(f"prompt_offset must be >= 0, got {prompt_offset}")
     if prompts is None:
-        prompts = load_workload(workload, DEFAULT_N_PROMPTS if n_prompts is None else n_prompts)
+        n = DEFAULT_N_PROMPTS if n_prompts is None else n_prompts
+        prompts = load_workload(workload, int(prompt_offset) + n)[int(prompt_offset):]
+        if int(prompt_offset) and len(prompts) < n:
+            raise BenchOptionError(f"workload {workload!r} has {len(prompts) + int(prompt_offset)} prompts: "
+                                   f"{n} from prompt {int(prompt_offset)} on are not there")
     else:  # every prompt given, unless n_prompts says otherwise (never the workload default)
         prompts = [p if isinstance(p, Prompt) else Prompt(f"prompt/{i}", str(p)) for i, p in enumerate(prompts)]
         prompts = prompts[:n_prompts] if n_prompts is not None else prompts
@@ -441,7 +450,8 @@ def run_bench(
         "commit": git_commit(),
         "target": tname, "draft": dname, "pair": pair, "methods": labels, "baseline": baseline, "gamma": gamma,
         "workload": workload,
-        "n_prompts": len(prompts), "prompt_ids": [p.id for p in prompts], "max_new_tokens": max_new_tokens,
+        "n_prompts": len(prompts), "prompt_offset": int(prompt_offset), "prompt_ids": [p.id for p in prompts],
+        "max_new_tokens": max_new_tokens,
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "device": dev,
         "device_description": device_description(dev), "cpu": cpu_description(),
         "cpu_bf16": cpu_bf16() if dev == "cpu" else None,

@@ -120,6 +120,12 @@ TARGETS: tuple[Target, ...] = (
     Target("memory-fp32-chat", "float32: peak resident memory ≤ 12 GB (the chat file)", "bench_qwen_chat",
            "peak_memory", 12.0),
     Target("memory-bf16", "bfloat16: peak resident memory ≤ 8 GB", "bench_qwen_bf16", "peak_memory", 8.0),
+    Target("greedy-heldout-vs-ar", "greedy code on held-out prompts (HumanEval/20-39, 64 tokens; no choice in the "
+           "record saw them): the greedy file's best method, named before the run (sd-draft-adaptive-int8@20), "
+           "≥ 1.8× our AR", "bench_qwen_heldout_greedy", "at_least", 1.8, methods=("sd-draft-adaptive-int8@",)),
+    Target("chat-heldout-vs-ar", "chat workload on held-out prompts (its prompts 25-44, chat template, 64 tokens): "
+           "the chat file's best method, named before the run (sd-hybrid-adaptive-int8@20), ≥ 2.0× our AR",
+           "bench_qwen_heldout_chat", "at_least", 2.0, methods=("sd-hybrid-adaptive-int8@",)),
     Target("llama-greedy-vs-llama-ar", "llama.cpp's kernels, greedy code: our exact speculative decoding ≥ 1.5× "
            "llama.cpp's AR on the same GGUF files (llama.cpp's own: its server without speculation, llama-server-ar, "
            "where the run has it, else our loop on llama.cpp's logits, llama-ar; the other shown beside)",

@@ -30,7 +30,7 @@ from specrepro.drafters.model import DraftModelDrafter
 from specrepro.lab.papers import paper_table
 from specrepro.measure.harness import per_run_table, run_interleaved, timing_checkpoint_key
 
-__all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "TREE_SHAPES", "expansion_widths", "topk_success_table",
+__all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "TREE_SHAPES", "load_tree_models", "expansion_widths", "topk_success_table",
            "tree_width_table", "tree_width_summary", "naive_vs_mss_table", "tree_cost_table", "choose_tree",
            "tree_vs_chain_speed", "TREE_SPEED_MODULES", "tree_speed_checkpoint"]
 
@@ -79,6 +79,32 @@ def expansion_widths(width: int, depth: int, shape: str = "paper") -> list[int]:
     widths = [1] * int(depth)
     widths[min(2, int(depth) - 1) if shape == "paper" else 0] = int(width)
     return widths
+
+
+def load_tree_models(target: str, draft: str | None, device: str = "cpu", dtype: str = "float32",
+                     int8_draft: bool = False):
+    """The models of notebook 05 and its shards: ``(target model, draft model, tokenizer, draft name)``.
+
+    With a ``draft`` name: the pair (:func:`specrepro.models.load_pair`), the draft as its int8 copy when
+    ``int8_draft`` (exact: q is the copy's own softmax; only α and the draft's cost change), named
+    ``"<draft> (int8)"``. Without one (the quick profile): the target drafts for itself through a bfloat16 copy
+    (real, if rare, disagreements; no extra weights), named ``"<target> (bf16 copy)"``.
+
+    Raises:
+        KeyError: an unknown model name (:mod:`specrepro.models`).
+    """
+    import copy
+
+    from specrepro.drafters.compress import quantize_draft
+    from specrepro.models import load_model, load_pair
+
+    if draft:
+        tmodel, dmodel, tokenizer = load_pair(target, draft, device=device, dtype=dtype)
+        if int8_draft:
+            return tmodel, quantize_draft(dmodel), tokenizer, f"{draft} (int8)"
+        return tmodel, dmodel, tokenizer, draft
+    tmodel, tokenizer = load_model(target, device=device, dtype=dtype)
+    return tmodel, copy.deepcopy(tmodel).to(torch.bfloat16), tokenizer, f"{target} (bf16 copy)"
 
 
 def _encode(tokenizer, text):
@@ -210,21 +236,57 @@ def tree_width_summary(runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
 
 
 def naive_vs_mss_table(target, draft, tokenizer, prompts, width: int = 5, depth: int = 8, max_new_tokens: int = 32,
-                       seed: int = 0, mode: str = "iid", progress: bool = True) -> pd.DataFrame:
-    """SpecInfer Table 3 analogue: naive sampling vs multi-step speculative sampling on the same stochastic trees
-    (T = 1, ⟨width, 1, ..., 1⟩, children drawn ``mode``). Returns one row per (method, prompt)."""
-    from tqdm.auto import tqdm
+                       seed: int = 0, mode: str = "iid", repeats: int = 1, checkpoint=None,
+                       checkpoint_key: dict | None = None, progress: bool = True) -> pd.DataFrame:
+    """SpecInfer Table 3 analogue (Miao et al. 2024, §6.6; its Algorithm 2 against naive sampling): naive sampling vs
+    multi-step speculative sampling on the same stochastic trees (T = 1, ⟨width, 1, ..., 1⟩, children drawn
+    ``mode``), untimed for the verdict (tokens per step), timed only as a by-product.
 
+    Every pass r = 0 .. repeats - 1 decodes every prompt with both methods, each from a generator seeded
+    ``seed + r`` (the pair shares its seed; the passes are independent draws). Each finished (pass, prompt) block is
+    kept in ``checkpoint`` (:func:`specrepro.files.resumable_rows`), so an interrupted run resumes under the same
+    settings and code of this module only.
+
+    Args:
+        target, draft: Hugging Face causal LMs sharing a vocabulary. prompts: workload prompts (``.id``, ``.text``).
+        width: branches at the first token (>= 1). depth: tree depth (>= 1). max_new_tokens: tokens per run.
+        repeats: passes (>= 1). checkpoint: a JSON file path or None. checkpoint_key: extra conditions a saved
+            block must share (e.g. the models' names and the CPU).
+
+    Returns:
+        one row per (pass, prompt, method): method, width, depth, prompt, repeat, tokens, steps, tokens_per_step,
+        mean_accepted, nodes_per_step, seconds, ms_per_token, tokens_per_s, draft_ms_per_step, target_ms_per_step,
+        accepted (tokens accepted per step, space-separated).
+
+    Raises:
+        ValueError: repeats < 1.
+    """
+    from specrepro.files import code_fingerprint, resumable_rows
+
+    if int(repeats) < 1:
+        raise ValueError(f"naive_vs_mss_table needs repeats >= 1, got {repeats}")
     vocab = target.get_output_embeddings().weight.shape[0]
-    rows = []
-    for prompt in tqdm(prompts, desc="naive vs MSS", disable=not progress):
+    eos = default_eos_ids(target, tokenizer)
+    prompts = list(prompts)
+
+    def block(i: int) -> dict:
+        r, j = divmod(i, len(prompts))
+        runs = []
         for method in ("naive", "mss"):
             prop = DraftTreeProposer(draft, [width] + [1] * (depth - 1), mode, vocab)
-            out = tree_generate(target, _encode(tokenizer, prompt.text), prop, max_new_tokens=max_new_tokens,
-                                sampling=SamplingConfig(1.0), generator=_gen(seed, target.device),
-                                eos_token_id=default_eos_ids(target, tokenizer), method=method)
-            rows.append(_row(out, method=method, width=width, depth=depth, prompt=prompt.id))
-    return pd.DataFrame(rows)
+            out = tree_generate(target, _encode(tokenizer, prompts[j].text), prop, max_new_tokens=max_new_tokens,
+                                sampling=SamplingConfig(1.0), generator=_gen(seed + r, target.device),
+                                eos_token_id=eos, method=method)
+            row = _row(out, method=method, width=width, depth=depth, prompt=prompts[j].id, repeat=r)
+            runs.append({k: v.item() if hasattr(v, "item") else v for k, v in row.items()})
+        return {"runs": runs}
+
+    key = dict(checkpoint_key or {}, width=int(width), depth=int(depth), tokens=int(max_new_tokens), seed=int(seed),
+               mode=mode, prompts=[p.id for p in prompts], code=code_fingerprint(("specrepro.lab.specinfer",)))
+    blocks, _ = resumable_rows(int(repeats) * len(prompts), block, checkpoint=checkpoint, key=key,
+                               what="naive-vs-MSS checkpoint", progress="naive vs MSS" if progress else None,
+                               index="block")
+    return pd.DataFrame([run for b in blocks for run in b["runs"]])
 
 
 @torch.inference_mode()

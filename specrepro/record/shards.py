@@ -1,9 +1,11 @@
-"""Notebook 04's measurements as shards of the record: each one ``make`` target, one table and its sidecar.
+"""Notebook 04's and notebook 05's measurements as shards of the record: each one ``make`` target, one table and its
+sidecar.
 
 What this file is: ``python -m specrepro shard NAME --profile profiles/standard.yaml`` (the Makefile runs one
-target per shard before the notebook) and :class:`Table2Shards`, which notebook 04 uses to read its shards and to
-run, in the same process, any that are missing (the quick profile in CI; a run by hand). The shards themselves are
-defined in :mod:`specrepro.lab.table2`.
+target per shard before the notebook), :class:`Table2Shards`, which notebook 04 uses to read its shards and to
+run, in the same process, any that are missing (the quick profile in CI; a run by hand), and :class:`MSSShard`,
+notebook 05's naive-vs-MSS table (SpecInfer Table 3), likewise. Notebook 04's shards are defined in
+:mod:`specrepro.lab.table2`.
 
 Each shard's table is saved with :func:`specrepro.record.results.save_table`; its sidecar records the setting
 (models, workload slice, sizes, methods), the sitting's wall time (``seconds``), the CPU (every provenance does), how
@@ -16,7 +18,7 @@ the record (so that the partial blocks can be committed, and a later sitting on 
 resumes them; on another CPU the checkpoint is set aside and the shard starts afresh, so a table never mixes
 machines), under ``build/checkpoints/`` otherwise. It is deleted once the table is saved.
 
-What it is not: the notebook's summaries and figures (notebook 04), or the bench files' shards (``make``).
+What it is not: the notebooks' summaries and figures, or the bench files' shards (``make``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from specrepro.files import checkpoint_file, repo_root
 from specrepro.lab import table2
 from specrepro.record.results import STANDARD, load_table, save_table, writes_record
 
-__all__ = ["Table2Shards", "shard_checkpoint", "configure_parser", "run_command"]
+__all__ = ["Table2Shards", "MSSShard", "read_or_measure", "shard_checkpoint", "configure_parser", "run_command"]
 
 
 def shard_checkpoint(name: str, profile: str) -> Path:
@@ -40,6 +42,108 @@ def shard_checkpoint(name: str, profile: str) -> Path:
     if writes_record(profile):
         return repo_root() / "data" / "checkpoints" / f"{name}.{profile}.json"
     return checkpoint_file(name, profile)
+
+
+def read_or_measure(name: str, profile: str, device: str, settings: dict, measure) -> pd.DataFrame:
+    """The shard ``name``: read when its table exists under ``settings``, else ``measure(checkpoint)`` now and saved
+    with its sidecar (the settings, the run time, the machine's load before and after, and, for timed tables with an
+    ``under_load`` column, how many (pass, prompt) blocks ran under load), its checkpoint deleted.
+
+    The run time of a shard resumed over several sittings is their sum: a sitting that ends without its table (an
+    exception or Ctrl-C; not a kill -9) adds its seconds to ``<checkpoint>.sittings.json`` beside the checkpoint, and
+    the sidecar records ``seconds`` (every sitting's), ``sittings`` and ``seconds_this_sitting``.
+
+    Returns the table as a later reader gets it (the CSV's types); ``attrs["measured"]`` says which happened."""
+    import json
+
+    found = load_table(name, profile, **settings)
+    if found is not None:
+        return found
+    from specrepro.files import atomic_write_text, machine_snapshot, machine_state
+
+    t0, snap = time.monotonic(), machine_snapshot()
+    ckpt = shard_checkpoint(name, profile)
+    log = ckpt.with_name(ckpt.name + ".sittings.json")
+    try:
+        earlier = [float(x) for x in json.loads(log.read_text())] if ckpt.exists() and log.exists() else []
+    except (OSError, ValueError, TypeError):
+        earlier = []
+    try:
+        df = measure(ckpt)
+    except BaseException:
+        if ckpt.exists():  # blocks were kept: the next sitting resumes them, and adds this one's time
+            atomic_write_text(log, json.dumps([*earlier, round(time.monotonic() - t0, 1)]) + "\n")
+        raise
+    state = machine_state(snap, machine_snapshot())
+    now = round(time.monotonic() - t0, 1)
+    extra = {"seconds": round(now + sum(earlier), 1), "sittings": len(earlier) + 1, "seconds_this_sitting": now,
+             "load_before": state["load_before"], "load_after": state["load_after"]}
+    if "under_load" in df.columns:
+        blocks = df.drop_duplicates(["repeat", "prompt_index"])
+        extra.update(blocks=int(len(blocks)), blocks_under_load=int((blocks["under_load"] == True).sum()))  # noqa: E712
+    else:
+        extra.update(steal_pct=state["steal_pct"], other_cpu_pct=state["other_cpu_pct"])
+    save_table(df, name, profile=profile, device=device, **settings, **extra)
+    ckpt.unlink(missing_ok=True)
+    log.unlink(missing_ok=True)
+    out = load_table(name, profile, **settings)
+    out.attrs["measured"] = True
+    return out
+
+
+class MSSShard:
+    """Notebook 05's naive-vs-MSS table (SpecInfer Table 3, :func:`specrepro.lab.specinfer.naive_vs_mss_table`) as
+    the shard ``specinfer_table3_runs``: ``mss_prompts`` HumanEval prompts × ``mss_repeats`` passes ×
+    ``mss_tokens`` tokens, trees ⟨w, 1, ..., 1⟩ with w the largest of ``widths`` and depth ``tree_depth``, T = 1.
+    Read when it exists under the same setting, else measured (the models load only then) and saved.
+
+    Args:
+        params: notebook 05's parameters (the profile's names). profile: where it is read and written.
+        models: ``(target, draft, tokenizer, draft name)`` already loaded (the notebook's), else loaded when needed
+            (:func:`specrepro.lab.specinfer.load_tree_models`).
+    """
+
+    name = "specinfer_table3_runs"
+
+    def __init__(self, params: dict, profile: str = STANDARD, models=None, progress: bool = True):
+        self.params, self.profile, self.models, self.progress = dict(params), profile, models, progress
+
+    def _draft_name(self) -> str:
+        p = self.params
+        if self.models is not None:
+            return self.models[3]
+        if not p.get("draft"):
+            return f"{p['target']} (bf16 copy)"
+        return f"{p['draft']} (int8)" if p.get("tree_int8_draft") else str(p["draft"])
+
+    def settings(self) -> dict:
+        """What the sidecar records and a reader must find: models, dtype, workload, sizes, tree and seed."""
+        p = self.params
+        return {"shard": self.name, "target": p["target"], "draft": self._draft_name(), "dtype": p["dtype"],
+                "workload": p["workload"], "prompts": int(p["mss_prompts"]), "tokens": int(p["mss_tokens"]),
+                "repeats": int(p["mss_repeats"]), "width": int(max(p["widths"])), "depth": int(p["tree_depth"]),
+                "seed": int(p["seed"]), "temperature": 1.0}
+
+    def table(self) -> pd.DataFrame:
+        """The shard's table (one row per pass, prompt and method)."""
+        s = self.settings()
+
+        def measure(ckpt):
+            from specrepro.data import load_workload
+            from specrepro.files import cpu_description
+            from specrepro.lab.specinfer import load_tree_models, naive_vs_mss_table
+
+            p = self.params
+            if self.models is None:
+                self.models = load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
+                                               int8_draft=bool(p.get("tree_int8_draft")))
+            tmodel, dmodel, tokenizer, _ = self.models
+            return naive_vs_mss_table(tmodel, dmodel, tokenizer, load_workload(s["workload"], s["prompts"]),
+                                      width=s["width"], depth=s["depth"], max_new_tokens=s["tokens"],
+                                      seed=s["seed"], repeats=s["repeats"], checkpoint=ckpt,
+                                      checkpoint_key=dict(s, cpu=cpu_description()), progress=self.progress)
+
+        return read_or_measure(self.name, self.profile, self.params["device"], s, measure)
 
 
 class Table2Shards:
@@ -70,26 +174,10 @@ class Table2Shards:
         return table2.shard_names(self.setting)
 
     def _get(self, name: str, settings: dict, measure) -> pd.DataFrame:
-        found = load_table(name, self.profile, **settings)
-        if found is not None:
-            return found
-        from specrepro.files import machine_snapshot, machine_state
-
-        t0, snap = time.monotonic(), machine_snapshot()
-        ckpt = shard_checkpoint(name, self.profile)
-        df = measure(ckpt)
-        state = machine_state(snap, machine_snapshot())
-        extra = {"seconds": round(time.monotonic() - t0, 1), "load_before": state["load_before"],
-                 "load_after": state["load_after"]}
-        if "under_load" in df.columns:
-            blocks = df.drop_duplicates(["repeat", "prompt_index"])
-            extra.update(blocks=int(len(blocks)), blocks_under_load=int((blocks["under_load"] == True).sum()))  # noqa: E712
-        else:
-            extra.update(steal_pct=state["steal_pct"], other_cpu_pct=state["other_cpu_pct"])
-        save_table(df, name, profile=self.profile, device=self.setting.device, **settings, **extra)
-        ckpt.unlink(missing_ok=True)
-        self.measured.append(name)
-        return load_table(name, self.profile, **settings)  # as a later reader gets it (the CSV's types)
+        df = read_or_measure(name, self.profile, self.setting.device, settings, measure)
+        if df.attrs.get("measured"):
+            self.measured.append(name)
+        return df
 
     def cost_curves(self) -> pd.DataFrame:
         """The ``cost_curves`` shard (:func:`specrepro.lab.table2.measure_cost_curves`)."""
@@ -167,11 +255,17 @@ def run_command(args, parser=None) -> int:
     path = Path(args.profile)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such profile")
-    shards = Table2Shards(yaml.safe_load(path.read_text()) or {}, profile=path.stem)
+    params = yaml.safe_load(path.read_text()) or {}
+    shards = Table2Shards(params, profile=path.stem)
+    mss = MSSShard(params, profile=path.stem)
     if args.list:
-        print("\n".join(shards.names()))
+        print("\n".join([*shards.names(), mss.name]))
         return 0
-    for name in args.names or shards.names():
-        shards.run(name)
-        print(f"{name}: {'measured' if name in shards.measured else 'read (already measured under this setting)'}")
+    for name in args.names or [*shards.names(), mss.name]:
+        if name == mss.name:
+            measured = bool(mss.table().attrs.get("measured"))
+        else:
+            shards.run(name)
+            measured = name in shards.measured
+        print(f"{name}: {'measured' if measured else 'read (already measured under this setting)'}")
     return 0

@@ -75,7 +75,8 @@ SHARDS: tuple[Shard, ...] = (
                           "bench_qwen_dynamic_probe", "bench_qwen_medusa", "bench_qwen_verifiers_t1",
                           "bench_qwen_verifiers_nucleus", "bench_qwen_drafts", "bench_qwen_chat", "bench_qwen_bf16",
                           "bench_llamacpp_greedy", "bench_llamacpp_spec", "bench_llamacpp_vs_ours",
-                          "bench_llamacpp_chat", "bench_llamacpp_t1")),
+                          "bench_llamacpp_chat", "bench_llamacpp_t1", "bench_qwen_heldout_greedy",
+                          "bench_qwen_heldout_chat")),
     _csv("greedy_equality_humaneval"),
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
     _csv("divergences_bench_qwen_bf16"),
@@ -86,19 +87,23 @@ SHARDS: tuple[Shard, ...] = (
     _csv("audit_llamacpp"),
     _csv("verdict_history"),
     *(_csv(n) for n in ("cost_curves", *(f"leviathan_table2_runs_t{t}_p{k}" for t in (0, 1) for k in range(4)))),
+    _csv("specinfer_table3_runs"),
 )
 
 
 def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
-    """What a notebook-04 shard's sidecar must record to be the measurement the standard profile asks for today
-    (:class:`specrepro.record.shards.Table2Shards`; the T = 1 parts' methods, which follow the greedy parts, are
-    not compared); None for other shards."""
+    """What a notebook-04 or notebook-05 shard's sidecar must record to be the measurement the standard profile asks
+    for today (:class:`specrepro.record.shards.Table2Shards`, the T = 1 parts' methods, which follow the greedy
+    parts, not compared; :class:`specrepro.record.shards.MSSShard`); None for other shards."""
     import yaml
 
     from specrepro.lab import table2
+    from specrepro.record.shards import MSSShard
 
     root = root or repo_root()
     params = yaml.safe_load((root / "profiles/standard.yaml").read_text())
+    if shard.name == MSSShard.name:
+        return MSSShard(params).settings()
     setting = table2.Table2Setting.from_params(params)
     if shard.name not in table2.shard_names(setting):
         return None
@@ -127,8 +132,8 @@ def input_changes(inputs: dict[str, str], root: Path | None = None) -> list[str]
 # --- bench files: recorded settings against the make recipe -------------------------------------------------------
 
 #: bench config key -> (bench CLI option dest, how to compare); the settings that decide what a bench file measures
-_BENCH_SETTINGS = ("methods", "n_prompts", "max_new_tokens", "temperature", "top_p", "top_k", "seed", "repeats",
-                   "workload", "options", "chat_template", "dtype")
+_BENCH_SETTINGS = ("methods", "n_prompts", "prompt_offset", "max_new_tokens", "temperature", "top_p", "top_k", "seed",
+                   "repeats", "workload", "options", "chat_template", "dtype")
 
 
 def make_recipe(target: str, root: Path | None = None) -> list[str]:
@@ -155,7 +160,8 @@ def _recipe_settings(line: str) -> dict:
     if methods and args.baseline not in methods:  # the bench runs its baseline first when it is not named
         methods.insert(0, args.baseline)
     options = dict(o.split("=", 1) for o in args.opt)
-    return {"methods": methods, "n_prompts": args.n_prompts, "max_new_tokens": args.max_new_tokens,
+    return {"methods": methods, "n_prompts": args.n_prompts, "prompt_offset": args.prompt_offset,
+            "max_new_tokens": args.max_new_tokens,
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed,
             "repeats": args.repeats, "workload": args.workload, "options": options, "chat_template": bool(args.chat),
             "dtype": None if args.dtype == "auto" else args.dtype}
@@ -176,6 +182,8 @@ def bench_setting_changes(config: dict, recipe: dict) -> list[str]:
         want, have = recipe.get(key), config.get(key)
         if key == "dtype" and want is None:
             continue
+        if key == "prompt_offset":  # files written before the option existed start at the first prompt
+            have = have or 0
         if key == "options":
             have = {k: str(v) for k, v in (have or {}).items() if k in (want or {})}
         if key in ("temperature", "top_p") and have is not None and want is not None:
