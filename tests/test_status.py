@@ -55,7 +55,7 @@ CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb",
 SHARDS_PENDING = {"data/results/cost_curves.csv",
                   *(f"data/results/leviathan_table2_runs_t{t}_p{k}.csv" for t in (0, 1) for k in range(4)
                     if (t, k) != (0, 0)),
-                  "data/results/divergences_bench_llamacpp_chat.csv", "data/results/specinfer_table3_runs.csv",
+                  "data/results/specinfer_table3_runs.csv",
                   "data/results/bench_qwen_heldout_chat.json"}
 
 
