@@ -200,6 +200,20 @@ def test_a_shard_resumed_over_sittings_records_their_summed_time(tmp_path, monke
     assert out.attrs["measured"] and prov["sittings"] == 2 and prov["seconds"] >= 100.0
     assert prov["seconds"] == pytest.approx(first + 100.0 + prov["seconds_this_sitting"], abs=0.11)
     assert not log.exists() and not (tmp_path / "s.ckpt.json").exists()
+    # SIGTERM (kill) ends a sitting like Ctrl-C: its time is logged
+    import os
+    import signal
+
+    def killed(ckpt):
+        ckpt.write_text("{}")
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the sitting")
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit):
+        shards.read_or_measure("u", "unit", "cpu", {"shard": "u"}, killed)
+    assert len(json.loads((tmp_path / "u.ckpt.json.sittings.json").read_text())) == 1
+    assert signal.getsignal(signal.SIGTERM) == before
     # a sitting that kept nothing leaves no log: the next one starts the count afresh
     with pytest.raises(RuntimeError):
         shards.read_or_measure("t", "unit", "cpu", {"shard": "t"}, lambda ckpt: (_ for _ in ()).throw(RuntimeError()))

@@ -24,6 +24,7 @@ What it is not: the notebooks' summaries and figures, or the bench files' shards
 from __future__ import annotations
 
 import argparse
+import signal
 import time
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def read_or_measure(name: str, profile: str, device: str, settings: dict, measur
     ``under_load`` column, how many (pass, prompt) blocks ran under load), its checkpoint deleted.
 
     The run time of a shard resumed over several sittings is their sum: a sitting that ends without its table (an
-    exception or Ctrl-C; not a kill -9) adds its seconds to ``<checkpoint>.sittings.json`` beside the checkpoint, and
+    exception, Ctrl-C or SIGTERM; not a kill -9) adds its seconds to ``<checkpoint>.sittings.json`` beside the checkpoint, and
     the sidecar records ``seconds`` (every sitting's), ``sittings`` and ``seconds_this_sitting``.
 
     Returns the table as a later reader gets it (the CSV's types); ``attrs["measured"]`` says which happened."""
@@ -68,12 +69,16 @@ def read_or_measure(name: str, profile: str, device: str, settings: dict, measur
         earlier = [float(x) for x in json.loads(log.read_text())] if ckpt.exists() and log.exists() else []
     except (OSError, ValueError, TypeError):
         earlier = []
+    previous = _exit_on_sigterm()
     try:
         df = measure(ckpt)
     except BaseException:
         if ckpt.exists():  # blocks were kept: the next sitting resumes them, and adds this one's time
             atomic_write_text(log, json.dumps([*earlier, round(time.monotonic() - t0, 1)]) + "\n")
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     state = machine_state(snap, machine_snapshot())
     now = round(time.monotonic() - t0, 1)
     extra = {"seconds": round(now + sum(earlier), 1), "sittings": len(earlier) + 1, "seconds_this_sitting": now,
@@ -89,6 +94,20 @@ def read_or_measure(name: str, profile: str, device: str, settings: dict, measur
     out = load_table(name, profile, **settings)
     out.attrs["measured"] = True
     return out
+
+
+def _exit_on_sigterm():
+    """While a shard measures: SIGTERM (``kill``, a job scheduler's stop) raises SystemExit in the main thread, so the
+    sitting's time is logged as for Ctrl-C. Returns the handler it replaced (None off the main thread)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 class MSSShard:
