@@ -185,7 +185,17 @@ $(EXECUTED_DIR)/04_leviathan_speedup.ipynb: $(LEV_SHARDS)
 MSS_SHARD := $(if $(filter standard,$(PROFILE)),data/results/specinfer_table3_runs.csv)
 data/results/specinfer_table3_runs.csv: | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro shard specinfer_table3_runs --profile profiles/standard.yaml
-$(EXECUTED_DIR)/05_specinfer_trees.ipynb: $(MSS_SHARD)
+# Its hardware-aware choice and tree-vs-chain timing too: the verification cost curves (a few minutes), then the
+# timing of AR, the best chain, the chain of the tree's target positions and the best tree at T = 1, in two parts of
+# speed_shard_prompts = 5 prompts x speed_repeats passes x speed_tokens tokens (about 27 min each on AVX-512 Zen 4).
+# A part measures Table 2's <w, 1, ..., 1> runs first if they are missing (the notebook then reads them).
+TREE_SHARDS := $(if $(filter standard,$(PROFILE)),data/results/specinfer_tree_costs.csv \
+    data/results/specinfer_tree_speed_p0.csv data/results/specinfer_tree_speed_p1.csv)
+data/results/specinfer_tree_costs.csv: | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro shard specinfer_tree_costs --profile profiles/standard.yaml
+data/results/specinfer_tree_speed_p%.csv: | $(STAMP) $(filter %/specinfer_tree_costs.csv,$(TREE_SHARDS))
+	SPECREPRO_RECORD=1 $(PY) -m specrepro shard specinfer_tree_speed_p$* --profile profiles/standard.yaml
+$(EXECUTED_DIR)/05_specinfer_trees.ipynb: $(MSS_SHARD) $(TREE_SHARDS)
 
 # Notebook 02 marks the drafts' measured (α, c) of notebook 04's table on Leviathan's Fig. 3 and 4: it runs after 04.
 $(EXECUTED_DIR)/02_leviathan_theory.ipynb: $(EXECUTED_DIR)/04_leviathan_speedup.ipynb

@@ -218,3 +218,69 @@ def test_a_shard_resumed_over_sittings_records_their_summed_time(tmp_path, monke
     with pytest.raises(RuntimeError):
         shards.read_or_measure("t", "unit", "cpu", {"shard": "t"}, lambda ckpt: (_ for _ in ()).throw(RuntimeError()))
     assert not (tmp_path / "t.ckpt.json.sittings.json").exists()
+
+
+TREE_PARAMS = dict(target="t", draft="d", dtype="float32", device="cpu", workload="humaneval", widths=[1, 2],
+                   tree_depth=2, seed=0, tree_prompts=3, tree_tokens=6, cost_sizes=[0, 1, 2, 4],
+                   tree_cost_repeats=1, speed_tokens=5, speed_repeats=2, speed_shard_prompts=2)
+
+
+def test_tree_speed_parts_time_the_equal_positions_chain_and_add_up_to_the_whole_run(tmp_path, pair, monkeypatch):
+    import json
+
+    from specrepro import data
+    from specrepro.lab import specinfer
+
+    monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
+    monkeypatch.setattr(data, "load_workload", lambda name, n: _prompts(n))
+    target, draft = pair
+    models = (target, draft, _Tok(), "d")
+    trees = shards.TreeSpeedShards(TREE_PARAMS, profile="unit", models=models, progress=False)
+    assert trees.slices() == [(0, 2), (2, 3)]
+    assert trees.names() == ["specinfer_tree_costs", "specinfer_tree_speed_p0", "specinfer_tree_speed_p1"]
+    costs = trees.costs()
+    assert costs.attrs["measured"] and set(costs["model"]) == {"t", "d"}
+    # the root runs were missing: measured and saved under the notebook's name and settings
+    picks = trees.picks()
+    assert (tmp_path / "specinfer_table2_root_runs.csv").is_file()
+    assert picks == trees.recorded_picks(tmp_path)  # what `make status` compares, measuring nothing
+    w, d = picks["tree"]
+    table = trees.table()
+    methods = set(table["method"])
+    assert f"chain γ={w * d} (equal positions)" in methods and "AR" in methods
+    assert any(m.startswith("tree") for m in methods) and len(methods) == 3 + (picks["gamma"] != w * d)
+    assert sorted(table["prompt_index"].unique()) == [0, 1, 2] and sorted(table["repeat"].unique()) == [0, 1]
+    # parts timed apart draw what one whole run draws (same seeds, same method order per prompt)
+    whole = specinfer.tree_vs_chain_speed(target, draft, _Tok(), _prompts(3), tree=tuple(picks["tree"]),
+                                          gamma=picks["gamma"], max_new_tokens=5, seed=0, repeats=2, progress=False)
+    cols = ["repeat", "prompt_index", "method", "position", "new_tokens", "steps"]
+    key = ["repeat", "prompt_index", "position"]
+    pd.testing.assert_frame_equal(whole.sort_values(key)[cols].reset_index(drop=True),
+                                  table.sort_values(key)[cols].reset_index(drop=True), check_dtype=False)
+    prov = json.loads((tmp_path / "specinfer_tree_speed_p1.provenance.json").read_text())
+    assert prov["part_prompts"] == [2, 3] and prov["tree"] == [w, d] and prov["gamma"] == picks["gamma"]
+    assert "seconds" in prov and "cpu" in prov and prov["blocks"] == 2
+    # read, not measured, under the same setting
+    again = shards.TreeSpeedShards(TREE_PARAMS, profile="unit", models=models, progress=False)
+    again.table()
+    assert again.measured == []
+    with pytest.raises(KeyError, match="not a tree-speed shard"):
+        again.run("specinfer_tree_speed_p2")
+    with pytest.raises(ValueError, match=">= 1"):
+        specinfer.tree_vs_chain_speed(target, draft, _Tok(), _prompts(1), tree=(2, 1), gamma=0, progress=False)
+
+
+def test_the_makefile_names_every_tree_speed_part_of_the_standard_profile():
+    import re
+
+    import yaml
+
+    from specrepro.files import repo_root
+    from specrepro.record import status
+
+    root = repo_root()
+    trees = shards.TreeSpeedShards(yaml.safe_load((root / "profiles/standard.yaml").read_text()))
+    text = (root / "Makefile").read_text()
+    named = re.findall(r"data/results/(specinfer_tree_(?:costs|speed_p\d+))\.csv", text)
+    assert sorted(set(named) - {"specinfer_tree_speed_p"}) == sorted(trees.names())
+    assert sorted(s.name for s in status.SHARDS if s.name.startswith("specinfer_tree")) == sorted(trees.names())

@@ -379,12 +379,21 @@ def choose_tree(width_runs: pd.DataFrame, target_cost: pd.DataFrame, draft_cost:
 def tree_vs_chain_speed(target, draft, tokenizer, prompts, tree: tuple[int, int], gamma: int,
                         sampling: SamplingConfig = SamplingConfig(1.0), max_new_tokens: int = 64, seed: int = 0,
                         mode: str = "iid", repeats: int = 1, progress: bool = True, checkpoint=None,
-                        checkpoint_key: dict | None = None) -> pd.DataFrame:
+                        checkpoint_key: dict | None = None, equal_positions: bool = True,
+                        prompt_offset: int = 0) -> pd.DataFrame:
     """Tokens/s of AR, the best chain (:func:`~specrepro.core.decoding.generate` with a
-    :class:`~specrepro.drafters.model.DraftModelDrafter`, γ = ``gamma``) and the best tree (⟨w, 1, ..., 1⟩ of depth d,
-    ``tree = (w, d)``), timed by the one harness (:func:`specrepro.measure.harness.run_interleaved`).
+    :class:`~specrepro.drafters.model.DraftModelDrafter`, γ = ``gamma``), the chain that feeds the target as many
+    positions per step as the tree (γ = w·d, labelled ``"chain γ=<w·d> (equal positions)"``) and the best tree
+    (⟨w, 1, ..., 1⟩ of depth d, ``tree = (w, d)``: root + w·d nodes), timed by the one harness
+    (:func:`specrepro.measure.harness.run_interleaved`).
 
     Args:
+        gamma: the best chain's draft length (>= 1). When it equals w·d, one chain is timed, labelled as the
+            equal-positions chain.
+        equal_positions: also time the chain of γ = w·d (tree against chain at equal target positions per step,
+            w·d + 1 each); False: AR, the best chain and the tree only.
+        prompt_offset: the index of ``prompts[0]`` in the whole workload (a shard times a slice of the prompts;
+            :func:`~specrepro.measure.harness.run_interleaved` seeds and orders each prompt as the whole run would).
         checkpoint: a JSON file where every finished (pass, prompt) block is kept, so that an interrupted timing
             resumes at the next block (:func:`~specrepro.measure.harness.run_interleaved`); the caller deletes it
             once the table is saved. None: no checkpoint.
@@ -396,35 +405,44 @@ def tree_vs_chain_speed(target, draft, tokenizer, prompts, tree: tuple[int, int]
         one row per (repeat, prompt, method), :func:`specrepro.measure.harness.per_run_table` columns (method, tokens,
         seconds, tokens_per_s, tokens_per_step, ...); summarize with :func:`specrepro.measure.harness.speedup_table`
         (baseline "AR"). ``attrs["resumed_blocks"]``: the (pass, prompt) blocks read from ``checkpoint``.
+
+    Raises:
+        ValueError: ``gamma``, the tree's width or its depth < 1.
     """
     vocab = target.get_output_embeddings().weight.shape[0]
-    w, d = tree
+    w, d = (int(x) for x in tree)
     tree_mode = "topk" if sampling.greedy else mode
     eos = default_eos_ids(target, tokenizer)
+    if int(gamma) < 1 or w < 1 or d < 1:
+        raise ValueError(f"tree_vs_chain_speed needs gamma, width and depth >= 1; got {gamma}, {w}, {d}")
     chain_drafter = DraftModelDrafter(draft, vocab)
     proposer = DraftTreeProposer(draft, [w] + [1] * (d - 1), tree_mode, vocab)
-    chain, tree_name = f"chain γ={gamma}", f"tree <{w}{',1' * (d - 1)}> ({w * d} nodes)"
+    tree_name = f"tree <{w}{',1' * (d - 1)}> ({w * d} nodes)"
+    chains = {f"chain γ={int(gamma)}": int(gamma)}  # label -> γ
+    if equal_positions:
+        chains = {k: g for k, g in chains.items() if g != w * d} | {f"chain γ={w * d} (equal positions)": w * d}
 
     def runner(method, n):
         if method == "AR":
             return lambda ids, g: generate(target, ids, max_new_tokens=n, sampling=sampling, generator=g,
                                            eos_token_id=eos)
-        if method == chain:
-            return lambda ids, g: generate(target, ids, drafter=chain_drafter, gamma=gamma, max_new_tokens=n,
-                                           sampling=sampling, generator=g, eos_token_id=eos)
+        if method in chains:
+            return lambda ids, g: generate(target, ids, drafter=chain_drafter, gamma=chains[method],
+                                           max_new_tokens=n, sampling=sampling, generator=g, eos_token_id=eos)
         return lambda ids, g: tree_generate(target, ids, proposer, max_new_tokens=n, sampling=sampling, generator=g,
                                             eos_token_id=eos)
 
-    methods = ["AR", chain, tree_name]
+    methods = ["AR", *chains, tree_name]
     encoded = [(p.id, _encode(tokenizer, p.text).to(target.device)) for p in prompts]
     key = None if checkpoint is None else timing_checkpoint_key(
-        TREE_SPEED_MODULES, encoded, target.device, **(checkpoint_key or {}), methods=methods, tree=[w, d],
-        gamma=gamma, mode=mode, sampling=[sampling.temperature, sampling.top_p, sampling.top_k],
-        max_new_tokens=max_new_tokens, seed=seed)
+        TREE_SPEED_MODULES, encoded, target.device, **{
+            **(checkpoint_key or {}), "methods": methods, "tree": [w, d], "gamma": int(gamma), "mode": mode,
+            "sampling": [sampling.temperature, sampling.top_p, sampling.top_k], "max_new_tokens": max_new_tokens,
+            "seed": seed, "prompt_offset": int(prompt_offset)})
     runs = run_interleaved({m: runner(m, max_new_tokens) for m in methods}, encoded, repeats=repeats, seed=seed,
                            device=target.device, warmup={m: runner(m, 4) for m in methods}, baseline="AR",
                            greedy=sampling.greedy, progress=progress, desc="tree vs chain", checkpoint=checkpoint,
-                           checkpoint_key=key)
+                           checkpoint_key=key, prompt_offset=int(prompt_offset))
     table = per_run_table(runs)
     table.attrs["resumed_blocks"] = int(runs.attrs.get("resumed_blocks", 0))
     return table

@@ -3,9 +3,10 @@ sidecar.
 
 What this file is: ``python -m specrepro shard NAME --profile profiles/standard.yaml`` (the Makefile runs one
 target per shard before the notebook), :class:`Table2Shards`, which notebook 04 uses to read its shards and to
-run, in the same process, any that are missing (the quick profile in CI; a run by hand), and :class:`MSSShard`,
-notebook 05's naive-vs-MSS table (SpecInfer Table 3), likewise. Notebook 04's shards are defined in
-:mod:`specrepro.lab.table2`.
+run, in the same process, any that are missing (the quick profile in CI; a run by hand), and notebook 05's shards
+likewise: :class:`MSSShard` (naive sampling vs MSS, SpecInfer Table 3) and :class:`TreeSpeedShards` (the tree
+verification cost curves, and the tree-vs-chain timing in parts of a few prompts). Notebook 04's shards are defined
+in :mod:`specrepro.lab.table2`.
 
 Each shard's table is saved with :func:`specrepro.record.results.save_table`; its sidecar records the setting
 (models, workload slice, sizes, methods), the sitting's wall time (``seconds``), the CPU (every provenance does), how
@@ -34,7 +35,7 @@ from specrepro.files import checkpoint_file, repo_root
 from specrepro.lab import table2
 from specrepro.record.results import STANDARD, load_table, save_table, writes_record
 
-__all__ = ["Table2Shards", "MSSShard", "read_or_measure", "shard_checkpoint", "configure_parser", "run_command"]
+__all__ = ["Table2Shards", "MSSShard", "TreeSpeedShards", "read_or_measure", "shard_checkpoint", "configure_parser", "run_command"]
 
 
 def shard_checkpoint(name: str, profile: str) -> Path:
@@ -165,6 +166,207 @@ class MSSShard:
         return read_or_measure(self.name, self.profile, self.params["device"], s, measure)
 
 
+class TreeSpeedShards:
+    """Notebook 05's hardware-aware tree choice and its tree-vs-chain timing as shards.
+
+    * ``specinfer_tree_costs``: the verification cost curves (:func:`specrepro.lab.specinfer.tree_cost_table`): one
+      target forward over root + N nodes for N in ``cost_sizes``, and one draft forward over w tokens for every width,
+      on the first prompt's KV cache, ``tree_cost_repeats`` timed rounds (ms, median over the rounds).
+    * ``specinfer_tree_speed_p<k>``: AR, the best chain, the chain of equal target positions (γ = w·d) and the best
+      tree ⟨w, 1, ..., 1⟩ of depth d, timed interleaved at T = 1 (:func:`specrepro.lab.specinfer.tree_vs_chain_speed`),
+      ``speed_repeats`` passes × ``speed_tokens`` tokens over prompts ``[k·s, (k+1)·s)`` of ``tree_prompts`` (s =
+      ``speed_shard_prompts``); each part seeds and orders its prompts as one whole run would.
+
+    The tree and the best chain are :func:`specrepro.lab.specinfer.choose_tree`'s, from the cost curves and the
+    stochastic ⟨w, 1, ..., 1⟩ runs of Table 2 (``specinfer_tree_costs`` and ``specinfer_table2_root_runs``, read, or
+    measured when missing): a part is fixed by that choice, which its sidecar records (``tree``, ``gamma``), so new
+    cost curves that change the choice make the parts stale.
+
+    Args:
+        params: notebook 05's parameters (the profile's names). profile: where tables are read and written.
+        models: ``(target, draft, tokenizer, draft name)`` already loaded (the notebook's), else loaded when needed.
+        root_runs: the ⟨w, 1, ..., 1⟩ runs of Table 2 when the caller has them (the notebook), else read or measured.
+    """
+
+    cost_name = "specinfer_tree_costs"
+    part_prefix = "specinfer_tree_speed_p"
+
+    def __init__(self, params: dict, profile: str = STANDARD, models=None, root_runs: pd.DataFrame | None = None,
+                 progress: bool = True):
+        self.params, self.profile, self.models, self.progress = dict(params), profile, models, progress
+        self._root_runs, self.measured = root_runs, []
+
+    def _draft_name(self) -> str:
+        return MSSShard(self.params, models=self.models)._draft_name()
+
+    def _load(self):
+        from specrepro.lab.specinfer import load_tree_models
+
+        p = self.params
+        if self.models is None:
+            self.models = load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
+                                           int8_draft=bool(p.get("tree_int8_draft")))
+        return self.models
+
+    def _prompts(self, n: int):
+        from specrepro.data import load_workload
+
+        return load_workload(self.params["workload"], n)
+
+    def slices(self) -> list[tuple[int, int]]:
+        """The prompt slices ``[start, stop)`` of the timing parts: ``speed_shard_prompts`` each (default: all)."""
+        import math
+
+        n = int(self.params["tree_prompts"])
+        size = int(self.params.get("speed_shard_prompts") or n)
+        if n < 1 or size < 1:
+            raise ValueError(f"tree_prompts and speed_shard_prompts must be >= 1; got {n}, {size}")
+        return [(k * size, min((k + 1) * size, n)) for k in range(math.ceil(n / size))]
+
+    def names(self) -> list[str]:
+        """The shards, in the order they can run: the cost curves, then the timing parts."""
+        return [self.cost_name] + [f"{self.part_prefix}{k}" for k in range(len(self.slices()))]
+
+    def cost_settings(self) -> dict:
+        p = self.params
+        return {"shard": self.cost_name, "target": p["target"], "draft": self._draft_name(), "dtype": p["dtype"],
+                "workload": p["workload"], "cost_sizes": [int(n) for n in p["cost_sizes"]],
+                "draft_widths": list(range(1, int(max(p["widths"])) + 1)),
+                "repeats": int(p["tree_cost_repeats"])}
+
+    def costs(self) -> pd.DataFrame:
+        """The cost curves' shard: one row per (model, N): model, n_nodes, fed_tokens, ms, ms_min."""
+        s = self.cost_settings()
+
+        def measure(ckpt):
+            from specrepro.lab.specinfer import tree_cost_table
+
+            tmodel, dmodel, tokenizer, draft_name = self._load()
+            prefix = tokenizer(self._prompts(1)[0].text, return_tensors="pt").input_ids[0]
+            target_cost = tree_cost_table(tmodel, prefix, s["cost_sizes"], repeats=s["repeats"], name=s["target"])
+            draft_cost = tree_cost_table(dmodel, prefix, [w - 1 for w in s["draft_widths"]], repeats=s["repeats"],
+                                         name=draft_name)
+            return pd.concat([target_cost, draft_cost], ignore_index=True)
+
+        out = read_or_measure(self.cost_name, self.profile, self.params["device"], s, measure)
+        if out.attrs.get("measured"):
+            self.measured.append(self.cost_name)
+        return out
+
+    def root_runs(self) -> pd.DataFrame:
+        """Table 2's ⟨w, 1, ..., 1⟩ runs (``specinfer_table2_root_runs``, notebook 05's settings): given, read, or
+        measured now and saved as the notebook saves them."""
+        if self._root_runs is None:
+            from specrepro.lab.specinfer import tree_width_table
+
+            p = self.params
+            settings = dict(target=p["target"], draft=self._draft_name(), prompts=int(p["tree_prompts"]),
+                            tokens=int(p["tree_tokens"]), depth=int(p["tree_depth"]),
+                            widths=[int(w) for w in p["widths"]], seed=int(p["seed"]))
+            found = load_table("specinfer_table2_root_runs", self.profile, shape="root", **settings)
+            if found is None:
+                tmodel, dmodel, tokenizer, _ = self._load()
+                found = tree_width_table(tmodel, dmodel, tokenizer, self._prompts(settings["prompts"]),
+                                         widths=settings["widths"], depth=settings["depth"],
+                                         max_new_tokens=settings["tokens"], seed=settings["seed"], shape="root")
+                save_table(found, "specinfer_table2_root_runs", profile=self.profile, device=p["device"],
+                           shape="root", **settings)
+            self._root_runs = found
+        return self._root_runs
+
+    def choice(self) -> pd.DataFrame:
+        """:func:`specrepro.lab.specinfer.choose_tree`'s ranking (stochastic decoding, depths 1..``tree_depth``) from
+        the cost curves and the root runs; best first."""
+        from specrepro.lab.specinfer import choose_tree
+
+        costs, target = self.costs(), self.params["target"]
+        return choose_tree(self.root_runs(), costs[costs["model"] == target], costs[costs["model"] != target],
+                           decoding="stochastic", depths=range(1, int(self.params["tree_depth"]) + 1))
+
+    def picks(self) -> dict:
+        """``{"tree": [w, d], "gamma": γ}``: the best tree (width > 1) and the best chain of :meth:`choice`."""
+        return _picks(self.choice())
+
+    def recorded_picks(self, folder: Path) -> dict | None:
+        """:meth:`picks` from the cost curves and root runs as recorded in ``folder`` (e.g. ``data/results``),
+        measuring nothing: None when either table is missing or was measured under other settings."""
+        import json
+
+        from specrepro.lab.specinfer import choose_tree
+
+        def read(name: str, **settings):
+            path = folder / f"{name}.csv"
+            try:
+                prov = json.loads(path.with_suffix(".provenance.json").read_text())
+            except (OSError, ValueError):
+                return None
+            if not path.is_file() or any(prov.get(k) != v for k, v in json.loads(json.dumps(settings)).items()):
+                return None
+            return pd.read_csv(path)
+
+        p = self.params
+        costs = read(self.cost_name, **self.cost_settings())
+        roots = read("specinfer_table2_root_runs", shape="root", target=p["target"], draft=self._draft_name(),
+                     prompts=int(p["tree_prompts"]), tokens=int(p["tree_tokens"]), depth=int(p["tree_depth"]),
+                     widths=[int(w) for w in p["widths"]], seed=int(p["seed"]))
+        if costs is None or roots is None:
+            return None
+        return _picks(choose_tree(roots, costs[costs["model"] == p["target"]], costs[costs["model"] != p["target"]],
+                                  decoding="stochastic", depths=range(1, int(p["tree_depth"]) + 1)))
+
+    def part_settings(self, k: int, picks: dict | None = None) -> dict:
+        """What part ``k``'s sidecar records and a reader must find: models, workload slice, sizes, seed and the
+        choice (``picks``: :meth:`picks` when None; ``{}`` leaves the choice out)."""
+        p = self.params
+        start, stop = self.slices()[k]
+        return {"shard": f"{self.part_prefix}{k}", "target": p["target"], "draft": self._draft_name(),
+                "dtype": p["dtype"], "workload": p["workload"], "prompts": int(p["tree_prompts"]),
+                "part_prompts": [start, stop], "tokens": int(p["speed_tokens"]), "repeats": int(p["speed_repeats"]),
+                "seed": int(p["seed"]), "temperature": 1.0, **(self.picks() if picks is None else picks)}
+
+    def part(self, k: int) -> pd.DataFrame:
+        """Timing part ``k``: one row per (pass, prompt, method) (:func:`~specrepro.lab.specinfer.tree_vs_chain_speed`)."""
+        s = self.part_settings(k)
+
+        def measure(ckpt):
+            from specrepro.files import cpu_description
+            from specrepro.lab.specinfer import tree_vs_chain_speed
+
+            tmodel, dmodel, tokenizer, _ = self._load()
+            start, stop = s["part_prompts"]
+            return tree_vs_chain_speed(tmodel, dmodel, tokenizer, self._prompts(stop)[start:stop],
+                                       tree=tuple(s["tree"]), gamma=s["gamma"], max_new_tokens=s["tokens"],
+                                       seed=s["seed"], repeats=s["repeats"], progress=self.progress,
+                                       checkpoint=ckpt, prompt_offset=start, checkpoint_key={
+                                           **{k: v for k, v in s.items() if k != "prompts"},
+                                           "n_prompts": s["prompts"], "cpu": cpu_description()})
+
+        out = read_or_measure(s["shard"], self.profile, self.params["device"], s, measure)
+        if out.attrs.get("measured"):
+            self.measured.append(s["shard"])
+        return out
+
+    def table(self) -> pd.DataFrame:
+        """Every timing part, concatenated (the whole tree-vs-chain timing)."""
+        return pd.concat([self.part(k) for k in range(len(self.slices()))], ignore_index=True)
+
+    def run(self, name: str) -> pd.DataFrame:
+        """The shard ``name`` (one of :meth:`names`), read or measured.
+
+        Raises:
+            KeyError: not a shard of this setting.
+        """
+        if name not in self.names():
+            raise KeyError(f"{name!r} is not a tree-speed shard under this profile; its shards: {self.names()}")
+        return self.costs() if name == self.cost_name else self.part(int(name.removeprefix(self.part_prefix)))
+
+
+def _picks(choice: pd.DataFrame) -> dict:
+    """The best tree (width > 1) and the best chain of a :func:`~specrepro.lab.specinfer.choose_tree` ranking."""
+    tree, chain = choice[choice["width"] > 1].iloc[0], choice[choice["width"] == 1].iloc[0]
+    return {"tree": [int(tree.width), int(tree.depth)], "gamma": int(chain.depth)}
+
+
 class Table2Shards:
     """Notebook 04's shards for one setting (:class:`specrepro.lab.table2.Table2Setting`): each method returns a
     shard's table, read from the record (or ``build/<profile>/``) when it exists under the same setting, else
@@ -277,12 +479,16 @@ def run_command(args, parser=None) -> int:
     params = yaml.safe_load(path.read_text()) or {}
     shards = Table2Shards(params, profile=path.stem)
     mss = MSSShard(params, profile=path.stem)
+    trees = TreeSpeedShards(params, profile=path.stem)
     if args.list:
-        print("\n".join([*shards.names(), mss.name]))
+        print("\n".join([*shards.names(), mss.name, *trees.names()]))
         return 0
-    for name in args.names or [*shards.names(), mss.name]:
+    for name in args.names or [*shards.names(), mss.name, *trees.names()]:
         if name == mss.name:
             measured = bool(mss.table().attrs.get("measured"))
+        elif name in trees.names():
+            trees.run(name)
+            measured = name in trees.measured
         else:
             shards.run(name)
             measured = name in shards.measured

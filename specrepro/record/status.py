@@ -88,22 +88,34 @@ SHARDS: tuple[Shard, ...] = (
     _csv("verdict_history"),
     *(_csv(n) for n in ("cost_curves", *(f"leviathan_table2_runs_t{t}_p{k}" for t in (0, 1) for k in range(4)))),
     _csv("specinfer_table3_runs"),
+    _csv("specinfer_tree_costs"),
+    *(_csv(f"specinfer_tree_speed_p{k}") for k in range(2)),
 )
 
 
 def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
     """What a notebook-04 or notebook-05 shard's sidecar must record to be the measurement the standard profile asks
     for today (:class:`specrepro.record.shards.Table2Shards`, the T = 1 parts' methods, which follow the greedy
-    parts, not compared; :class:`specrepro.record.shards.MSSShard`); None for other shards."""
+    parts, not compared; :class:`specrepro.record.shards.MSSShard`; :class:`specrepro.record.shards.TreeSpeedShards`,
+    a timing part's tree and chain compared with the choice the recorded cost curves and root runs make); None for
+    other shards."""
     import yaml
 
     from specrepro.lab import table2
-    from specrepro.record.shards import MSSShard
+    from specrepro.record.shards import MSSShard, TreeSpeedShards
 
     root = root or repo_root()
     params = yaml.safe_load((root / "profiles/standard.yaml").read_text())
     if shard.name == MSSShard.name:
         return MSSShard(params).settings()
+    trees = TreeSpeedShards(params)
+    if shard.name == trees.cost_name:
+        return trees.cost_settings()
+    if shard.name.startswith(trees.part_prefix):  # the choice is compared when the tables it comes from are recorded
+        k = int(shard.name.removeprefix(trees.part_prefix))
+        if k >= len(trees.slices()):
+            return None
+        return trees.part_settings(k, trees.recorded_picks(root / "data" / "results") or {})
     setting = table2.Table2Setting.from_params(params)
     if shard.name not in table2.shard_names(setting):
         return None
