@@ -30,9 +30,9 @@ from specrepro.drafters.model import DraftModelDrafter
 from specrepro.lab.papers import paper_table
 from specrepro.measure.harness import per_run_table, run_interleaved, timing_checkpoint_key
 
-__all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "TREE_SHAPES", "load_tree_models", "expansion_widths", "topk_success_table",
-           "tree_width_table", "tree_width_summary", "naive_vs_mss_table", "tree_cost_table", "choose_tree",
-           "tree_vs_chain_speed", "TREE_SPEED_MODULES", "tree_speed_checkpoint"]
+__all__ = ["SPECINFER_TABLE2", "SPECINFER_TABLE3", "TREE_SHAPES", "load_tree_models", "tree_draft_name",
+           "expansion_widths", "topk_success_table", "tree_width_table", "tree_width_summary", "naive_vs_mss_table",
+           "tree_cost_table", "choose_tree", "tree_vs_chain_speed", "TREE_SPEED_MODULES"]
 
 #: SpecInfer Table 2, Alpaca, LLaMA-7B target / LLaMA-68M draft, depth 8: width -> (greedy, stochastic)
 SPECINFER_TABLE2 = {int(r.width): (float(r.greedy), float(r.stochastic)) for r in paper_table("specinfer_table2").itertuples()}
@@ -43,14 +43,6 @@ SPECINFER_TABLE3 = dict(zip(*paper_table("specinfer_table3").to_dict("list").val
 #: The modules whose code decides what :func:`tree_vs_chain_speed` times (with every package module they import; see
 #: :func:`specrepro.files.code_fingerprint`): a checkpoint of its blocks resumes only under the same code of these.
 TREE_SPEED_MODULES = ("specrepro.lab.specinfer",)
-
-
-def tree_speed_checkpoint(profile: str):
-    """Where notebook 05 keeps the (pass, prompt) blocks of its tree-vs-chain timing under ``profile``
-    (:func:`specrepro.files.checkpoint_file` of ``specinfer_tree_speed``)."""
-    from specrepro.files import checkpoint_file
-
-    return checkpoint_file("specinfer_tree_speed", profile)
 
 
 #: Table 2 tree shapes: "paper" = SpecInfer's ⟨1,1,k,1,...,1⟩ (Sec. 6.4: the branching at the third token),
@@ -98,13 +90,20 @@ def load_tree_models(target: str, draft: str | None, device: str = "cpu", dtype:
     from specrepro.drafters.compress import quantize_draft
     from specrepro.models import load_model, load_pair
 
+    name = tree_draft_name(target, draft, int8_draft)
     if draft:
         tmodel, dmodel, tokenizer = load_pair(target, draft, device=device, dtype=dtype)
-        if int8_draft:
-            return tmodel, quantize_draft(dmodel), tokenizer, f"{draft} (int8)"
-        return tmodel, dmodel, tokenizer, draft
+        return tmodel, quantize_draft(dmodel) if int8_draft else dmodel, tokenizer, name
     tmodel, tokenizer = load_model(target, device=device, dtype=dtype)
-    return tmodel, copy.deepcopy(tmodel).to(torch.bfloat16), tokenizer, f"{target} (bf16 copy)"
+    return tmodel, copy.deepcopy(tmodel).to(torch.bfloat16), tokenizer, name
+
+
+def tree_draft_name(target: str, draft: str | None, int8_draft: bool = False) -> str:
+    """The draft's name in notebook 05's tables and its shards' settings (:func:`load_tree_models`'s last item):
+    ``draft``, ``"<draft> (int8)"``, or ``"<target> (bf16 copy)"`` when there is no draft model."""
+    if not draft:
+        return f"{target} (bf16 copy)"
+    return f"{draft} (int8)" if int8_draft else str(draft)
 
 
 def _encode(tokenizer, text):

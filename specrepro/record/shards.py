@@ -129,12 +129,12 @@ class MSSShard:
         self.params, self.profile, self.models, self.progress = dict(params), profile, models, progress
 
     def _draft_name(self) -> str:
+        from specrepro.lab.specinfer import tree_draft_name
+
         p = self.params
         if self.models is not None:
             return self.models[3]
-        if not p.get("draft"):
-            return f"{p['target']} (bf16 copy)"
-        return f"{p['draft']} (int8)" if p.get("tree_int8_draft") else str(p["draft"])
+        return tree_draft_name(p["target"], p.get("draft"), bool(p.get("tree_int8_draft")))
 
     def settings(self) -> dict:
         """What the sidecar records and a reader must find: models, dtype, workload, sizes, tree and seed."""
