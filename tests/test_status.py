@@ -55,7 +55,6 @@ CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb",
 SHARDS_PENDING = {"data/results/cost_curves.csv",
                   *(f"data/results/leviathan_table2_runs_t{t}_p{k}.csv" for t in (0, 1) for k in range(4)
                     if (t, k) != (0, 0)),
-                  "data/results/specinfer_table3_runs.csv",
                   "data/results/specinfer_tree_costs.csv",
                   *(f"data/results/specinfer_tree_speed_p{k}.csv" for k in range(2)),
                   "data/results/bench_qwen_heldout_chat.json"}
