@@ -29,7 +29,6 @@ INPUTS_PENDING = {
     "notebooks/executed/standard/01_exactness_simulation.ipynb",
     "notebooks/executed/standard/03_leviathan_alpha.ipynb",
     "notebooks/executed/standard/04_leviathan_speedup.ipynb",
-    "notebooks/executed/standard/05_specinfer_trees.ipynb",
     "notebooks/executed/standard/06_medusa.ipynb",
     "notebooks/executed/standard/07_chen_humaneval.ipynb",
     "figures/fig_chen_speedup_acceptance_looptime_vs_K",
@@ -43,20 +42,14 @@ INPUTS_PENDING = {
     "figures/fig_quickstart_tokens_per_s",
     "figures/fig_speedup_limit_ladder",
     "figures/fig_speedup_vs_gamma_predicted_vs_measured",
-    "figures/fig_tokens_per_step_vs_tree_width",
-    "figures/fig_tree_verification_cost",
 }
 #: executed notebooks whose code is older than their source (also kept by tests/test_notebooks.py); may only shrink
-CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb",
-                # reads its naive-vs-MSS table from the shard now; its tree-vs-chain timing needs a sitting of its own
-                "notebooks/executed/standard/05_specinfer_trees.ipynb"}
+CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb"}
 #: notebook 04's shards not yet measured as shards (`make lev-shards`, under an hour each): missing, or, for the cost
-#: curves, measured by the notebook under settings it did not record; and llama.cpp bench files. May only shrink.
+#: curves, measured by the notebook under settings it did not record; and the held-out chat bench file. May only shrink.
 SHARDS_PENDING = {"data/results/cost_curves.csv",
                   *(f"data/results/leviathan_table2_runs_t{t}_p{k}.csv" for t in (0, 1) for k in range(4)
                     if (t, k) != (0, 0)),
-                  "data/results/specinfer_tree_costs.csv",
-                  *(f"data/results/specinfer_tree_speed_p{k}.csv" for k in range(2)),
                   "data/results/bench_qwen_heldout_chat.json"}
 
 
