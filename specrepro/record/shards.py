@@ -4,8 +4,9 @@ sidecar.
 What this file is: ``python -m specrepro shard NAME --profile profiles/standard.yaml`` (the Makefile runs one
 target per shard before the notebook), :class:`Table2Shards`, which notebook 04 uses to read its shards and to
 run, in the same process, any that are missing (the quick profile in CI; a run by hand), and notebook 05's shards
-likewise: :class:`MSSShard` (naive sampling vs MSS, SpecInfer Table 3) and :class:`TreeSpeedShards` (the tree
-verification cost curves, and the tree-vs-chain timing in parts of a few prompts). Notebook 04's shards are defined
+likewise: :class:`MSSShard` (naive sampling vs MSS, SpecInfer Table 3), :class:`TreeSpeedShards` (the tree
+verification cost curves, and the tree-vs-chain timing in parts of a few prompts) and :class:`WidthShards`
+(SpecInfer Table 2, tokens per step vs tree width, one shard per decoding and pass). Notebook 04's shards are defined
 in :mod:`specrepro.lab.table2`.
 
 Each shard's table is saved with :func:`specrepro.record.results.save_table`; its sidecar records the setting
@@ -35,7 +36,7 @@ from specrepro.files import checkpoint_file, repo_root
 from specrepro.lab import table2
 from specrepro.record.results import STANDARD, load_table, save_table, writes_record
 
-__all__ = ["Table2Shards", "MSSShard", "TreeSpeedShards", "read_or_measure", "shard_checkpoint", "configure_parser", "run_command"]
+__all__ = ["Table2Shards", "MSSShard", "TreeSpeedShards", "WidthShards", "read_or_measure", "shard_checkpoint", "configure_parser", "run_command"]
 
 
 def shard_checkpoint(name: str, profile: str) -> Path:
@@ -361,6 +362,85 @@ class TreeSpeedShards:
         return self.costs() if name == self.cost_name else self.part(int(name.removeprefix(self.part_prefix)))
 
 
+class WidthShards:
+    """SpecInfer Table 2 (verified tokens per step vs tree width) at the size a verdict needs, as shards:
+    ``width_prompts`` HumanEval prompts × ``width_tokens`` tokens on SpecInfer's trees ⟨1,1,w,1,...,1⟩ of depth
+    ``tree_depth`` for every width of ``widths`` (:func:`specrepro.lab.specinfer.tree_width_table`, shape "paper").
+
+    * ``specinfer_table2_width_greedy``: greedy decoding (VerifyGreedy), one pass (greedy tree decoding is
+      deterministic: a second pass repeats the first token for token);
+    * ``specinfer_table2_width_t1_r<k>``: T = 1 (MSS on i.i.d. children), pass k of ``width_passes``, seeded
+      ``seed + k``.
+
+    Tokens per step are counted, not timed. Each shard is read when it exists under the same setting, else measured
+    (resumable over sittings from its checkpoint) and saved with its sidecar.
+
+    Args:
+        params: notebook 05's parameters (the profile's names). profile: where tables are read and written.
+        models: ``(target, draft, tokenizer, draft name)`` already loaded, else loaded when needed.
+    """
+
+    prefix = "specinfer_table2_width_"
+
+    def __init__(self, params: dict, profile: str = STANDARD, models=None, progress: bool = True):
+        self.params, self.profile, self.models, self.progress = dict(params), profile, models, progress
+        self.measured: list[str] = []
+
+    def names(self) -> list[str]:
+        """The shards: the greedy pass, then the T = 1 passes."""
+        n = int(self.params["width_passes"])
+        if n < 1:
+            raise ValueError(f"width_passes must be >= 1, got {n}")
+        return [self.prefix + "greedy"] + [f"{self.prefix}t1_r{k}" for k in range(n)]
+
+    def settings(self, name: str) -> dict:
+        """What shard ``name``'s sidecar records and a reader must find.
+
+        Raises:
+            KeyError: not one of :meth:`names`.
+        """
+        if name not in self.names():
+            raise KeyError(f"{name!r} is not a tree-width shard under this profile; its shards: {self.names()}")
+        p = self.params
+        greedy = name.endswith("greedy")
+        return {"shard": name, "target": p["target"],
+                "draft": MSSShard(p, models=self.models)._draft_name(), "dtype": p["dtype"],
+                "workload": p["workload"], "prompts": int(p["width_prompts"]), "tokens": int(p["width_tokens"]),
+                "depth": int(p["tree_depth"]), "widths": [int(w) for w in p["widths"]], "shape": "paper",
+                "seed": int(p["seed"]), "decoding": "greedy" if greedy else "stochastic",
+                "pass": 0 if greedy else int(name.rsplit("_r", 1)[1])}
+
+    def run(self, name: str) -> pd.DataFrame:
+        """Shard ``name``'s table (one row per prompt and width), read or measured."""
+        s = self.settings(name)
+
+        def measure(ckpt):
+            from specrepro.data import load_workload
+            from specrepro.files import cpu_description
+            from specrepro.lab.specinfer import load_tree_models, tree_width_table
+
+            p = self.params
+            if self.models is None:
+                self.models = load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
+                                               int8_draft=bool(p.get("tree_int8_draft")))
+            tmodel, dmodel, tokenizer, _ = self.models
+            return tree_width_table(tmodel, dmodel, tokenizer, load_workload(s["workload"], s["prompts"]),
+                                    widths=s["widths"], depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"],
+                                    decodings=(s["decoding"],), shape=s["shape"], progress=self.progress,
+                                    passes=(s["pass"],), checkpoint=ckpt,
+                                    checkpoint_key={"target": s["target"], "draft": s["draft"], "dtype": s["dtype"],
+                                                    "cpu": cpu_description()})
+
+        out = read_or_measure(name, self.profile, self.params["device"], s, measure)
+        if out.attrs.get("measured"):
+            self.measured.append(name)
+        return out
+
+    def table(self) -> pd.DataFrame:
+        """Every shard's rows, concatenated (greedy first, then the T = 1 passes)."""
+        return pd.concat([self.run(name) for name in self.names()], ignore_index=True)
+
+
 def _picks(choice: pd.DataFrame) -> dict:
     """The best tree (width > 1) and the best chain of a :func:`~specrepro.lab.specinfer.choose_tree` ranking."""
     tree, chain = choice[choice["width"] > 1].iloc[0], choice[choice["width"] == 1].iloc[0]
@@ -480,15 +560,17 @@ def run_command(args, parser=None) -> int:
     shards = Table2Shards(params, profile=path.stem)
     mss = MSSShard(params, profile=path.stem)
     trees = TreeSpeedShards(params, profile=path.stem)
+    widths = WidthShards(params, profile=path.stem)
     if args.list:
-        print("\n".join([*shards.names(), mss.name, *trees.names()]))
+        print("\n".join([*shards.names(), mss.name, *trees.names(), *widths.names()]))
         return 0
-    for name in args.names or [*shards.names(), mss.name, *trees.names()]:
+    for name in args.names or [*shards.names(), mss.name, *trees.names(), *widths.names()]:
         if name == mss.name:
             measured = bool(mss.table().attrs.get("measured"))
-        elif name in trees.names():
-            trees.run(name)
-            measured = name in trees.measured
+        elif name in trees.names() or name in widths.names():
+            group = trees if name in trees.names() else widths
+            group.run(name)
+            measured = name in group.measured
         else:
             shards.run(name)
             measured = name in shards.measured

@@ -90,6 +90,7 @@ SHARDS: tuple[Shard, ...] = (
     _csv("specinfer_table3_runs"),
     _csv("specinfer_tree_costs"),
     *(_csv(f"specinfer_tree_speed_p{k}") for k in range(2)),
+    *(_csv(f"specinfer_table2_width_{s}") for s in ("greedy", "t1_r0", "t1_r1", "t1_r2")),
 )
 
 
@@ -102,12 +103,15 @@ def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
     import yaml
 
     from specrepro.lab import table2
-    from specrepro.record.shards import MSSShard, TreeSpeedShards
+    from specrepro.record.shards import MSSShard, TreeSpeedShards, WidthShards
 
     root = root or repo_root()
     params = yaml.safe_load((root / "profiles/standard.yaml").read_text())
     if shard.name == MSSShard.name:
         return MSSShard(params).settings()
+    widths = WidthShards(params)
+    if shard.name in widths.names():
+        return widths.settings(shard.name)
     trees = TreeSpeedShards(params)
     if shard.name == trees.cost_name:
         return trees.cost_settings()
