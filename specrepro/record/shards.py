@@ -112,6 +112,18 @@ def _exit_on_sigterm():
     return signal.signal(signal.SIGTERM, stop)
 
 
+def _tree_models(shard):
+    """A notebook-05 shard's ``(target, draft, tokenizer, draft name)``: the ones it was given, else loaded once from
+    its parameters (:func:`specrepro.lab.specinfer.load_tree_models`) and kept on it."""
+    if shard.models is None:
+        from specrepro.lab.specinfer import load_tree_models
+
+        p = shard.params
+        shard.models = load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
+                                        int8_draft=bool(p.get("tree_int8_draft")))
+    return shard.models
+
+
 class MSSShard:
     """Notebook 05's naive-vs-MSS table (SpecInfer Table 3, :func:`specrepro.lab.specinfer.naive_vs_mss_table`) as
     the shard ``specinfer_table3_runs``: ``mss_prompts`` HumanEval prompts × ``mss_repeats`` passes ×
@@ -152,13 +164,9 @@ class MSSShard:
         def measure(ckpt):
             from specrepro.data import load_workload
             from specrepro.files import cpu_description
-            from specrepro.lab.specinfer import load_tree_models, naive_vs_mss_table
+            from specrepro.lab.specinfer import naive_vs_mss_table
 
-            p = self.params
-            if self.models is None:
-                self.models = load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
-                                               int8_draft=bool(p.get("tree_int8_draft")))
-            tmodel, dmodel, tokenizer, _ = self.models
+            tmodel, dmodel, tokenizer, _ = _tree_models(self)
             return naive_vs_mss_table(tmodel, dmodel, tokenizer, load_workload(s["workload"], s["prompts"]),
                                       width=s["width"], depth=s["depth"], max_new_tokens=s["tokens"],
                                       seed=s["seed"], repeats=s["repeats"], checkpoint=ckpt,
@@ -200,15 +208,6 @@ class TreeSpeedShards:
     def _draft_name(self) -> str:
         return MSSShard(self.params, models=self.models)._draft_name()
 
-    def _load(self):
-        from specrepro.lab.specinfer import load_tree_models
-
-        p = self.params
-        if self.models is None:
-            self.models = load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
-                                           int8_draft=bool(p.get("tree_int8_draft")))
-        return self.models
-
     def _prompts(self, n: int):
         from specrepro.data import load_workload
 
@@ -242,7 +241,7 @@ class TreeSpeedShards:
         def measure(ckpt):
             from specrepro.lab.specinfer import tree_cost_table
 
-            tmodel, dmodel, tokenizer, draft_name = self._load()
+            tmodel, dmodel, tokenizer, draft_name = _tree_models(self)
             prefix = tokenizer(self._prompts(1)[0].text, return_tensors="pt").input_ids[0]
             target_cost = tree_cost_table(tmodel, prefix, s["cost_sizes"], repeats=s["repeats"], name=s["target"])
             draft_cost = tree_cost_table(dmodel, prefix, [w - 1 for w in s["draft_widths"]], repeats=s["repeats"],
@@ -266,7 +265,7 @@ class TreeSpeedShards:
                             widths=[int(w) for w in p["widths"]], seed=int(p["seed"]))
             found = load_table("specinfer_table2_root_runs", self.profile, shape="root", **settings)
             if found is None:
-                tmodel, dmodel, tokenizer, _ = self._load()
+                tmodel, dmodel, tokenizer, _ = _tree_models(self)
                 found = tree_width_table(tmodel, dmodel, tokenizer, self._prompts(settings["prompts"]),
                                          widths=settings["widths"], depth=settings["depth"],
                                          max_new_tokens=settings["tokens"], seed=settings["seed"], shape="root")
@@ -333,7 +332,7 @@ class TreeSpeedShards:
             from specrepro.files import cpu_description
             from specrepro.lab.specinfer import tree_vs_chain_speed
 
-            tmodel, dmodel, tokenizer, _ = self._load()
+            tmodel, dmodel, tokenizer, _ = _tree_models(self)
             start, stop = s["part_prompts"]
             return tree_vs_chain_speed(tmodel, dmodel, tokenizer, self._prompts(stop)[start:stop],
                                        tree=tuple(s["tree"]), gamma=s["gamma"], max_new_tokens=s["tokens"],
@@ -417,13 +416,9 @@ class WidthShards:
         def measure(ckpt):
             from specrepro.data import load_workload
             from specrepro.files import cpu_description
-            from specrepro.lab.specinfer import load_tree_models, tree_width_table
+            from specrepro.lab.specinfer import tree_width_table
 
-            p = self.params
-            if self.models is None:
-                self.models = load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
-                                               int8_draft=bool(p.get("tree_int8_draft")))
-            tmodel, dmodel, tokenizer, _ = self.models
+            tmodel, dmodel, tokenizer, _ = _tree_models(self)
             return tree_width_table(tmodel, dmodel, tokenizer, load_workload(s["workload"], s["prompts"]),
                                     widths=s["widths"], depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"],
                                     decodings=(s["decoding"],), shape=s["shape"], progress=self.progress,
