@@ -75,7 +75,9 @@ def optimal_gamma(alpha: float, c: float, max_gamma: int = 64) -> int:
 class CostCurve:
     """Measured time of one forward pass over n new tokens: points (n_i, ms_i), linearly interpolated (ms).
 
-    Beyond the last point the curve is extrapolated with the last segment's slope.
+    Beyond the last point the curve is extrapolated with the last segment's slope, floored at 0: a forward over more
+    tokens than were measured is never predicted cheaper than the last measured one (a noisy last segment that falls
+    would otherwise predict negative costs a few tokens out).
     """
 
     n: Sequence[float]
@@ -92,7 +94,7 @@ class CostCurve:
         n = np.asarray(n, dtype=np.float64)
         out = np.interp(n, self.n, self.ms)
         if len(self.n) >= 2:
-            slope = (self.ms[-1] - self.ms[-2]) / (self.n[-1] - self.n[-2])
+            slope = max(0.0, (self.ms[-1] - self.ms[-2]) / (self.n[-1] - self.n[-2]))
             out = np.where(n > self.n[-1], self.ms[-1] + slope * (n - self.n[-1]), out)
         return out if out.ndim else float(out)
 

@@ -508,6 +508,12 @@ def test_auto_gamma_estimates_alpha_from_its_own_blocks():
         AutoGammaDrafter(Fixed(), flat, 0.0, decay=0.0)
     with pytest.raises(ValueError, match="positive"):
         AutoGammaDrafter(Fixed(), theory.CostCurve([1, 2], [0.0, 0.0]), 0.0)
+    # a noisy curve whose last measured segment falls (as tiny models time under load): beyond it the cost stays
+    # at the last point instead of falling towards negative costs, so the drafter is built and chooses
+    falling = theory.CostCurve([1, 2, 3, 4], [1.9, 6.6, 4.0, 1.3])
+    assert falling(4) == pytest.approx(1.3) and falling(9) == pytest.approx(1.3)
+    assert theory.CostCurve([1, 2], [10.0, 12.0])(4) == pytest.approx(16.0)  # a rising slope is kept
+    AutoGammaDrafter(Fixed(), falling, 1.2).propose(ids, 3, T1, None)
 
 
 # ------------------------------------------------------------------------------- block length chosen token by token

@@ -179,7 +179,8 @@ def test_notebook_runners_share_the_harness():
 
     speed = tree_vs_chain_speed(target, draft, tok, prompts, tree=(2, 2), gamma=2, sampling=GREEDY,
                                 max_new_tokens=6, progress=False)
-    assert speed["equal_to_baseline"].all() and len(speed) == 9
+    assert speed["equal_to_baseline"].all() and len(speed) == 12  # AR, chains γ = 2 and γ = 4 (equal positions), tree
+    assert set(speed["method"]) == {"AR", "chain γ=2", "chain γ=4 (equal positions)", "tree <2,1> (4 nodes)"}
 
     methods = {"AR": make_runner(target, "ar", max_new_tokens=6),
                "chain": make_runner(target, "chain", DraftModelDrafter(draft, 8), gamma=2, max_new_tokens=6)}
