@@ -35,7 +35,7 @@ from specrepro.files import (
     sha256_bytes,
 )
 
-__all__ = ["STANDARD", "RECORD_ENV", "writes_record", "record_dir", "results_dir", "figures_dir", "read_dirs", "provenance", "save_table", "load_table", "add_footer", "save_figure",
+__all__ = ["STANDARD", "RECORD_ENV", "writes_record", "record_dir", "results_dir", "figures_dir", "read_dirs", "provenance", "save_table", "load_table", "table_at", "add_footer", "save_figure",
            "DirtyTreeError", "check_clean_for_record", "RUN_KEYS", "write_with_provenance", "record_hash_mismatches"]
 
 STANDARD = "standard"
@@ -199,9 +199,15 @@ def load_table(name: str, profile: str = STANDARD, **settings):
     resumed notebook recomputes it instead of reusing numbers measured for a different experiment. Values are
     compared after a JSON round trip (tuples and lists are equal).
     """
+    return table_at(results_dir(profile) / f"{name}.csv", **settings)
+
+
+def table_at(path: Path, **settings):
+    """:func:`load_table` for the table at ``path`` (e.g. one in the committed ``data/results/`` while this process
+    writes elsewhere): the DataFrame, or None when it is missing or its sidecar records other ``settings``."""
     import pandas as pd
 
-    path = results_dir(profile) / f"{name}.csv"
+    path = Path(path)
     if not path.exists():
         return None
     if settings:

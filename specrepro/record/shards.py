@@ -34,9 +34,10 @@ import pandas as pd
 
 from specrepro.files import checkpoint_file, repo_root
 from specrepro.lab import table2
-from specrepro.record.results import STANDARD, load_table, save_table, writes_record
+from specrepro.record.results import STANDARD, load_table, save_table, table_at, writes_record
 
-__all__ = ["Table2Shards", "MSSShard", "TreeSpeedShards", "WidthShards", "read_or_measure", "shard_checkpoint", "configure_parser", "run_command"]
+__all__ = ["Table2Shards", "MSSShard", "TreeSpeedShards", "WidthShards", "read_or_measure", "shard_checkpoint",
+           "configure_parser", "run_command"]
 
 
 def shard_checkpoint(name: str, profile: str) -> Path:
@@ -112,6 +113,17 @@ def _exit_on_sigterm():
     return signal.signal(signal.SIGTERM, stop)
 
 
+def _draft_name(shard) -> str:
+    """A notebook-05 shard's draft name: its loaded models' (the notebook's), else
+    :func:`specrepro.lab.specinfer.tree_draft_name` of its parameters."""
+    from specrepro.lab.specinfer import tree_draft_name
+
+    if shard.models is not None:
+        return shard.models[3]
+    p = shard.params
+    return tree_draft_name(p["target"], p.get("draft"), bool(p.get("tree_int8_draft")))
+
+
 def _tree_models(shard):
     """A notebook-05 shard's ``(target, draft, tokenizer, draft name)``: the ones it was given, else loaded once from
     its parameters (:func:`specrepro.lab.specinfer.load_tree_models`) and kept on it."""
@@ -141,18 +153,10 @@ class MSSShard:
     def __init__(self, params: dict, profile: str = STANDARD, models=None, progress: bool = True):
         self.params, self.profile, self.models, self.progress = dict(params), profile, models, progress
 
-    def _draft_name(self) -> str:
-        from specrepro.lab.specinfer import tree_draft_name
-
-        p = self.params
-        if self.models is not None:
-            return self.models[3]
-        return tree_draft_name(p["target"], p.get("draft"), bool(p.get("tree_int8_draft")))
-
     def settings(self) -> dict:
         """What the sidecar records and a reader must find: models, dtype, workload, sizes, tree and seed."""
         p = self.params
-        return {"shard": self.name, "target": p["target"], "draft": self._draft_name(), "dtype": p["dtype"],
+        return {"shard": self.name, "target": p["target"], "draft": _draft_name(self), "dtype": p["dtype"],
                 "workload": p["workload"], "prompts": int(p["mss_prompts"]), "tokens": int(p["mss_tokens"]),
                 "repeats": int(p["mss_repeats"]), "width": int(max(p["widths"])), "depth": int(p["tree_depth"]),
                 "seed": int(p["seed"]), "temperature": 1.0}
@@ -205,9 +209,6 @@ class TreeSpeedShards:
         self.params, self.profile, self.models, self.progress = dict(params), profile, models, progress
         self._root_runs, self.measured = root_runs, []
 
-    def _draft_name(self) -> str:
-        return MSSShard(self.params, models=self.models)._draft_name()
-
     def _prompts(self, n: int):
         from specrepro.data import load_workload
 
@@ -229,7 +230,7 @@ class TreeSpeedShards:
 
     def cost_settings(self) -> dict:
         p = self.params
-        return {"shard": self.cost_name, "target": p["target"], "draft": self._draft_name(), "dtype": p["dtype"],
+        return {"shard": self.cost_name, "target": p["target"], "draft": _draft_name(self), "dtype": p["dtype"],
                 "workload": p["workload"], "cost_sizes": [int(n) for n in p["cost_sizes"]],
                 "draft_widths": list(range(1, int(max(p["widths"])) + 1)),
                 "repeats": int(p["tree_cost_repeats"])}
@@ -253,35 +254,41 @@ class TreeSpeedShards:
             self.measured.append(self.cost_name)
         return out
 
+    def root_settings(self) -> dict:
+        """The settings notebook 05 saves Table 2's ⟨w, 1, ..., 1⟩ runs under (``specinfer_table2_root_runs``)."""
+        p = self.params
+        return dict(shape="root", target=p["target"], draft=_draft_name(self), prompts=int(p["tree_prompts"]),
+                    tokens=int(p["tree_tokens"]), depth=int(p["tree_depth"]), widths=[int(w) for w in p["widths"]],
+                    seed=int(p["seed"]))
+
     def root_runs(self) -> pd.DataFrame:
         """Table 2's ⟨w, 1, ..., 1⟩ runs (``specinfer_table2_root_runs``, notebook 05's settings): given, read, or
         measured now and saved as the notebook saves them."""
         if self._root_runs is None:
             from specrepro.lab.specinfer import tree_width_table
 
-            p = self.params
-            settings = dict(target=p["target"], draft=self._draft_name(), prompts=int(p["tree_prompts"]),
-                            tokens=int(p["tree_tokens"]), depth=int(p["tree_depth"]),
-                            widths=[int(w) for w in p["widths"]], seed=int(p["seed"]))
-            found = load_table("specinfer_table2_root_runs", self.profile, shape="root", **settings)
+            s = self.root_settings()
+            found = load_table("specinfer_table2_root_runs", self.profile, **s)
             if found is None:
                 tmodel, dmodel, tokenizer, _ = _tree_models(self)
-                found = tree_width_table(tmodel, dmodel, tokenizer, self._prompts(settings["prompts"]),
-                                         widths=settings["widths"], depth=settings["depth"],
-                                         max_new_tokens=settings["tokens"], seed=settings["seed"], shape="root")
-                save_table(found, "specinfer_table2_root_runs", profile=self.profile, device=p["device"],
-                           shape="root", **settings)
+                found = tree_width_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), widths=s["widths"],
+                                         depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"], shape="root")
+                save_table(found, "specinfer_table2_root_runs", profile=self.profile, device=self.params["device"],
+                           **s)
             self._root_runs = found
         return self._root_runs
+
+    def _rank(self, costs: pd.DataFrame, roots: pd.DataFrame) -> pd.DataFrame:
+        from specrepro.lab.specinfer import choose_tree
+
+        target = self.params["target"]
+        return choose_tree(roots, costs[costs["model"] == target], costs[costs["model"] != target],
+                           decoding="stochastic", depths=range(1, int(self.params["tree_depth"]) + 1))
 
     def choice(self) -> pd.DataFrame:
         """:func:`specrepro.lab.specinfer.choose_tree`'s ranking (stochastic decoding, depths 1..``tree_depth``) from
         the cost curves and the root runs; best first."""
-        from specrepro.lab.specinfer import choose_tree
-
-        costs, target = self.costs(), self.params["target"]
-        return choose_tree(self.root_runs(), costs[costs["model"] == target], costs[costs["model"] != target],
-                           decoding="stochastic", depths=range(1, int(self.params["tree_depth"]) + 1))
+        return self._rank(self.costs(), self.root_runs())
 
     def picks(self) -> dict:
         """``{"tree": [w, d], "gamma": γ}``: the best tree (width > 1) and the best chain of :meth:`choice`."""
@@ -290,36 +297,16 @@ class TreeSpeedShards:
     def recorded_picks(self, folder: Path) -> dict | None:
         """:meth:`picks` from the cost curves and root runs as recorded in ``folder`` (e.g. ``data/results``),
         measuring nothing: None when either table is missing or was measured under other settings."""
-        import json
-
-        from specrepro.lab.specinfer import choose_tree
-
-        def read(name: str, **settings):
-            path = folder / f"{name}.csv"
-            try:
-                prov = json.loads(path.with_suffix(".provenance.json").read_text())
-            except (OSError, ValueError):
-                return None
-            if not path.is_file() or any(prov.get(k) != v for k, v in json.loads(json.dumps(settings)).items()):
-                return None
-            return pd.read_csv(path)
-
-        p = self.params
-        costs = read(self.cost_name, **self.cost_settings())
-        roots = read("specinfer_table2_root_runs", shape="root", target=p["target"], draft=self._draft_name(),
-                     prompts=int(p["tree_prompts"]), tokens=int(p["tree_tokens"]), depth=int(p["tree_depth"]),
-                     widths=[int(w) for w in p["widths"]], seed=int(p["seed"]))
-        if costs is None or roots is None:
-            return None
-        return _picks(choose_tree(roots, costs[costs["model"] == p["target"]], costs[costs["model"] != p["target"]],
-                                  decoding="stochastic", depths=range(1, int(p["tree_depth"]) + 1)))
+        costs = table_at(folder / f"{self.cost_name}.csv", **self.cost_settings())
+        roots = table_at(folder / "specinfer_table2_root_runs.csv", **self.root_settings())
+        return None if costs is None or roots is None else _picks(self._rank(costs, roots))
 
     def part_settings(self, k: int, picks: dict | None = None) -> dict:
         """What part ``k``'s sidecar records and a reader must find: models, workload slice, sizes, seed and the
         choice (``picks``: :meth:`picks` when None; ``{}`` leaves the choice out)."""
         p = self.params
         start, stop = self.slices()[k]
-        return {"shard": f"{self.part_prefix}{k}", "target": p["target"], "draft": self._draft_name(),
+        return {"shard": f"{self.part_prefix}{k}", "target": p["target"], "draft": _draft_name(self),
                 "dtype": p["dtype"], "workload": p["workload"], "prompts": int(p["tree_prompts"]),
                 "part_prompts": [start, stop], "tokens": int(p["speed_tokens"]), "repeats": int(p["speed_repeats"]),
                 "seed": int(p["seed"]), "temperature": 1.0, **(self.picks() if picks is None else picks)}
@@ -403,7 +390,7 @@ class WidthShards:
         p = self.params
         greedy = name.endswith("greedy")
         return {"shard": name, "target": p["target"],
-                "draft": MSSShard(p, models=self.models)._draft_name(), "dtype": p["dtype"],
+                "draft": _draft_name(self), "dtype": p["dtype"],
                 "workload": p["workload"], "prompts": int(p["width_prompts"]), "tokens": int(p["width_tokens"]),
                 "depth": int(p["tree_depth"]), "widths": [int(w) for w in p["widths"]], "shape": "paper",
                 "seed": int(p["seed"]), "decoding": "greedy" if greedy else "stochastic",
@@ -554,18 +541,17 @@ def run_command(args, parser=None) -> int:
     params = yaml.safe_load(path.read_text()) or {}
     shards = Table2Shards(params, profile=path.stem)
     mss = MSSShard(params, profile=path.stem)
-    trees = TreeSpeedShards(params, profile=path.stem)
-    widths = WidthShards(params, profile=path.stem)
+    groups = {name: g for g in (TreeSpeedShards(params, profile=path.stem), WidthShards(params, profile=path.stem))
+              for name in g.names()}  # notebook 05's other shards -> the object that runs them
     if args.list:
-        print("\n".join([*shards.names(), mss.name, *trees.names(), *widths.names()]))
+        print("\n".join([*shards.names(), mss.name, *groups]))
         return 0
-    for name in args.names or [*shards.names(), mss.name, *trees.names(), *widths.names()]:
+    for name in args.names or [*shards.names(), mss.name, *groups]:
         if name == mss.name:
             measured = bool(mss.table().attrs.get("measured"))
-        elif name in trees.names() or name in widths.names():
-            group = trees if name in trees.names() else widths
-            group.run(name)
-            measured = name in group.measured
+        elif name in groups:
+            groups[name].run(name)
+            measured = name in groups[name].measured
         else:
             shards.run(name)
             measured = name in shards.measured
