@@ -68,7 +68,7 @@ BENCH_ARGS := --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-to
 # prompt's methods interleaved within every pass; the per-prompt ratio is the geometric mean over the passes)
 BENCH_REPEATS ?= 3
 
-.PHONY: help setup test unit nbval nbval-refresh reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164 status lev-shards width-shards
+.PHONY: help setup test unit nbval nbval-refresh reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164 status alpha-shards lev-shards width-shards
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -161,6 +161,15 @@ notebooks: $(EXECUTED)
 # where it stopped; expensive steps inside the notebooks are cached by their inputs.
 $(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb profiles/$(PROFILE).yaml $(SOURCES) | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro.record.nbrun --profile profiles/$(PROFILE).yaml $< $@
+
+# Notebook 03's α table is four shards (standard profile), one per workload (HumanEval, pydoc) and temperature (0, 1):
+# alpha_prompts prompts x alpha_tokens teacher-forced positions for every draft, each job from its own seed; counted,
+# not timed (a quarter of the notebook's former single run each). Resumes from data/checkpoints/ on the same CPU model.
+ALPHA_SHARDS := $(if $(filter standard,$(PROFILE)),$(foreach w,humaneval pydoc,$(foreach t,0 1,data/results/leviathan_table3_runs_$(w)_t$(t).csv)))
+data/results/leviathan_table3_runs_%.csv: | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro shard leviathan_table3_runs_$* --profile profiles/standard.yaml
+alpha-shards: $(ALPHA_SHARDS)  ## measure notebook 03's alpha shards that are missing (standard profile)
+$(EXECUTED_DIR)/03_leviathan_alpha.ipynb: $(ALPHA_SHARDS)
 
 # Notebook 04's measurements are shards (standard profile): the cost curves, then the greedy γ sweep and the T = 1
 # runs, each cut into parts of table2_shard_prompts prompts with every pass (`python -m specrepro shard --list

@@ -347,3 +347,81 @@ def test_the_makefile_names_every_width_shard_of_the_standard_profile():
     listed = re.search(r"\$\(foreach s,([\w ]+),data/results/specinfer_table2_width_", text).group(1).split()
     assert [widths.prefix + s for s in listed] == widths.names()
     assert [s.name for s in status.SHARDS if s.name.startswith(widths.prefix)] == widths.names()
+
+
+ALPHA_PARAMS = dict(target="t", draft="d", dtype="float32", device="cpu", alpha_prompts=2, alpha_tokens=5, seed=3)
+
+
+def _alpha_context(pair, n=2):
+    from specrepro.drafters.model import DraftModelDrafter
+
+    target, draft = pair
+    vocab = target.get_output_embeddings().weight.shape[0]
+    return {"target": target, "tokenizer": _Tok(), "drafters": {"d": DraftModelDrafter(draft, vocab)},
+            "workloads": {"humaneval": _prompts(n), "pydoc": _prompts(n)[::-1]}, "trajectory": None}
+
+
+def test_alpha_jobs_seed_themselves_so_parts_give_the_whole_table_and_resume(tmp_path, pair, monkeypatch):
+    from specrepro.lab import leviathan
+
+    c = _alpha_context(pair, 3)
+    kw = dict(max_new_tokens=6, seed=3, progress=False)
+    whole = leviathan.alpha_table(c["target"], c["tokenizer"], c["drafters"], c["workloads"], **kw)
+    parts = pd.concat([leviathan.alpha_table(c["target"], c["tokenizer"], c["drafters"], {w: c["workloads"][w]},
+                                             temperatures=(t,), **kw)
+                       for w in ("pydoc", "humaneval") for t in (1.0, 0.0)], ignore_index=True)
+    key = ["workload", "temperature", "drafter", "prompt"]
+    pd.testing.assert_frame_equal(whole.sort_values(key).reset_index(drop=True),
+                                  parts.sort_values(key).reset_index(drop=True))
+    assert len(whole) == 2 * 3 * 2 and whole["positions"].gt(0).all()
+    # another seed draws other T = 1 continuations (and the same greedy ones)
+    other = leviathan.alpha_table(c["target"], c["tokenizer"], c["drafters"], c["workloads"], **{**kw, "seed": 4})
+    t1 = whole["temperature"] == 1.0
+    assert whole[t1]["alpha"].tolist() != other[t1]["alpha"].tolist()
+    assert whole[~t1]["alpha"].tolist() == other[~t1]["alpha"].tolist()
+    ckpt = tmp_path / "alpha.json"
+    first = leviathan.alpha_table(c["target"], c["tokenizer"], c["drafters"], c["workloads"], checkpoint=ckpt, **kw)
+    monkeypatch.setattr(leviathan, "generate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    again = leviathan.alpha_table(c["target"], c["tokenizer"], c["drafters"], c["workloads"], checkpoint=ckpt, **kw)
+    pd.testing.assert_frame_equal(first, again)
+
+
+def test_alpha_shards_are_one_per_workload_and_temperature_and_read_under_their_setting(tmp_path, pair, monkeypatch):
+    import json
+
+    monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
+    alphas = shards.AlphaShards(ALPHA_PARAMS, profile="unit", context=_alpha_context(pair), progress=False)
+    assert alphas.names() == [f"leviathan_table3_runs_{w}_t{t}" for w in ("humaneval", "pydoc") for t in (0, 1)]
+    table = alphas.table()
+    assert alphas.measured == alphas.names()
+    assert len(table) == 2 * 2 * 2 and list(table["workload"].unique()) == ["humaneval", "pydoc"]
+    prov = json.loads((tmp_path / "leviathan_table3_runs_pydoc_t1.provenance.json").read_text())
+    assert prov["temperature"] == 1.0 and prov["workload"] == "pydoc" and prov["trajectory"] == "d int8"
+    assert prov["drafters"] == ["unigram", "bigram", "prompt lookup", "d"] and "seconds" in prov
+    again = shards.AlphaShards(ALPHA_PARAMS, profile="unit", context=_alpha_context(pair), progress=False)
+    pd.testing.assert_frame_equal(again.table(), table)
+    assert again.measured == []
+    moved = shards.AlphaShards({**ALPHA_PARAMS, "alpha_tokens": 4}, profile="unit", context=_alpha_context(pair),
+                               progress=False)
+    moved.run(moved.names()[0])
+    assert moved.measured == [moved.names()[0]]
+    with pytest.raises(KeyError, match="not an alpha shard"):
+        again.settings("leviathan_table3_runs_lm1b_t0")
+
+
+def test_the_makefile_and_status_name_every_alpha_shard():
+    import re
+
+    import yaml
+
+    from specrepro.files import repo_root
+    from specrepro.record import status
+
+    root = repo_root()
+    alphas = shards.AlphaShards(yaml.safe_load((root / "profiles/standard.yaml").read_text()))
+    text = (root / "Makefile").read_text()
+    m = re.search(r"\$\(foreach w,([\w ]+),\$\(foreach t,([\d ]+),data/results/leviathan_table3_runs_", text)
+    assert [f"{alphas.prefix}{w}_t{t}" for w in m.group(1).split() for t in m.group(2).split()] == alphas.names()
+    assert [s.name for s in status.SHARDS if s.name.startswith(alphas.prefix)] == alphas.names()
+    assert status.expected_settings(status.Shard(f"data/results/{alphas.names()[0]}.csv", ()), root) == \
+        alphas.settings(alphas.names()[0])

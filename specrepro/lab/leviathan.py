@@ -36,7 +36,7 @@ from specrepro.theory import (
     walltime_improvement,
 )
 
-__all__ = ["leviathan_table1", "leviathan_table3_paper", "alpha_table", "alpha_summary", "speed_table", "SPEED_MODULES", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
+__all__ = ["leviathan_table1", "leviathan_table3_paper", "alpha_table", "alpha_job_seed", "load_alpha_context", "alpha_int8_trajectory", "alpha_drafter_names", "alpha_summary", "speed_table", "SPEED_MODULES", "summarize_speed", "limit_table", "best_measured_drafts", "encode"]
 
 #: The modules whose code decides what :func:`speed_table` times (with every package module they import): the chain
 #: loop and the drafters notebook 04 passes it (the draft model, its int8 copy, the n-gram and prompt-lookup drafts)
@@ -84,38 +84,113 @@ def encode(tokenizer, text: str) -> torch.Tensor:
     return tokenizer(text, return_tensors="pt").input_ids[0]
 
 
+def alpha_job_seed(seed: int, workload: str, prompt_id: str, temperature: float) -> int:
+    """The seed of one (workload, prompt, temperature) job of :func:`alpha_table`: ``seed`` mixed with a CRC-32 of
+    the job's name, so a job draws the same continuation whichever other jobs run beside it (a shard of one workload
+    and temperature gives the rows the full table gives)."""
+    import zlib
+
+    return (int(seed) * 1_000_003 + zlib.crc32(f"{workload}/{prompt_id}/{float(temperature):g}".encode())) % 2**63
+
+
 def alpha_table(target, tokenizer, drafters: dict, workloads: dict, temperatures=(0.0, 1.0), max_new_tokens=64,
-                seed: int = 0, trajectory_drafter=None, gamma: int = 3, progress: bool = True) -> pd.DataFrame:
+                seed: int = 0, trajectory_drafter=None, gamma: int = 3, progress: bool = True, checkpoint=None,
+                checkpoint_key: dict | None = None) -> pd.DataFrame:
     """Leviathan Table 3 analogue: α of each drafter against ``target``, per workload and temperature.
 
     For every prompt and temperature the target generates a continuation (exact speculative sampling with
     ``trajectory_drafter`` if given, which only makes it faster, else AR); each drafter's α terms
     Σ_x min(p_t, q_t) are then measured teacher-forced along that continuation (:func:`~specrepro.measure.alpha.measure_alpha`).
+    Each (workload, prompt, temperature) job draws from its own generator (:func:`alpha_job_seed`), so tables of
+    parts (one workload, one temperature) concatenate to the table of the whole.
 
     Args:
         drafters: name -> drafter; workloads: name -> list of :class:`~specrepro.data.Prompt`.
+        temperatures: the sampling temperatures (0 = greedy); seed: the seed the jobs' seeds derive from.
+        gamma: the trajectory's draft length (it changes the speed only: the continuation follows the target).
+        checkpoint: a JSON file where every finished job's rows are kept (:func:`specrepro.files.resumable_rows`), so
+            an interrupted run resumes under the same jobs, settings and code of this module; None: no checkpoint.
+            checkpoint_key: extra conditions a saved job must share (the models' names).
 
     Returns:
         one row per (workload, temperature, drafter, prompt): columns workload, temperature, drafter, prompt,
         positions, alpha.
     """
-    from tqdm.auto import tqdm
+    from specrepro.files import code_fingerprint, resumable_rows
 
-    rows = []
-    g = torch.Generator(device=target.device).manual_seed(seed)
-    jobs = [(w, p, t) for w, prompts in workloads.items() for p in prompts for t in temperatures]
-    for w, prompt, temp in tqdm(jobs, desc="alpha", disable=not progress):
+    jobs = [(w, p, float(t)) for w, prompts in workloads.items() for p in prompts for t in temperatures]
+
+    def job(i: int) -> dict:
+        w, prompt, temp = jobs[i]
+        g = torch.Generator(device=target.device).manual_seed(alpha_job_seed(seed, w, prompt.id, temp))
         sampling = SamplingConfig(temperature=temp)
         ids = encode(tokenizer, prompt.text)
         out = generate(target, ids, drafter=trajectory_drafter, gamma=gamma, max_new_tokens=max_new_tokens,
                        sampling=sampling, generator=g, eos_token_id=default_eos_ids(target, tokenizer))
         full = torch.cat([ids, torch.tensor(out.tokens, dtype=torch.long)])
         p = target_probs_along(target, full, ids.numel(), sampling)  # one target forward for every drafter
+        rows = []
         for name, drafter in drafters.items():
             terms = measure_alpha(target, drafter, full, ids.numel(), sampling, target_probs=p)
             rows.append({"workload": w, "temperature": temp, "drafter": name, "prompt": prompt.id,
                          "positions": len(terms), "alpha": float(np.mean(terms)) if terms else np.nan})
-    return pd.DataFrame(rows)
+        return {"rows": rows}
+
+    key = dict(checkpoint_key or {}, jobs=[[w, p.id, t] for w, p, t in jobs], tokens=int(max_new_tokens),
+               seed=int(seed), gamma=int(gamma), drafters=list(drafters),
+               code=code_fingerprint(("specrepro.lab.leviathan", "specrepro.drafters.lookup")))
+    done, _ = resumable_rows(len(jobs), job, checkpoint=checkpoint, key=key, what="alpha checkpoint",
+                             progress="alpha" if progress else None, index="job")
+    cols = ["workload", "temperature", "drafter", "prompt", "positions", "alpha"]
+    return pd.DataFrame([r for d in done for r in d["rows"]], columns=cols)
+
+
+def load_alpha_context(target: str, draft: str | None, device: str = "cpu", dtype: str = "float32",
+                       alpha_prompts: int = 36, workloads=("humaneval", "pydoc")) -> dict:
+    """What notebook 03's α table needs, loaded: the target, its tokenizer, the drafts of Leviathan Table 3 (unigram
+    and bigram models estimated on a corpus that excludes every evaluated prompt, prompt lookup, the draft model),
+    the workloads' prompts and the trajectory drafter (the draft's int8 copy where its CPU kernels apply: q is the
+    copy's own distribution, so the continuations still follow the target exactly, only faster).
+
+    Returns:
+        a dict: target, tokenizer, drafters (name -> drafter), workloads (name -> prompts), trajectory (a drafter or
+        None), corpus_tokens (int).
+
+    Raises:
+        KeyError: unknown model or workload name (:func:`specrepro.models.load_model`, :func:`specrepro.data.load_workload`).
+    """
+    from specrepro.data import corpus_token_ids, load_workload
+    from specrepro.drafters.compress import quantize_draft
+    from specrepro.drafters.lookup import NGramDrafter, PromptLookupDrafter
+    from specrepro.drafters.model import DraftModelDrafter
+    from specrepro.models import load_model, load_pair
+
+    if draft:
+        tmodel, dmodel, tokenizer = load_pair(target, draft, device=device, dtype=dtype)
+    else:
+        (tmodel, tokenizer), dmodel = load_model(target, device=device, dtype=dtype), None
+    vocab = tmodel.get_output_embeddings().weight.shape[0]
+    loaded = {w: load_workload(w, alpha_prompts) for w in workloads}
+    corpus = corpus_token_ids(tokenizer, exclude_ids={p.id for ps in loaded.values() for p in ps})
+    drafters = {"unigram": NGramDrafter(corpus, vocab, n=1), "bigram": NGramDrafter(corpus, vocab, n=2),
+                "prompt lookup": PromptLookupDrafter(max_ngram=3)}
+    if dmodel is not None:
+        drafters[draft] = DraftModelDrafter(dmodel, vocab)
+    trajectory = (DraftModelDrafter(quantize_draft(dmodel), vocab) if alpha_int8_trajectory(draft, device, dtype)
+                  else drafters.get(draft))
+    return {"target": tmodel, "tokenizer": tokenizer, "drafters": drafters, "workloads": loaded,
+            "trajectory": trajectory, "corpus_tokens": sum(map(len, corpus))}
+
+
+def alpha_int8_trajectory(draft: str | None, device: str, dtype: str) -> bool:
+    """Whether :func:`load_alpha_context` draws the continuations with the draft's int8 copy (a draft model, on the
+    CPU, in float32)."""
+    return bool(draft) and device == "cpu" and dtype == "float32"
+
+
+def alpha_drafter_names(draft: str | None) -> list[str]:
+    """The drafters' names of :func:`load_alpha_context`, in the table's order, without loading anything."""
+    return ["unigram", "bigram", "prompt lookup", *([draft] if draft else [])]
 
 
 def alpha_summary(runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:

@@ -1,9 +1,10 @@
-"""Notebook 04's and notebook 05's measurements as shards of the record: each one ``make`` target, one table and its
+"""Notebooks 03's, 04's and 05's measurements as shards of the record: each one ``make`` target, one table and its
 sidecar.
 
 What this file is: ``python -m specrepro shard NAME --profile profiles/standard.yaml`` (the Makefile runs one
 target per shard before the notebook), :class:`Table2Shards`, which notebook 04 uses to read its shards and to
-run, in the same process, any that are missing (the quick profile in CI; a run by hand), and notebook 05's shards
+run, in the same process, any that are missing (the quick profile in CI; a run by hand), notebook 03's α table
+(:class:`AlphaShards`, one shard per workload and temperature), and notebook 05's shards
 likewise: :class:`MSSShard` (naive sampling vs MSS, SpecInfer Table 3), :class:`TreeSpeedShards` (the tree
 verification cost curves, and the tree-vs-chain timing in parts of a few prompts) and :class:`WidthShards`
 (SpecInfer Table 2, tokens per step vs tree width, one shard per decoding and pass). Notebook 04's shards are defined
@@ -36,7 +37,7 @@ from specrepro.files import checkpoint_file, repo_root
 from specrepro.lab import table2
 from specrepro.record.results import STANDARD, load_table, save_table, table_at, writes_record
 
-__all__ = ["Table2Shards", "MSSShard", "TreeSpeedShards", "WidthShards", "read_or_measure", "shard_checkpoint",
+__all__ = ["Table2Shards", "AlphaShards", "MSSShard", "TreeSpeedShards", "WidthShards", "read_or_measure", "shard_checkpoint",
            "configure_parser", "run_command"]
 
 
@@ -423,6 +424,89 @@ class WidthShards:
         return pd.concat([self.run(name) for name in self.names()], ignore_index=True)
 
 
+class AlphaShards:
+    """Notebook 03's α table (Leviathan Table 3 analogue, :func:`specrepro.lab.leviathan.alpha_table`) as shards,
+    one per workload and temperature: ``leviathan_table3_runs_<workload>_t<0|1>``, each ``alpha_prompts`` prompts ×
+    ``alpha_tokens`` teacher-forced positions for every draft (unigram, bigram, prompt lookup, the draft model).
+    Each job seeds its own generator (:func:`specrepro.lab.leviathan.alpha_job_seed`), so the shards' rows are the
+    rows of one call over every workload and temperature. α is counted, not timed. Each shard is read when it exists
+    under the same setting, else measured (resumable over sittings from its checkpoint) and saved with its sidecar.
+
+    Args:
+        params: notebook 03's parameters (the profile's names: ``target``, ``draft``, ``alpha_prompts``, ...).
+        profile: where tables are read and written.
+        context: :func:`specrepro.lab.leviathan.load_alpha_context`'s dict already loaded, else loaded when needed.
+    """
+
+    prefix = "leviathan_table3_runs_"
+    workloads = ("humaneval", "pydoc")
+    temperatures = (0.0, 1.0)
+    gamma = 3  # the trajectory's draft length (speed only)
+
+    def __init__(self, params: dict, profile: str = STANDARD, context: dict | None = None, progress: bool = True):
+        self.params, self.profile, self.context, self.progress = dict(params), profile, context, progress
+        self.measured: list[str] = []
+
+    def names(self) -> list[str]:
+        """The shards, workload by workload, T = 0 then T = 1."""
+        return [f"{self.prefix}{w}_t{int(t)}" for w in self.workloads for t in self.temperatures]
+
+    def settings(self, name: str) -> dict:
+        """What shard ``name``'s sidecar records and a reader must find.
+
+        Raises:
+            KeyError: not one of :meth:`names`.
+        """
+        from specrepro.lab.leviathan import alpha_drafter_names, alpha_int8_trajectory
+
+        if name not in self.names():
+            raise KeyError(f"{name!r} is not an alpha shard; its shards: {self.names()}")
+        p = self.params
+        workload, t = name.removeprefix(self.prefix).rsplit("_t", 1)
+        draft = p.get("draft") or None
+        trajectory = (f"{draft} int8" if alpha_int8_trajectory(draft, p["device"], p["dtype"]) else draft) or "AR"
+        return {"shard": name, "target": p["target"], "draft": draft or "", "dtype": p["dtype"],
+                "workload": workload, "temperature": float(t), "prompts": int(p["alpha_prompts"]),
+                "tokens": int(p["alpha_tokens"]), "seed": int(p["seed"]), "drafters": alpha_drafter_names(draft),
+                "trajectory": trajectory, "gamma": self.gamma}
+
+    def load(self) -> dict:
+        """The models, drafts and prompts (:func:`specrepro.lab.leviathan.load_alpha_context`), loaded once."""
+        if self.context is None:
+            from specrepro.lab.leviathan import load_alpha_context
+
+            p = self.params
+            self.context = load_alpha_context(p["target"], p.get("draft") or None, device=p["device"],
+                                              dtype=p["dtype"], alpha_prompts=int(p["alpha_prompts"]),
+                                              workloads=self.workloads)
+        return self.context
+
+    def run(self, name: str) -> pd.DataFrame:
+        """Shard ``name``'s table (one row per prompt and draft), read or measured."""
+        s = self.settings(name)
+
+        def measure(ckpt):
+            from specrepro.files import cpu_description
+            from specrepro.lab.leviathan import alpha_table
+
+            c = self.load()
+            return alpha_table(c["target"], c["tokenizer"], c["drafters"], {s["workload"]: c["workloads"][s["workload"]]},
+                               temperatures=(s["temperature"],), max_new_tokens=s["tokens"], seed=s["seed"],
+                               trajectory_drafter=c["trajectory"], gamma=s["gamma"], progress=self.progress,
+                               checkpoint=ckpt, checkpoint_key={k: s[k] for k in ("target", "draft", "dtype",
+                                                                                  "trajectory")}
+                               | {"cpu": cpu_description()})
+
+        out = read_or_measure(name, self.profile, self.params["device"], s, measure)
+        if out.attrs.get("measured"):
+            self.measured.append(name)
+        return out
+
+    def table(self) -> pd.DataFrame:
+        """Every shard's rows, concatenated in :meth:`names`' order."""
+        return pd.concat([self.run(name) for name in self.names()], ignore_index=True)
+
+
 def _picks(choice: pd.DataFrame) -> dict:
     """The best tree (width > 1) and the best chain of a :func:`~specrepro.lab.specinfer.choose_tree` ranking."""
     tree, chain = choice[choice["width"] > 1].iloc[0], choice[choice["width"] == 1].iloc[0]
@@ -541,8 +625,9 @@ def run_command(args, parser=None) -> int:
     params = yaml.safe_load(path.read_text()) or {}
     shards = Table2Shards(params, profile=path.stem)
     mss = MSSShard(params, profile=path.stem)
-    groups = {name: g for g in (TreeSpeedShards(params, profile=path.stem), WidthShards(params, profile=path.stem))
-              for name in g.names()}  # notebook 05's other shards -> the object that runs them
+    groups = {name: g for g in (AlphaShards(params, profile=path.stem), TreeSpeedShards(params, profile=path.stem),
+                                WidthShards(params, profile=path.stem))
+              for name in g.names()}  # notebook 03's and 05's other shards -> the object that runs them
     if args.list:
         print("\n".join([*shards.names(), mss.name, *groups]))
         return 0

@@ -86,6 +86,7 @@ SHARDS: tuple[Shard, ...] = (
     _csv("audit_transformers"),
     _csv("audit_llamacpp"),
     _csv("verdict_history"),
+    *(_csv(f"leviathan_table3_runs_{w}_t{t}") for w in ("humaneval", "pydoc") for t in (0, 1)),
     *(_csv(n) for n in ("cost_curves", *(f"leviathan_table2_runs_t{t}_p{k}" for t in (0, 1) for k in range(4)))),
     _csv("specinfer_table3_runs"),
     _csv("specinfer_tree_costs"),
@@ -95,20 +96,23 @@ SHARDS: tuple[Shard, ...] = (
 
 
 def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
-    """What a notebook-04 or notebook-05 shard's sidecar must record to be the measurement the standard profile asks
-    for today (:class:`specrepro.record.shards.Table2Shards`, the T = 1 parts' methods, which follow the greedy
+    """What a notebook-03, 04 or 05 shard's sidecar must record to be the measurement the standard profile asks
+    for today (:class:`specrepro.record.shards.AlphaShards`; :class:`specrepro.record.shards.Table2Shards`, the T = 1 parts' methods, which follow the greedy
     parts, not compared; :class:`specrepro.record.shards.MSSShard`; :class:`specrepro.record.shards.TreeSpeedShards`,
     a timing part's tree and chain compared with the choice the recorded cost curves and root runs make); None for
     other shards."""
     import yaml
 
     from specrepro.lab import table2
-    from specrepro.record.shards import MSSShard, TreeSpeedShards, WidthShards
+    from specrepro.record.shards import AlphaShards, MSSShard, TreeSpeedShards, WidthShards
 
     root = root or repo_root()
     params = yaml.safe_load((root / "profiles/standard.yaml").read_text())
     if shard.name == MSSShard.name:
         return MSSShard(params).settings()
+    alphas = AlphaShards(params)
+    if shard.name in alphas.names():
+        return alphas.settings(shard.name)
     widths = WidthShards(params)
     if shard.name in widths.names():
         return widths.settings(shard.name)
