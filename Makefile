@@ -149,7 +149,7 @@ nbval: $(STAMP)  ## re-execute the committed quick-profile notebooks and compare
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadscope --nbval-lax \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly $(QUICK_EXECUTED)
 
-reproduce: $(STAMP) fetch bench-results $(BENCH_DIVERGENCES) $(GREEDY_EQUALITY) $(QUALITY) $(AUDIT) notebooks $(WIDTH_SHARDS) $(HISTORY)  ## run every notebook for PROFILE (data/results/, figures/, notebooks/executed/) and, in standard, the bench of record; then the scorecard (README.md in standard)
+reproduce: $(STAMP) fetch bench-results $(BENCH_DIVERGENCES) $(GREEDY_EQUALITY) $(QUALITY) $(AUDIT) notebooks $(HISTORY)  ## run every notebook for PROFILE (data/results/, figures/, notebooks/executed/) and, in standard, the bench of record; then the scorecard (README.md in standard)
 
 notebooks: $(EXECUTED)
 
@@ -206,11 +206,10 @@ data/results/specinfer_tree_costs.csv: | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro shard specinfer_tree_costs --profile profiles/standard.yaml
 data/results/specinfer_tree_speed_p%.csv: | $(STAMP) $(filter %/specinfer_tree_costs.csv,$(TREE_SHARDS))
 	SPECREPRO_RECORD=1 $(PY) -m specrepro shard specinfer_tree_speed_p$* --profile profiles/standard.yaml
-$(EXECUTED_DIR)/05_specinfer_trees.ipynb: $(MSS_SHARD) $(TREE_SHARDS)
+$(EXECUTED_DIR)/05_specinfer_trees.ipynb: $(MSS_SHARD) $(TREE_SHARDS) $(WIDTH_SHARDS)
 # SpecInfer Table 2 (tokens per step vs tree width) at width_prompts = 20 HumanEval prompts x width_tokens = 64 tokens,
 # trees <1,1,w,1,...,1> of depth 8, w = 1..5: greedy once, and T = 1 in width_passes = 3 passes, one shard each (about
-# 25 min each on AVX-512 Zen 4; counted, not timed). Measured ahead of the notebook, whose Table 2 reads its 10-prompt
-# runs until all four are in (`make width-shards`).
+# 25 min each on AVX-512 Zen 4; counted, not timed). The notebook's Table 2 reads them (`make width-shards`).
 data/results/specinfer_table2_width_%.csv: | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro shard specinfer_table2_width_$* --profile profiles/standard.yaml
 width-shards: $(WIDTH_SHARDS)  ## measure notebook 05's tree-width shards that are missing (standard profile)
