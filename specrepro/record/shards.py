@@ -137,6 +137,35 @@ def _tree_models(shard):
     return shard.models
 
 
+class _ShardGroup:
+    """What a group of shards sharing models has in common: ``profile``, ``device`` and ``measured`` (the shards
+    this object measured; the others were read), :meth:`_get` (one shard read or measured, noted in ``measured``)
+    and :meth:`table` (every shard of :meth:`names`, concatenated)."""
+
+    profile: str
+    measured: list[str]
+
+    @property
+    def device(self) -> str:
+        return self.params["device"]
+
+    def names(self) -> list[str]:
+        raise NotImplementedError
+
+    def run(self, name: str) -> pd.DataFrame:
+        raise NotImplementedError
+
+    def _get(self, name: str, settings: dict, measure) -> pd.DataFrame:
+        out = read_or_measure(name, self.profile, self.device, settings, measure)
+        if out.attrs.get("measured"):
+            self.measured.append(name)
+        return out
+
+    def table(self) -> pd.DataFrame:
+        """Every shard's rows, concatenated in :meth:`names`' order."""
+        return pd.concat([self.run(name) for name in self.names()], ignore_index=True)
+
+
 class MSSShard:
     """Notebook 05's naive-vs-MSS table (SpecInfer Table 3, :func:`specrepro.lab.specinfer.naive_vs_mss_table`) as
     the shard ``specinfer_table3_runs``: ``mss_prompts`` HumanEval prompts × ``mss_repeats`` passes ×
@@ -180,7 +209,7 @@ class MSSShard:
         return read_or_measure(self.name, self.profile, self.params["device"], s, measure)
 
 
-class TreeSpeedShards:
+class TreeSpeedShards(_ShardGroup):
     """Notebook 05's hardware-aware tree choice and its tree-vs-chain timing as shards.
 
     * ``specinfer_tree_costs``: the verification cost curves (:func:`specrepro.lab.specinfer.tree_cost_table`): one
@@ -250,10 +279,7 @@ class TreeSpeedShards:
                                          name=draft_name)
             return pd.concat([target_cost, draft_cost], ignore_index=True)
 
-        out = read_or_measure(self.cost_name, self.profile, self.params["device"], s, measure)
-        if out.attrs.get("measured"):
-            self.measured.append(self.cost_name)
-        return out
+        return self._get(self.cost_name, s, measure)
 
     def root_settings(self) -> dict:
         """The settings notebook 05 saves Table 2's ⟨w, 1, ..., 1⟩ runs under (``specinfer_table2_root_runs``)."""
@@ -329,10 +355,7 @@ class TreeSpeedShards:
                                            **{k: v for k, v in s.items() if k != "prompts"},
                                            "n_prompts": s["prompts"], "cpu": cpu_description()})
 
-        out = read_or_measure(s["shard"], self.profile, self.params["device"], s, measure)
-        if out.attrs.get("measured"):
-            self.measured.append(s["shard"])
-        return out
+        return self._get(s["shard"], s, measure)
 
     def table(self) -> pd.DataFrame:
         """Every timing part, concatenated (the whole tree-vs-chain timing)."""
@@ -349,7 +372,7 @@ class TreeSpeedShards:
         return self.costs() if name == self.cost_name else self.part(int(name.removeprefix(self.part_prefix)))
 
 
-class WidthShards:
+class WidthShards(_ShardGroup):
     """SpecInfer Table 2 (verified tokens per step vs tree width) at the size a verdict needs, as shards:
     ``width_prompts`` HumanEval prompts × ``width_tokens`` tokens on SpecInfer's trees ⟨1,1,w,1,...,1⟩ of depth
     ``tree_depth`` for every width of ``widths`` (:func:`specrepro.lab.specinfer.tree_width_table`, shape "paper").
@@ -414,17 +437,10 @@ class WidthShards:
                                     checkpoint_key={"target": s["target"], "draft": s["draft"], "dtype": s["dtype"],
                                                     "cpu": cpu_description()})
 
-        out = read_or_measure(name, self.profile, self.params["device"], s, measure)
-        if out.attrs.get("measured"):
-            self.measured.append(name)
-        return out
-
-    def table(self) -> pd.DataFrame:
-        """Every shard's rows, concatenated (greedy first, then the T = 1 passes)."""
-        return pd.concat([self.run(name) for name in self.names()], ignore_index=True)
+        return self._get(name, s, measure)
 
 
-class AlphaShards:
+class AlphaShards(_ShardGroup):
     """Notebook 03's α table (Leviathan Table 3 analogue, :func:`specrepro.lab.leviathan.alpha_table`) as shards,
     one per workload and temperature: ``leviathan_table3_runs_<workload>_t<0|1>``, each ``alpha_prompts`` prompts ×
     ``alpha_tokens`` teacher-forced positions for every draft (unigram, bigram, prompt lookup, the draft model).
@@ -497,14 +513,7 @@ class AlphaShards:
                                                                                   "trajectory")}
                                | {"cpu": cpu_description()})
 
-        out = read_or_measure(name, self.profile, self.params["device"], s, measure)
-        if out.attrs.get("measured"):
-            self.measured.append(name)
-        return out
-
-    def table(self) -> pd.DataFrame:
-        """Every shard's rows, concatenated in :meth:`names`' order."""
-        return pd.concat([self.run(name) for name in self.names()], ignore_index=True)
+        return self._get(name, s, measure)
 
 
 def _picks(choice: pd.DataFrame) -> dict:
@@ -513,7 +522,7 @@ def _picks(choice: pd.DataFrame) -> dict:
     return {"tree": [int(tree.width), int(tree.depth)], "gamma": int(chain.depth)}
 
 
-class Table2Shards:
+class Table2Shards(_ShardGroup):
     """Notebook 04's shards for one setting (:class:`specrepro.lab.table2.Table2Setting`): each method returns a
     shard's table, read from the record (or ``build/<profile>/``) when it exists under the same setting, else
     measured now and saved. The models load only when something must be measured.
@@ -540,11 +549,9 @@ class Table2Shards:
     def names(self) -> list[str]:
         return table2.shard_names(self.setting)
 
-    def _get(self, name: str, settings: dict, measure) -> pd.DataFrame:
-        df = read_or_measure(name, self.profile, self.setting.device, settings, measure)
-        if df.attrs.get("measured"):
-            self.measured.append(name)
-        return df
+    @property
+    def device(self) -> str:
+        return self.setting.device
 
     def cost_curves(self) -> pd.DataFrame:
         """The ``cost_curves`` shard (:func:`specrepro.lab.table2.measure_cost_curves`)."""
