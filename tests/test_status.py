@@ -46,13 +46,11 @@ INPUTS_PENDING = {
 #: executed notebooks whose code is older than their source (also kept by tests/test_notebooks.py); may only shrink
 CODE_PENDING = {"notebooks/executed/standard/03_leviathan_alpha.ipynb",
                 "notebooks/executed/standard/04_leviathan_speedup.ipynb"}
-#: shards not yet measured (notebook 04's `make lev-shards` and notebook 03's `make alpha-shards`, under an hour each):
+#: notebook 04's shards not yet measured (`make lev-shards`, under an hour each):
 #: missing, or, for the cost curves, measured by the notebook under settings it did not record. May only shrink.
 SHARDS_PENDING = {"data/results/cost_curves.csv",
                   *(f"data/results/leviathan_table2_runs_t{t}_p{k}.csv" for t in (0, 1) for k in range(4)
-                    if (t, k) != (0, 0)),
-                  # notebook 03's alpha shards (`make alpha-shards`)
-                  *(f"data/results/leviathan_table3_runs_{w}_t{t}.csv" for w in ("humaneval", "pydoc") for t in (0, 1))}
+                    if (t, k) != (0, 0))}
 
 
 @pytest.fixture(scope="module")
