@@ -119,6 +119,7 @@ def alpha_table(target, tokenizer, drafters: dict, workloads: dict, temperatures
     from specrepro.files import code_fingerprint, resumable_rows
 
     jobs = [(w, p, float(t)) for w, prompts in workloads.items() for p in prompts for t in temperatures]
+    eos = default_eos_ids(target, tokenizer)
 
     def job(i: int) -> dict:
         w, prompt, temp = jobs[i]
@@ -126,7 +127,7 @@ def alpha_table(target, tokenizer, drafters: dict, workloads: dict, temperatures
         sampling = SamplingConfig(temperature=temp)
         ids = encode(tokenizer, prompt.text)
         out = generate(target, ids, drafter=trajectory_drafter, gamma=gamma, max_new_tokens=max_new_tokens,
-                       sampling=sampling, generator=g, eos_token_id=default_eos_ids(target, tokenizer))
+                       sampling=sampling, generator=g, eos_token_id=eos)
         full = torch.cat([ids, torch.tensor(out.tokens, dtype=torch.long)])
         p = target_probs_along(target, full, ids.numel(), sampling)  # one target forward for every drafter
         rows = []

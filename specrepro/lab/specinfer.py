@@ -205,11 +205,11 @@ def tree_width_table(target, draft, tokenizer, prompts, widths=(1, 2, 3, 4, 5), 
 
     def block(i: int) -> dict:
         r, j = passes[i // len(prompts)], i % len(prompts)
-        runs = []
+        ids, runs = _encode(tokenizer, prompts[j].text), []
         for dec in decodings:
             for w in widths:
                 prop = DraftTreeProposer(draft, expansions[w], "topk" if dec == "greedy" else "iid", vocab)
-                out = tree_generate(target, _encode(tokenizer, prompts[j].text), prop, max_new_tokens=max_new_tokens,
+                out = tree_generate(target, ids, prop, max_new_tokens=max_new_tokens,
                                     sampling=SamplingConfig(0.0 if dec == "greedy" else 1.0),
                                     generator=_gen(seed + r, target.device), eos_token_id=eos)
                 row = _row(out, decoding=dec, width=w, depth=depth, prompt=prompts[j].id, shape=shape, repeat=r,

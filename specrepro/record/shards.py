@@ -144,6 +144,8 @@ class _ShardGroup:
 
     profile: str
     measured: list[str]
+    #: what a shard of the group is called in the error for a name that is not one
+    what = "a shard of this group"
 
     @property
     def device(self) -> str:
@@ -154,6 +156,11 @@ class _ShardGroup:
 
     def run(self, name: str) -> pd.DataFrame:
         raise NotImplementedError
+
+    def _require(self, name: str) -> None:
+        """Raises KeyError (naming the group's shards) unless ``name`` is one of :meth:`names`."""
+        if name not in self.names():
+            raise KeyError(f"{name!r} is not {self.what} under this profile; its shards: {self.names()}")
 
     def _get(self, name: str, settings: dict, measure) -> pd.DataFrame:
         out = read_or_measure(name, self.profile, self.device, settings, measure)
@@ -230,6 +237,8 @@ class TreeSpeedShards(_ShardGroup):
         models: ``(target, draft, tokenizer, draft name)`` already loaded (the notebook's), else loaded when needed.
         root_runs: the ⟨w, 1, ..., 1⟩ runs of Table 2 when the caller has them (the notebook), else read or measured.
     """
+
+    what = "a tree-speed shard"
 
     cost_name = "specinfer_tree_costs"
     part_prefix = "specinfer_tree_speed_p"
@@ -367,8 +376,7 @@ class TreeSpeedShards(_ShardGroup):
         Raises:
             KeyError: not a shard of this setting.
         """
-        if name not in self.names():
-            raise KeyError(f"{name!r} is not a tree-speed shard under this profile; its shards: {self.names()}")
+        self._require(name)
         return self.costs() if name == self.cost_name else self.part(int(name.removeprefix(self.part_prefix)))
 
 
@@ -390,6 +398,8 @@ class WidthShards(_ShardGroup):
         models: ``(target, draft, tokenizer, draft name)`` already loaded, else loaded when needed.
     """
 
+    what = "a tree-width shard"
+
     prefix = "specinfer_table2_width_"
 
     def __init__(self, params: dict, profile: str = STANDARD, models=None, progress: bool = True):
@@ -409,8 +419,7 @@ class WidthShards(_ShardGroup):
         Raises:
             KeyError: not one of :meth:`names`.
         """
-        if name not in self.names():
-            raise KeyError(f"{name!r} is not a tree-width shard under this profile; its shards: {self.names()}")
+        self._require(name)
         p = self.params
         greedy = name.endswith("greedy")
         return {"shard": name, "target": p["target"],
@@ -454,6 +463,8 @@ class AlphaShards(_ShardGroup):
         context: :func:`specrepro.lab.leviathan.load_alpha_context`'s dict already loaded, else loaded when needed.
     """
 
+    what = "an alpha shard"
+
     prefix = "leviathan_table3_runs_"
     workloads = ("humaneval", "pydoc")
     temperatures = (0.0, 1.0)
@@ -475,8 +486,7 @@ class AlphaShards(_ShardGroup):
         """
         from specrepro.lab.leviathan import alpha_drafter_names, alpha_int8_trajectory
 
-        if name not in self.names():
-            raise KeyError(f"{name!r} is not an alpha shard; its shards: {self.names()}")
+        self._require(name)
         p = self.params
         workload, t = name.removeprefix(self.prefix).rsplit("_t", 1)
         draft = p.get("draft") or None
@@ -532,6 +542,8 @@ class Table2Shards(_ShardGroup):
         profile: where tables are read and written (:func:`specrepro.record.results.results_dir`).
         progress: show progress bars while timing.
     """
+
+    what = "a shard of notebook 04"
 
     def __init__(self, params: dict, profile: str = STANDARD, progress: bool = True):
         self.setting = table2.Table2Setting.from_params(params)
@@ -599,8 +611,7 @@ class Table2Shards(_ShardGroup):
         Raises:
             KeyError: not a shard of this setting.
         """
-        if name not in self.names():
-            raise KeyError(f"{name!r} is not a shard of notebook 04 under this profile; its shards: {self.names()}")
+        self._require(name)
         if name == "cost_curves":
             return self.cost_curves()
         t, k = (int(x[1:]) for x in name.removeprefix("leviathan_table2_runs_").split("_"))

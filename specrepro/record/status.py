@@ -97,8 +97,8 @@ SHARDS: tuple[Shard, ...] = (
 
 def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
     """What a notebook-03, 04 or 05 shard's sidecar must record to be the measurement the standard profile asks
-    for today (:class:`specrepro.record.shards.AlphaShards`; :class:`specrepro.record.shards.Table2Shards`, the T = 1 parts' methods, which follow the greedy
-    parts, not compared; :class:`specrepro.record.shards.MSSShard`; :class:`specrepro.record.shards.TreeSpeedShards`,
+    for today (:class:`specrepro.record.shards.AlphaShards`; :class:`specrepro.record.shards.Table2Shards`, the T = 1
+    parts' methods, which follow the greedy parts, not compared; :class:`specrepro.record.shards.MSSShard`; :class:`specrepro.record.shards.TreeSpeedShards`,
     a timing part's tree and chain compared with the choice the recorded cost curves and root runs make); None for
     other shards."""
     import yaml
