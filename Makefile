@@ -68,7 +68,7 @@ BENCH_ARGS := --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-to
 # prompt's methods interleaved within every pass; the per-prompt ratio is the geometric mean over the passes)
 BENCH_REPEATS ?= 3
 
-.PHONY: help setup test unit nbval nbval-refresh reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164 status alpha-shards lev-shards width-shards
+.PHONY: help setup test unit nbval nbval-refresh reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164 status alpha-shards lev-shards width-shards medusa-shards
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -213,6 +213,24 @@ $(EXECUTED_DIR)/05_specinfer_trees.ipynb: $(MSS_SHARD) $(TREE_SHARDS) $(WIDTH_SH
 data/results/specinfer_table2_width_%.csv: | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro shard specinfer_table2_width_$* --profile profiles/standard.yaml
 width-shards: $(WIDTH_SHARDS)  ## measure notebook 05's tree-width shards that are missing (standard profile)
+
+# Notebook 06's measurements are shards (standard profile), in the order they run: the SmolLM2 Medusa-1 heads'
+# training losses, their held-out accuracy and the distilled draft's KL (the heads and the draft train, cached, in the
+# first shard that needs them), the timed Table 1, tree-size and sampling runs (medusa_speed_prompts prompts x
+# medusa_repeats passes, decoding with the tree the accuracy table gives), the 1.5B target's stdlib heads and their
+# tree ablation, and Medusa-2's quality and timed runs. A timed shard resumes from data/checkpoints/ on the same CPU
+# model. The notebook then only reads them, summarises and draws (`make medusa-shards`).
+MEDUSA_SHARDS := $(if $(filter standard,$(PROFILE)),$(foreach s,medusa_training_loss medusa_head_accuracy \
+    medusa_draft_kl medusa_greedy_runs medusa_tree_size_runs medusa_sampling_runs medusa_large_head_accuracy \
+    medusa_large_tree_ablation medusa2_quality medusa2_runs,data/results/$(s).csv))
+$(MEDUSA_SHARDS): data/results/%.csv: | $(STAMP)
+	SPECREPRO_RECORD=1 $(PY) -m specrepro shard $* --profile profiles/standard.yaml
+# a shard decoding with a tree from an accuracy table runs after that table; Medusa-2 after the heads it starts from
+$(filter %_greedy_runs.csv %_tree_size_runs.csv %_sampling_runs.csv,$(MEDUSA_SHARDS)): | $(filter %/medusa_head_accuracy.csv,$(MEDUSA_SHARDS))
+$(filter %/medusa_large_tree_ablation.csv,$(MEDUSA_SHARDS)): | $(filter %/medusa_large_head_accuracy.csv,$(MEDUSA_SHARDS))
+$(filter %/medusa2_runs.csv,$(MEDUSA_SHARDS)): | $(filter %/medusa2_quality.csv,$(MEDUSA_SHARDS))
+medusa-shards: $(MEDUSA_SHARDS)  ## measure notebook 06's shards that are missing (standard profile)
+$(EXECUTED_DIR)/06_medusa.ipynb: $(MEDUSA_SHARDS)
 
 # Notebook 02 marks the drafts' measured (α, c) of notebook 04's table on Leviathan's Fig. 3 and 4: it runs after 04.
 $(EXECUTED_DIR)/02_leviathan_theory.ipynb: $(EXECUTED_DIR)/04_leviathan_speedup.ipynb

@@ -425,3 +425,86 @@ def test_the_makefile_and_status_name_every_alpha_shard():
     assert [s.name for s in status.SHARDS if s.name.startswith(alphas.prefix)] == alphas.names()
     assert status.expected_settings(status.Shard(f"data/results/{alphas.names()[0]}.csv", ()), root) == \
         alphas.settings(alphas.names()[0])
+
+
+MEDUSA_PARAMS = dict(medusa_target="m", device="cpu", dtype="float32", seed=0, workload="humaneval", n_prompts=2,
+                     n_train_prompts=4, sd_max_new_tokens=8, max_prompt_tokens=32, medusa_heads=3,
+                     share_lm_head=False, medusa_epochs=1, medusa_batch_size=4, medusa_max_steps=2,
+                     distill_epochs=1, distill_max_steps=1, tree_nodes=4, medusa_speed_prompts=2, medusa_tokens=8,
+                     medusa_repeats=1, medusa_tree_sizes=[2, 4], stochastic_temperature=0.7, large_target="big",
+                     large_head_vocab=64, large_distill_tokens=256, large_epochs=1, large_ablation_prompts=2,
+                     large_ablation_tokens=8, large_sparse_sizes=[4], large_dense_topk=[[2, 2]], m2_train_seqs=2,
+                     m2_eval_seqs=2, m2_chunk_tokens=16, m2_epochs=1, m2_speed_prompts=2)
+
+
+def _head_accuracy(top1):
+    return pd.DataFrame({"head": [1, 2, 3], "positions": [50, 49, 48], "top1": top1,
+                         **{f"top{k}": [1 - (1 - a) * 0.7 ** (k - 1) for a in top1] for k in range(2, 6)}})
+
+
+def test_medusa_shards_decode_with_the_tree_their_accuracy_table_gives_and_read_without_a_model(tmp_path, monkeypatch):
+    from specrepro.lab import medusa_parts
+
+    monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
+    calls, accuracy = [], {"top1": [0.3, 0.1, 0.05]}
+    monkeypatch.setattr(medusa_parts, "head_accuracy", lambda ctx: calls.append("accuracy") or
+                        _head_accuracy(accuracy["top1"]))
+    monkeypatch.setattr(medusa_parts, "greedy_methods", lambda ctx, tree: calls.append(tree) or {"AR": None})
+
+    def fake_runs(ctx, methods, prompts, **kw):
+        assert kw["checkpoint"] is not None and kw["checkpoint_key"]["cpu"]
+        return pd.DataFrame({"repeat": 0, "prompt": [p.id for p in prompts], "prompt_index": [0, 1],
+                             "method": "AR", "tokens_per_s": 5.0, "text": ["def f():", ""]})
+
+    monkeypatch.setattr(medusa_parts, "timed_runs", fake_runs)
+    group = shards.MedusaShards(MEDUSA_PARAMS, profile="unit", progress=False)
+    runs = group.run("medusa_greedy_runs")  # its accuracy table first, then the runs with that table's tree
+    tree = medusa_parts.accuracy_tree(_head_accuracy(accuracy["top1"]), 4)
+    assert group.measured == ["medusa_head_accuracy", "medusa_greedy_runs"] and calls == ["accuracy", tree]
+    assert list(runs["text"]) == ["def f():", ""]  # an empty output reads back as "", not NaN
+    assert group.settings("medusa_greedy_runs")["tree"] == tree
+    assert group.recorded_trees("medusa_greedy_runs", tmp_path) == {"tree": tree}
+    again = shards.MedusaShards(MEDUSA_PARAMS, profile="unit", progress=False)
+    pd.testing.assert_frame_equal(again.run("medusa_greedy_runs"), runs)
+    assert again.measured == [] and again.context is None and len(calls) == 2  # read: no model, no training
+    # new accuracies give another tree: the timed shard is measured again with it
+    accuracy["top1"] = [0.9, 0.85, 0.8]
+    moved = shards.MedusaShards({**MEDUSA_PARAMS, "medusa_epochs": 2}, profile="unit", progress=False)
+    moved.run("medusa_greedy_runs")
+    deeper = medusa_parts.accuracy_tree(_head_accuracy(accuracy["top1"]), 4)
+    assert deeper != tree and calls[-1] == deeper and moved.measured == ["medusa_head_accuracy", "medusa_greedy_runs"]
+    with pytest.raises(KeyError, match="notebook 06"):
+        group.settings("medusa_table1")
+
+
+def test_medusa_shards_settings_follow_the_profile_and_name_no_tree_without_an_accuracy_table(tmp_path):
+    group = shards.MedusaShards(MEDUSA_PARAMS, profile="unit")
+    assert group.recorded_trees("medusa_greedy_runs", tmp_path) is None  # nothing recorded there
+    assert group.recorded_trees("medusa2_quality", tmp_path) == {}
+    s = group.settings("medusa_tree_size_runs", {})
+    assert s["shard"] == "medusa_tree_size_runs" and s["sizes"] == [2, 4] and s["temperature"] == 0.0
+    assert group.settings("medusa_sampling_runs", {})["temperature"] == 0.7
+    assert group.settings("medusa2_runs")["target"] == "m" and group.settings("medusa_large_head_accuracy")["target"] == "big"
+    trees = group.trees("medusa_large_tree_ablation", _head_accuracy([0.5, 0.3, 0.2]))["trees"]
+    assert list(trees) == ["heads as a chain (3 nodes)", "dense tree, top-2x2 (6 nodes)", "sparse tree (6 nodes)",
+                           "sparse tree (4 nodes)"]
+    assert [len(c) for c in trees.values()] == [3, 6, 6, 4]
+
+
+def test_the_makefile_and_status_name_every_medusa_shard():
+    import re
+
+    import yaml
+
+    from specrepro.files import repo_root
+    from specrepro.record import status
+
+    root = repo_root()
+    group = shards.MedusaShards(yaml.safe_load((root / "profiles/standard.yaml").read_text()))
+    text = (root / "Makefile").read_text()
+    listed = re.search(r"MEDUSA_SHARDS := \$\(if \$\(filter standard,\$\(PROFILE\)\),\$\(foreach s,([\w \\\n]+),data/results/",
+                       text).group(1)
+    assert listed.replace("\\", " ").split() == group.names()
+    assert [s.name for s in status.SHARDS if s.name.startswith("medusa")] == group.names()
+    first = group.names()[0]
+    assert status.expected_settings(status.Shard(f"data/results/{first}.csv", ()), root) == group.settings(first)

@@ -81,7 +81,8 @@ def make_runner(target, kind: str, proposer=None, *, gamma: int = 4, acceptance:
 
 
 def compare_methods(tokenizer, methods: dict, prompts, *, sampling: SamplingConfig = GREEDY, seed: int = 0,
-                    baseline: str | None = None, warmup: bool = True, repeats: int = 1, progress: bool = True):
+                    baseline: str | None = None, warmup: bool = True, repeats: int = 1, progress: bool = True,
+                    checkpoint=None, checkpoint_key: dict | None = None):
     """Run decoding methods side by side with the one harness (:func:`specrepro.measure.harness.run_interleaved`:
     interleaved prompt by prompt, method order rotated, warm-up, one seeding rule).
 
@@ -92,6 +93,8 @@ def compare_methods(tokenizer, methods: dict, prompts, *, sampling: SamplingConf
         prompts: list of :class:`~specrepro.data.Prompt` (or str).
         baseline: name of the method whose output the others are compared with under greedy (``same_as_baseline``).
         repeats: timed passes over the prompts.
+        checkpoint, checkpoint_key: resume an interrupted run from its finished (pass, prompt) blocks (as
+            :func:`~specrepro.measure.harness.run_interleaved`'s; the caller deletes the file once the table is saved).
 
     Returns:
         pandas DataFrame, one row per (repeat, prompt, method): :func:`specrepro.measure.harness.per_run_table` columns
@@ -114,7 +117,7 @@ def compare_methods(tokenizer, methods: dict, prompts, *, sampling: SamplingConf
     greedy = all(s.greedy for _, s in norm.values())
     runs = run_interleaved(runners, encoded, repeats=repeats, seed=seed, device=device, warmup=warm,
                            baseline=baseline, greedy=greedy and baseline is not None, progress=progress,
-                           desc="methods")
+                           desc="methods", checkpoint=checkpoint, checkpoint_key=checkpoint_key)
     out = per_run_table(runs).rename(columns={"equal_to_baseline": "same_as_baseline"})
     out.insert(out.columns.get_loc("method") + 1, "temperature", [norm[m][1].temperature for m in out["method"]])
     out["ms_per_step"] = out["loop_ms"]

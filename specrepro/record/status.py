@@ -92,19 +92,23 @@ SHARDS: tuple[Shard, ...] = (
     _csv("specinfer_tree_costs"),
     *(_csv(f"specinfer_tree_speed_p{k}") for k in range(2)),
     *(_csv(f"specinfer_table2_width_{s}") for s in ("greedy", "t1_r0", "t1_r1", "t1_r2")),
+    *(_csv(n) for n in ("medusa_training_loss", "medusa_head_accuracy", "medusa_draft_kl", "medusa_greedy_runs",
+                        "medusa_tree_size_runs", "medusa_sampling_runs", "medusa_large_head_accuracy",
+                        "medusa_large_tree_ablation", "medusa2_quality", "medusa2_runs")),
 )
 
 
 def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
-    """What a notebook-03, 04 or 05 shard's sidecar must record to be the measurement the standard profile asks
+    """What a notebook-03, 04, 05 or 06 shard's sidecar must record to be the measurement the standard profile asks
     for today (:class:`specrepro.record.shards.AlphaShards`; :class:`specrepro.record.shards.Table2Shards`, the T = 1
     parts' methods, which follow the greedy parts, not compared; :class:`specrepro.record.shards.MSSShard`; :class:`specrepro.record.shards.TreeSpeedShards`,
-    a timing part's tree and chain compared with the choice the recorded cost curves and root runs make); None for
-    other shards."""
+    a timing part's tree and chain compared with the choice the recorded cost curves and root runs make;
+    :class:`specrepro.record.shards.MedusaShards`, a tree from an accuracy table compared when that table is
+    recorded under its own settings); None for other shards."""
     import yaml
 
     from specrepro.lab import table2
-    from specrepro.record.shards import AlphaShards, MSSShard, TreeSpeedShards, WidthShards
+    from specrepro.record.shards import AlphaShards, MedusaShards, MSSShard, TreeSpeedShards, WidthShards
 
     root = root or repo_root()
     params = yaml.safe_load((root / "profiles/standard.yaml").read_text())
@@ -116,6 +120,10 @@ def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
     widths = WidthShards(params)
     if shard.name in widths.names():
         return widths.settings(shard.name)
+    medusa = MedusaShards(params)
+    if shard.name in medusa.names():  # a tree from an accuracy table is compared when that table is recorded
+        trees = medusa.recorded_trees(shard.name, root / "data" / "results")
+        return medusa.settings(shard.name, {} if trees is None else trees)
     trees = TreeSpeedShards(params)
     if shard.name == trees.cost_name:
         return trees.cost_settings()
@@ -270,7 +278,9 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
                 differ = sorted(k for k, v in json.loads(json.dumps(want)).items() if prov.get(k) != v)
                 if differ:
                     reasons.append("measured under other settings than the profile's (" + ", ".join(differ)
-                                   + "): `make " + shard.target + "` measures it as a shard")
+                                   + "): `SPECREPRO_RECORD=1 python -m specrepro shard " + shard.name
+                                   + " --profile profiles/standard.yaml` measures it afresh (make skips a file"
+                                   " that exists)")
     if math.isfinite(row["minutes"]) and row["minutes"] > SHARD_BOUND_MIN:
         row["note"] = "; ".join(filter(None, [row.get("note"), f"one sitting took over {SHARD_BOUND_MIN} min"]))
     if reasons:
