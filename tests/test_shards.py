@@ -484,7 +484,8 @@ def test_medusa_shards_settings_follow_the_profile_and_name_no_tree_without_an_a
     s = group.settings("medusa_tree_size_runs", {})
     assert s["shard"] == "medusa_tree_size_runs" and s["sizes"] == [2, 4] and s["temperature"] == 0.0
     assert group.settings("medusa_sampling_runs", {})["temperature"] == 0.7
-    assert group.settings("medusa2_runs")["target"] == "m" and group.settings("medusa_large_head_accuracy")["target"] == "big"
+    assert group.settings("medusa2_runs")["target"] == "m"
+    assert group.settings("medusa_large_head_accuracy")["target"] == "big"
     trees = group.trees("medusa_large_tree_ablation", _head_accuracy([0.5, 0.3, 0.2]))["trees"]
     assert list(trees) == ["heads as a chain (3 nodes)", "dense tree, top-2x2 (6 nodes)", "sparse tree (6 nodes)",
                            "sparse tree (4 nodes)"]

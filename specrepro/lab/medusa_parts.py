@@ -327,8 +327,9 @@ def sampling_methods(ctx: MedusaContext, acc_choices) -> dict:
         "Medusa typical": _runner(m, "medusa", MedusaProposer(h, acc_choices), ctx=ctx, acceptance="typical"),
         "Medusa exact (iid, MSS)": _runner(m, "medusa", MedusaProposer(h, acc_choices, mode="iid"), ctx=ctx,
                                            acceptance="mss"),
-        "Medusa exact (w/o repl., MSS)": _runner(m, "medusa", MedusaProposer(h, acc_choices, mode="without_replacement"),
-                                                 ctx=ctx, acceptance="mss"),
+        "Medusa exact (w/o repl., MSS)": _runner(m, "medusa",
+                                                 MedusaProposer(h, acc_choices, mode="without_replacement"), ctx=ctx,
+                                                 acceptance="mss"),
         "distilled draft, chain (γ=4)": _runner(m, "chain", DraftModelDrafter(ctx.draft, m.config.vocab_size), ctx=ctx,
                                                 gamma=4),
     }
@@ -422,7 +423,8 @@ def medusa2_tree(ctx: MedusaContext) -> list[list[int]]:
 
 
 def medusa2_methods(ctx: MedusaContext) -> dict:
-    """AR and Medusa-1 on the original backbone, AR and Medusa-2 on the fine-tuned one, one tree (:func:`medusa2_tree`)."""
+    """AR and Medusa-1 on the original backbone, AR and Medusa-2 on the fine-tuned one, one tree
+    (:func:`medusa2_tree`)."""
     tree, m2 = medusa2_tree(ctx), ctx.m2
     return {
         "AR": _runner(ctx.model, "ar", ctx=ctx),

@@ -38,8 +38,8 @@ from specrepro.files import checkpoint_file, repo_root
 from specrepro.lab import table2
 from specrepro.record.results import STANDARD, load_table, save_table, table_at, writes_record
 
-__all__ = ["Table2Shards", "AlphaShards", "MSSShard", "TreeSpeedShards", "WidthShards", "MedusaShards", "read_or_measure", "shard_checkpoint",
-           "configure_parser", "run_command"]
+__all__ = ["Table2Shards", "AlphaShards", "MSSShard", "TreeSpeedShards", "WidthShards", "MedusaShards",
+           "read_or_measure", "shard_checkpoint", "configure_parser", "run_command"]
 
 
 def shard_checkpoint(name: str, profile: str) -> Path:
@@ -543,10 +543,10 @@ class MedusaShards(_ShardGroup):
 
     The SmolLM2 timed shards and the ablation decode with trees built from the accuracy shards' tables as the record
     holds them, and record those trees in their settings: new accuracies make them stale. ``medusa2_runs`` decodes
-    with the tree of its own Medusa-1 heads' held-out accuracy, which its training settings fix. Each shard is read when it
-    exists under the same setting, else measured (the models load and the heads train only then; trained pieces are
-    cached) and saved with its sidecar; the timed ones resume from their checkpoint (blocks of one pass over one
-    prompt, every method).
+    with the tree of its own Medusa-1 heads' held-out accuracy, which its training settings fix. Each shard is read
+    when it exists under the same setting, else measured (the models load and the heads train only then; trained
+    pieces are cached) and saved with its sidecar; the timed ones resume from their checkpoint (blocks of one pass
+    over one prompt, every method).
 
     Args:
         params: notebook 06's parameters (the profile's names). profile: where tables are read and written.
