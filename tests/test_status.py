@@ -27,8 +27,6 @@ ROOT = files.repo_root()
 INPUTS_PENDING = {
     "notebooks/executed/standard/04_leviathan_speedup.ipynb",
     "notebooks/executed/standard/06_medusa.ipynb",
-    "notebooks/executed/standard/07_chen_humaneval.ipynb",
-    "figures/fig_chen_speedup_acceptance_looptime_vs_K",
     "figures/fig_forward_cost_vs_tokens",
     "figures/fig_medusa_large_tree_ablation",
     "figures/fig_medusa_tokens_per_s",
