@@ -40,7 +40,7 @@ CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb",
                 "notebooks/executed/standard/06_medusa.ipynb"}
 #: notebook 04's and 06's shards not yet measured (`make lev-shards`, `make medusa-shards`, under an hour each):
 #: missing, or measured by the notebook under settings it did not record. May only shrink.
-SHARDS_PENDING = {*(f"data/results/leviathan_table2_runs_t1_p{k}.csv" for k in range(4)),
+SHARDS_PENDING = {
                   *(f"data/results/{n}.csv" for n in (
                       "medusa_training_loss", "medusa_head_accuracy", "medusa_draft_kl", "medusa_greedy_runs",
                       "medusa_tree_size_runs", "medusa_sampling_runs", "medusa_large_head_accuracy",
