@@ -289,7 +289,7 @@ def test_code_drift_finds_the_changed_cells_and_skips_the_injected_parameters(tm
 
 # executed standard notebooks whose code is known to differ from their sources until `make reproduce` reruns them;
 # README's run-time block names them too. The set may only shrink: a listed notebook that no longer drifts fails below.
-STANDARD_RERUN_PENDING = {"04_leviathan_speedup", "06_medusa"}
+STANDARD_RERUN_PENDING = {"06_medusa"}
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])

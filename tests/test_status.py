@@ -25,26 +25,20 @@ ROOT = files.repo_root()
 #: Artifacts of the committed record made before inputs were recorded: each is stale ("inputs not recorded") until
 #: its next standard run. The list may only shrink (a test fails when an artifact on it records its inputs).
 INPUTS_PENDING = {
-    "notebooks/executed/standard/04_leviathan_speedup.ipynb",
     "notebooks/executed/standard/06_medusa.ipynb",
-    "figures/fig_forward_cost_vs_tokens",
     "figures/fig_medusa_large_tree_ablation",
     "figures/fig_medusa_tokens_per_s",
     "figures/fig_medusa_tokens_per_step_vs_tree_size",
     "figures/fig_medusa_training_loss",
-    "figures/fig_speedup_limit_ladder",
-    "figures/fig_speedup_vs_gamma_predicted_vs_measured",
 }
 #: executed notebooks whose code is older than their source (also kept by tests/test_notebooks.py); may only shrink
-CODE_PENDING = {"notebooks/executed/standard/04_leviathan_speedup.ipynb",
-                "notebooks/executed/standard/06_medusa.ipynb"}
-#: notebook 04's and 06's shards not yet measured (`make lev-shards`, `make medusa-shards`, under an hour each):
+CODE_PENDING = {"notebooks/executed/standard/06_medusa.ipynb"}
+#: notebook 06's shards not yet measured (`make medusa-shards`, under an hour each):
 #: missing, or measured by the notebook under settings it did not record. May only shrink.
-SHARDS_PENDING = {
-                  *(f"data/results/{n}.csv" for n in (
-                      "medusa_training_loss", "medusa_head_accuracy", "medusa_draft_kl", "medusa_greedy_runs",
-                      "medusa_tree_size_runs", "medusa_sampling_runs", "medusa_large_head_accuracy",
-                      "medusa_large_tree_ablation", "medusa2_quality", "medusa2_runs"))}
+SHARDS_PENDING = {f"data/results/{n}.csv" for n in (
+    "medusa_training_loss", "medusa_head_accuracy", "medusa_draft_kl", "medusa_greedy_runs", "medusa_tree_size_runs",
+    "medusa_sampling_runs", "medusa_large_head_accuracy", "medusa_large_tree_ablation", "medusa2_quality",
+    "medusa2_runs")}
 
 
 @pytest.fixture(scope="module")
