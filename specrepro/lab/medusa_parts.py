@@ -89,11 +89,14 @@ class MedusaContext:
     @property
     def model(self):
         """The Medusa target (``medusa_target``): the model whose heads and draft are trained."""
-        return self._once("model", lambda: self._load(self.params["medusa_target"]))[0]
+        return self._target()[0]
 
     @property
     def tokenizer(self):
-        return self._once("model", lambda: self._load(self.params["medusa_target"]))[1]
+        return self._target()[1]
+
+    def _target(self):
+        return self._once("model", lambda: self._load(self.params["medusa_target"]))
 
     @property
     def eos(self) -> list[int]:
@@ -281,7 +284,8 @@ def draft_kl_table(ctx: MedusaContext) -> pd.DataFrame:
 # Timed runs (the one harness)
 # ----------------------------------------------------------------------------------------------------------------
 
-def _runner(model, kind, proposer=None, ctx: MedusaContext | None = None, **kw):
+def _runner(ctx: MedusaContext, model, kind, proposer=None, **kw):
+    """:func:`~specrepro.lab.medusa.make_runner` with the Medusa target's stop ids and ``medusa_tokens`` new tokens."""
     return make_runner(model, kind, proposer, eos_token_id=ctx.eos, max_new_tokens=int(ctx.params["medusa_tokens"]),
                        **kw)
 
@@ -296,22 +300,22 @@ def greedy_methods(ctx: MedusaContext, acc_choices) -> dict:
 
     m, V = ctx.model, ctx.model.config.vocab_size
     return {
-        "AR": _runner(m, "ar", ctx=ctx),
-        "Medusa (default tree)": _runner(m, "medusa", MedusaProposer(ctx.heads, DEFAULT_CHOICES), ctx=ctx),
-        "Medusa (accuracy tree)": _runner(m, "medusa", MedusaProposer(ctx.heads, acc_choices), ctx=ctx),
-        "distilled draft, chain (γ=4)": _runner(m, "chain", DraftModelDrafter(ctx.draft, V), ctx=ctx, gamma=4),
-        "distilled draft, tree ⟨2,2,1,1⟩": _runner(m, "tree", DraftTreeProposer(ctx.draft, [2, 2, 1, 1], "topk", V),
-                                                   ctx=ctx),
-        "prompt lookup (γ=4)": _runner(m, "chain", PromptLookupDrafter(3, 1), ctx=ctx, gamma=4),
+        "AR": _runner(ctx, m, "ar"),
+        "Medusa (default tree)": _runner(ctx, m, "medusa", MedusaProposer(ctx.heads, DEFAULT_CHOICES)),
+        "Medusa (accuracy tree)": _runner(ctx, m, "medusa", MedusaProposer(ctx.heads, acc_choices)),
+        "distilled draft, chain (γ=4)": _runner(ctx, m, "chain", DraftModelDrafter(ctx.draft, V), gamma=4),
+        "distilled draft, tree ⟨2,2,1,1⟩": _runner(ctx, m, "tree",
+                                                   DraftTreeProposer(ctx.draft, [2, 2, 1, 1], "topk", V)),
+        "prompt lookup (γ=4)": _runner(ctx, m, "chain", PromptLookupDrafter(3, 1), gamma=4),
     }
 
 
-def tree_size_methods(ctx: MedusaContext, acc: pd.DataFrame, sizes) -> dict:
-    """AR and Medusa with the accuracy-driven sparse tree of each size in ``sizes`` (greedy)."""
-    out = {"AR": _runner(ctx.model, "ar", ctx=ctx)}
-    for n in sizes:
-        out[f"Medusa {int(n)} nodes"] = _runner(ctx.model, "medusa", MedusaProposer(ctx.heads, accuracy_tree(acc, n)),
-                                                ctx=ctx)
+def tree_size_methods(ctx: MedusaContext, trees: dict) -> dict:
+    """AR and Medusa with each tree of ``trees`` (size -> choices, e.g. the accuracy-driven sparse tree of each size,
+    :func:`accuracy_tree`), greedy."""
+    out = {"AR": _runner(ctx, ctx.model, "ar")}
+    for n, choices in trees.items():
+        out[f"Medusa {int(n)} nodes"] = _runner(ctx, ctx.model, "medusa", MedusaProposer(ctx.heads, choices))
     return out
 
 
@@ -323,14 +327,14 @@ def sampling_methods(ctx: MedusaContext, acc_choices) -> dict:
 
     m, h = ctx.model, ctx.heads
     return {
-        "AR": _runner(m, "ar", ctx=ctx),
-        "Medusa typical": _runner(m, "medusa", MedusaProposer(h, acc_choices), ctx=ctx, acceptance="typical"),
-        "Medusa exact (iid, MSS)": _runner(m, "medusa", MedusaProposer(h, acc_choices, mode="iid"), ctx=ctx,
+        "AR": _runner(ctx, m, "ar"),
+        "Medusa typical": _runner(ctx, m, "medusa", MedusaProposer(h, acc_choices), acceptance="typical"),
+        "Medusa exact (iid, MSS)": _runner(ctx, m, "medusa", MedusaProposer(h, acc_choices, mode="iid"),
                                            acceptance="mss"),
-        "Medusa exact (w/o repl., MSS)": _runner(m, "medusa",
-                                                 MedusaProposer(h, acc_choices, mode="without_replacement"), ctx=ctx,
+        "Medusa exact (w/o repl., MSS)": _runner(ctx, m, "medusa",
+                                                 MedusaProposer(h, acc_choices, mode="without_replacement"),
                                                  acceptance="mss"),
-        "distilled draft, chain (γ=4)": _runner(m, "chain", DraftModelDrafter(ctx.draft, m.config.vocab_size), ctx=ctx,
+        "distilled draft, chain (γ=4)": _runner(ctx, m, "chain", DraftModelDrafter(ctx.draft, m.config.vocab_size),
                                                 gamma=4),
     }
 
@@ -427,8 +431,8 @@ def medusa2_methods(ctx: MedusaContext) -> dict:
     (:func:`medusa2_tree`)."""
     tree, m2 = medusa2_tree(ctx), ctx.m2
     return {
-        "AR": _runner(ctx.model, "ar", ctx=ctx),
-        "Medusa-1": _runner(ctx.model, "medusa", MedusaProposer(ctx.m1["heads"], tree), ctx=ctx),
-        "AR (Medusa-2 backbone)": _runner(m2["tuned"], "ar", ctx=ctx),
-        "Medusa-2": _runner(m2["tuned"], "medusa", MedusaProposer(m2["heads"], tree), ctx=ctx),
+        "AR": _runner(ctx, ctx.model, "ar"),
+        "Medusa-1": _runner(ctx, ctx.model, "medusa", MedusaProposer(ctx.m1["heads"], tree)),
+        "AR (Medusa-2 backbone)": _runner(ctx, m2["tuned"], "ar"),
+        "Medusa-2": _runner(ctx, m2["tuned"], "medusa", MedusaProposer(m2["heads"], tree)),
     }

@@ -692,9 +692,8 @@ class MedusaShards(_ShardGroup):
             if name == "medusa_greedy_runs":
                 return mp.timed_runs(c, mp.greedy_methods(c, s["tree"]), c.speed_prompts, checkpoint=ckpt,
                                      checkpoint_key=key)
-            if name == "medusa_tree_size_runs":
-                acc = self.run(self.accuracy_name)
-                return mp.timed_runs(c, mp.tree_size_methods(c, acc, s["sizes"]), c.speed_prompts, checkpoint=ckpt,
+            if name == "medusa_tree_size_runs":  # the trees its settings record, in the order of their sizes
+                return mp.timed_runs(c, mp.tree_size_methods(c, s["trees"]), c.speed_prompts, checkpoint=ckpt,
                                      checkpoint_key=key)
             if name == "medusa_sampling_runs":
                 return mp.timed_runs(c, mp.sampling_methods(c, s["tree"]), c.speed_prompts,
