@@ -191,6 +191,38 @@ def test_bench_settings_are_compared_with_the_make_recipe():
     held_out = status._recipe_settings(line.replace("--n-prompts 20", "--prompt-offset 20 --n-prompts 20"))
     assert status.bench_setting_changes(config, held_out) == ["prompt_offset: recorded 0, the Makefile asks 20"]
     assert status.bench_setting_changes({**config, "prompt_offset": 20}, held_out) == []
+    # a part of a run too long for one sitting (--part I/K) is compared as a part
+    part = status._recipe_settings(line.replace("--n-prompts 20", "--n-prompts 20 --part 1/4"))
+    assert status.bench_setting_changes({**config, "part": [1, 4]}, part) == []
+    assert status.bench_setting_changes({**config, "part": [2, 4]}, part) == [
+        "part: recorded [2, 4], the Makefile asks [1, 4]"]
+    assert status.bench_setting_changes(config, part) == ["part: recorded None, the Makefile asks [1, 4]"]
+
+
+def test_a_merged_bench_file_is_current_with_its_parts_and_bounded_by_its_longest(tmp_path):
+    """A bench file merged from parts (bench --merge) reports its longest part's sitting, and goes stale when a part
+    it was merged from changes or goes missing."""
+    from specrepro.bench.run import BenchResult, write_bench_json
+
+    folder = tmp_path / "data" / "results"
+    folder.mkdir(parents=True)
+    parts = []
+    for i, seconds in enumerate((1500.0, 2400.0)):
+        f = folder / f"b.p{i}.json"
+        f.write_text(json.dumps({"config": {"part": [i, 2], "seconds": seconds}}))
+        parts.append({"part": [i, 2], "seconds": seconds, "file": f.name, "sha256": files.sha256_bytes(f.read_bytes())})
+    write_bench_json(BenchResult(summary=pd.DataFrame(), runs=pd.DataFrame(),
+                                 config={"cpu": "x", "seconds": None, "parts": parts}), folder / "b.json")
+    merge = ["python -m specrepro bench --merge data/results/b.p0.json data/results/b.p1.json --json data/results/b.json"]
+    row = status.shard_status(status.Shard("data/results/b.json", ("data/results/b.json",)), tmp_path, recipe=merge)
+    assert row["state"] == "current" and row["minutes"] == 40.0 and "merged from 2 parts" in row["note"]
+    assert "over 60 min" not in row["note"]
+    (folder / "b.p1.json").write_text("{}")
+    row = status.shard_status(status.Shard("data/results/b.json", ("data/results/b.json",)), tmp_path, recipe=merge)
+    assert row["state"] == "stale" and "b.p1.json changed since the merge" in row["why"]
+    (folder / "b.p0.json").unlink()
+    row = status.shard_status(status.Shard("data/results/b.json", ("data/results/b.json",)), tmp_path, recipe=merge)
+    assert "b.p0.json is missing" in row["why"]
 
 
 def test_machine_state_reads_other_processes_and_steal():

@@ -11,6 +11,11 @@ tokens (tree nodes) verified per step, per-position (per-depth) acceptance, whet
 (distribution-preserving) and, under greedy decoding, whether the outputs equal our AR outputs token for token. It
 prints one pandas table and can write JSON.
 
+A run too long for one sitting is timed in parts (``--part I/K``: consecutive slices of its prompts, each prompt
+with the seed and method order it has in the whole run) and merged (``--merge PART.json ... --json OUT``,
+:func:`merge_part_files`): the merged file holds the runs and summary the whole run would have, and its sidecar each
+part's sitting.
+
 Tree and Medusa methods (:data:`TREE_MODES`, :func:`parse_tree_spec`):
 
 * ``sd-tree`` — SpecInfer (Miao et al. 2023) expansion tree ⟨k1,...,km⟩ from the draft model
@@ -91,12 +96,12 @@ from specrepro.bench.registry import (
                                       resolve_method,
                                       validate_options,
 )
-from specrepro.bench.run import BenchResult, checkpoint_path, run_bench
+from specrepro.bench.run import BenchResult, checkpoint_path, merge_part_files, merge_parts, part_bounds, run_bench
 from specrepro.measure.harness import RunOutput
 
 __all__ = [
     "BenchOptionError", "BenchContext", "RunOutput", "MethodSpec", "BenchResult", "REGISTRY", "PLUGIN_MODULES",
     "PLUGIN_ERRORS", "DEFAULT_METHODS", "TREE_MODES", "MAX_TREE_NODES", "OPTION_KEYS", "register_method",
-    "known_methods", "resolve_method", "validate_options", "parse_tree_spec", "run_bench", "checkpoint_path",
+    "known_methods", "resolve_method", "validate_options", "parse_tree_spec", "run_bench", "checkpoint_path", "part_bounds", "merge_parts", "merge_part_files",
     "configure_parser", "run_command", "bigram_corpus", "hf_generation_config",
 ]

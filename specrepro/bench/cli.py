@@ -76,6 +76,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-prompts", type=int, default=10, help="use the first N prompts of the workload")
     p.add_argument("--prompt-offset", type=int, default=0, metavar="K",
                    help="skip the workload's first K prompts (held-out prompts: N prompts from K on)")
+    p.add_argument("--part", default=None, metavar="I/K",
+                   help="time only part I of K (0 <= I < K) of the prompts, each with the seed and method order it "
+                        "has in the whole run (a shard of a run too long for one sitting; --merge joins the parts)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="PART",
+                   help="merge the part files of one run (written with --part I/K, every I once) into --json OUT: "
+                        "the runs and summary the whole run would have; nothing is timed")
     p.add_argument("--max-new-tokens", type=int, default=128, help="cap on new tokens per prompt")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass; 1 = off")
@@ -115,6 +121,16 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
             print(f"(plugin {m} not loaded: {e})")
         return 0
     die = parser.error if parser else _die
+    if args.merge:
+        if not args.json_path:
+            die("--merge needs --json OUT (where the merged run is written)")
+        from specrepro.bench.run import merge_part_files
+
+        result = merge_part_files(args.merge, args.json_path)
+        with pd_options():
+            print(result.table().to_string())
+        print(f"wrote {args.json_path} ({len(args.merge)} parts)")
+        return 0
     pair = args.pair
     if pair is not None and (args.target is not None or args.draft is not None):
         die("give either --pair or --target/--draft, not both")
@@ -138,10 +154,16 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
               top_p=args.top_p, top_k=args.top_k, seed=args.seed, device=args.device, dtype=args.dtype,
               repeats=args.repeats, json_path=args.json_path, chat=args.chat, warmup=not args.no_warmup,
               options=opts, tree=args.tree, medusa_heads=args.medusa_heads, print_table=True,
-              predict=not args.no_predict, prompt_offset=args.prompt_offset)
+              predict=not args.no_predict, prompt_offset=args.prompt_offset, part=args.part)
     if args.json_path:
         print(f"wrote {args.json_path}")
     return 0
+
+
+def pd_options():
+    import pandas as pd
+
+    return pd.option_context("display.width", 200, "display.max_columns", 20)
 
 
 def _die(msg: str):

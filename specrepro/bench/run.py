@@ -287,6 +287,7 @@ def run_bench(
     predict: bool = True,
     baseline: str = "ar",
     prompt_offset: int = 0,
+    part: tuple[int, int] | str | None = None,
 ) -> BenchResult:
     """Benchmark decoding methods on one workload, interleaved prompt by prompt.
 
@@ -304,6 +305,11 @@ def run_bench(
             tokenizer (no chat template unless ``chat=True``), as in Chen et al.'s HumanEval runs.
         prompt_offset: skip the workload's first ``prompt_offset`` prompts (>= 0): ``n_prompts`` from there on, e.g.
             prompts held out from the ones a method was chosen on (recorded as ``config.prompt_offset``).
+        part: ``(i, k)`` or ``"i/k"``: time only part i of k (0 <= i < k) of those prompts, split by
+            :func:`part_bounds`, as a shard of a run too long for one sitting; each prompt keeps the seed and method
+            order it has in the whole run (the harness's ``prompt_offset``), so :func:`merge_parts` of the k part
+            files gives the runs the whole run would have timed. ``config`` records ``part`` ([i, k]) and
+            ``part_prompts`` ([start, stop) within the run's prompts); ``n_prompts`` stays the whole run's.
         max_new_tokens: cap on new tokens per prompt (EOS stops earlier, identically for every method).
         temperature, top_p, top_k: sampling (temperature 0 = greedy; HF runs get ``do_sample=False`` then).
         seed: seeds one ``torch.Generator`` per (repeat, prompt), shared by all methods on it.
@@ -393,6 +399,7 @@ def run_bench(
     sampling = SamplingConfig(temperature=float(temperature), top_k=int(top_k or 0) or None, top_p=float(top_p))
     if int(prompt_offset) < 0:
         raise BenchOptionError(f"prompt_offset must be >= 0, got {prompt_offset}")
+    part = parse_part(part) if part is not None else None
     if prompts is None:
         n = DEFAULT_N_PROMPTS if n_prompts is None else n_prompts
         prompts = load_workload(workload, int(prompt_offset) + n)[int(prompt_offset):]
@@ -403,6 +410,10 @@ def run_bench(
         prompts = [p if isinstance(p, Prompt) else Prompt(f"prompt/{i}", str(p)) for i, p in enumerate(prompts)]
         prompts = prompts[:n_prompts] if n_prompts is not None else prompts
         workload = "custom"
+    n_whole, start = len(prompts), 0
+    if part is not None:  # one part of the run: its prompts, each seeded and rotated as in the whole run
+        start, stop = part_bounds(n_whole, *part)
+        prompts = prompts[start:stop]
 
     tm, dm, tok, tname, dname = _resolve_models(pair, target, draft, device, dtype, models)
     dev = str(tm.device)
@@ -450,7 +461,9 @@ def run_bench(
         "commit": git_commit(),
         "target": tname, "draft": dname, "pair": pair, "methods": labels, "baseline": baseline, "gamma": gamma,
         "workload": workload,
-        "n_prompts": len(prompts), "prompt_offset": int(prompt_offset), "prompt_ids": [p.id for p in prompts],
+        "n_prompts": n_whole, "prompt_offset": int(prompt_offset), "prompt_ids": [p.id for p in prompts],
+        "part": None if part is None else list(part),
+        "part_prompts": None if part is None else [start, start + len(prompts)],
         "max_new_tokens": max_new_tokens,
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "device": dev,
         "device_description": device_description(dev), "cpu": cpu_description(),
@@ -474,7 +487,7 @@ def run_bench(
     ckpt = checkpoint_path(json_path) if json_path is not None else None
     runs = run_interleaved(runners, [(p.id, ids) for p, ids in zip(prompts, encoded)], repeats=repeats, seed=seed,
                            device=dev, warmup=warm, baseline=baseline, greedy=sampling.greedy, progress=progress,
-                           desc="bench", checkpoint=ckpt, checkpoint_key=ckpt_key)
+                           desc="bench", checkpoint=ckpt, checkpoint_key=ckpt_key, prompt_offset=start)
     config["resumed_blocks"] = int(runs.attrs.get("resumed_blocks", 0))
     if costs is not None:  # measured again after timing: the prediction uses both, the config keeps each
         costs = mean_costs(costs, measure_costs(ctx, runners, method_gammas, encoded))
@@ -496,17 +509,7 @@ def run_bench(
         config["blocks_under_load"] = int((blocks["under_load"] == True).sum())  # noqa: E712 (None: not measured)
     result = BenchResult(summary=summary, runs=runs, config=config)
     if json_path is not None:
-        from specrepro.files import atomic_write_files, sha256_bytes
-
-        # the file and its provenance sidecar in one step, as every table of the record: the sidecar names the run
-        # (commit, CPU, date, run time, blocks under load) and the sha256 of the file's bytes
-        path = Path(json_path)
-        body = (json.dumps(result.to_json(), indent=1) + "\n").encode()
-        side = {k: config.get(k) for k in ("commit", "cpu", "device_description", "dtype", "torch", "transformers",
-                                            "seconds", "blocks", "blocks_under_load")}
-        side.update(date=__import__("datetime").date.today().isoformat(), sha256={path.name: sha256_bytes(body)})
-        atomic_write_files({path: body, path.with_suffix(".provenance.json"):
-                            (json.dumps(side, indent=1, sort_keys=True) + "\n").encode()})
+        write_bench_json(result, json_path)
         ckpt.unlink(missing_ok=True)
     if print_table:
         with pd.option_context("display.width", 200, "display.max_columns", 20):
@@ -522,6 +525,201 @@ def run_bench(
                 if not spec.exact:
                     print(f"note: {label} is not distribution-preserving (exact = False): under sampling its "
                           f"outputs do not follow the target's distribution")
+    return result
+
+
+def write_bench_json(result: BenchResult, json_path: str | Path) -> Path:
+    """Write ``result`` (:meth:`BenchResult.to_json`) and its provenance sidecar in one atomic step, as every table
+    of the record: the sidecar (``<name>.provenance.json``) names the run (commit, CPU, date, run time, blocks under
+    load; a merged file also its parts) and holds the sha256 of the file's bytes. Returns the path written."""
+    from specrepro.files import atomic_write_files, sha256_bytes
+
+    path, config = Path(json_path), result.config
+    body = (json.dumps(result.to_json(), indent=1) + "\n").encode()
+    side = {k: config.get(k) for k in ("commit", "cpu", "device_description", "dtype", "torch", "transformers",
+                                        "seconds", "blocks", "blocks_under_load")}
+    if config.get("parts"):
+        side["parts"] = config["parts"]
+    side.update(date=__import__("datetime").date.today().isoformat(), sha256={path.name: sha256_bytes(body)})
+    atomic_write_files({path: body, path.with_suffix(".provenance.json"):
+                        (json.dumps(side, indent=1, sort_keys=True) + "\n").encode()})
+    return path
+
+
+def parse_part(part: tuple[int, int] | list | str) -> tuple[int, int]:
+    """``"i/k"`` or ``(i, k)`` -> ``(i, k)``: part i of k, 0 <= i < k.
+
+    Raises:
+        BenchOptionError: not of that form, k < 1, or i outside [0, k).
+    """
+    try:
+        i, k = (int(x) for x in (part.split("/") if isinstance(part, str) else part))
+    except (TypeError, ValueError):
+        raise BenchOptionError(f"part must be I/K (part I of K, 0 <= I < K), got {part!r}") from None
+    if k < 1 or not 0 <= i < k:
+        raise BenchOptionError(f"part must be I/K with K >= 1 and 0 <= I < K, got {i}/{k}")
+    return i, k
+
+
+def part_bounds(n: int, i: int, k: int) -> tuple[int, int]:
+    """Prompts ``[start, stop)`` of part i of k of a run over ``n`` prompts: consecutive slices whose sizes differ by
+    at most one, the larger first (as ``numpy.array_split``).
+
+    Raises:
+        BenchOptionError: more parts than prompts, or i outside [0, k).
+    """
+    i, k = parse_part((i, k))
+    if k > n:
+        raise BenchOptionError(f"{k} parts of {n} prompts: a part needs at least one prompt")
+    size, extra = divmod(n, k)
+    start = i * size + min(i, extra)
+    return start, start + size + (i < extra)
+
+
+#: config keys that differ between the parts of one run (each part's own sitting); every other key must agree
+PART_KEYS = ("commit", "prompt_ids", "part", "part_prompts", "seconds", "blocks", "blocks_under_load",
+             "resumed_blocks", "cost_model", "float_draft_kept")
+
+
+def merge_parts(parts: list[dict]) -> BenchResult:
+    """One bench result from the k part files of a run (:func:`run_bench` with ``part``), as the whole run would
+    have given it: the runs concatenated in prompt order (each part timed its prompts with the whole run's seeds and
+    method orders), the summary computed afresh from them (paired speedups and their 95% intervals over all
+    prompts), and the predictions from the parts' cost models averaged point by point (each part measured its own
+    before and after timing, :func:`mean_costs`).
+
+    ``config`` is the parts' common config with ``prompt_ids`` of every part, ``part`` None, ``seconds`` None (no
+    one sitting made it) and ``parts``: per part its ``part``, ``part_prompts``, ``commit``, ``seconds``,
+    ``blocks``, ``blocks_under_load`` and ``resumed_blocks``; ``blocks`` and ``blocks_under_load`` are the parts'
+    sums, and ``cost_model`` keeps each part's under ``parts``.
+
+    Args:
+        parts: the part files as loaded (``config``, ``summary``, ``runs``), in any order.
+
+    Raises:
+        ValueError: not the parts 0..k-1 of one run, each once; parts that differ in a setting or machine (any
+            config key but :data:`PART_KEYS`: a table never mixes machines); parts timed with a llama.cpp cost model
+            (not merged).
+    """
+    import pandas as pd
+
+    if not parts:
+        raise ValueError("no parts to merge")
+    configs = [p.get("config") or {} for p in parts]
+    if any(not c.get("part") for c in configs):
+        raise ValueError("merge_parts takes part files (run_bench with part=I/K); a file without config.part was "
+                         "given")
+    order = sorted(range(len(parts)), key=lambda j: configs[j]["part"][0])
+    parts, configs = [parts[j] for j in order], [configs[j] for j in order]
+    k = configs[0]["part"][1]
+    got = [tuple(c["part"]) for c in configs]
+    if got != [(i, k) for i in range(k)]:
+        raise ValueError(f"the parts of one run are 0..{k - 1} of {k}, each once; got "
+                         f"{', '.join(f'{i}/{kk}' for i, kk in got)}")
+    common = {key: v for key, v in configs[0].items() if key not in PART_KEYS}
+    for c in configs[1:]:
+        other = {key: v for key, v in c.items() if key not in PART_KEYS}
+        differ = sorted(key for key in set(common) | set(other) if common.get(key) != other.get(key))
+        if differ:
+            raise ValueError(f"part {c['part'][0]}/{k} differs from part 0/{k} in {', '.join(differ)}: the parts of "
+                             f"one run share every setting and the machine")
+    if any("llama_cost_model" in c for c in configs):
+        raise ValueError("parts with a llama.cpp cost model are not merged (time those runs whole)")
+    spans = [c["part_prompts"] for c in configs]
+    for (a, b), (c, d) in zip(spans, spans[1:]):
+        if b != c:
+            raise ValueError(f"the parts' prompts are not consecutive: [{a}, {b}) then [{c}, {d})")
+    runs = pd.concat([pd.DataFrame(p.get("runs") or []) for p in parts], ignore_index=True)
+    config = {**common, "commit": configs[-1].get("commit"), "part": None, "part_prompts": None, "seconds": None,
+              "prompt_ids": [pid for c in configs for pid in c.get("prompt_ids") or []],
+              "resumed_blocks": sum(int(c.get("resumed_blocks") or 0) for c in configs),
+              "float_draft_kept": configs[0].get("float_draft_kept"),
+              "parts": [{key: c.get(key) for key in ("part", "part_prompts", "commit", "seconds", "blocks",
+                                                     "blocks_under_load", "resumed_blocks")} for c in configs]}
+    if all(c.get("blocks") is not None for c in configs):
+        config["blocks"] = sum(int(c["blocks"]) for c in configs)
+        config["blocks_under_load"] = sum(int(c.get("blocks_under_load") or 0) for c in configs)
+    sampling_greedy = float(common.get("temperature") or 0.0) == 0.0
+    resolved = validate_options(methods=common["methods"], gamma=int(common.get("gamma") or 1), n_prompts=None,
+                                max_new_tokens=int(common["max_new_tokens"]),
+                                temperature=float(common.get("temperature") or 0.0),
+                                top_p=float(common.get("top_p") or 1.0), top_k=common.get("top_k"),
+                                repeats=int(common.get("repeats") or 1), device="cpu",
+                                options=dict(common.get("options") or {}))
+    # each method's γ as its runner reported it (a runner may fix its own, e.g. a tree's depth): the runs' gamma
+    recorded = runs.drop_duplicates("method").set_index("method")["gamma"] if "gamma" in runs else {}
+    resolved = [(label, spec, int(recorded[label]) if spec.uses_gamma and label in recorded
+                 and recorded[label] is not None and recorded[label] == recorded[label] else g)
+                for label, spec, g in resolved]
+    summary = _summarize(runs, resolved, sampling_greedy, seed=int(common.get("seed") or 0))
+    models = [c.get("cost_model") for c in configs]
+    if all(models):
+        costs = _mean_cost_models(models, {label: g for label, _, g in resolved})
+        config["cost_model"] = {**_cost_model_json(costs), "measured": "the mean of the parts' cost models "
+                                "(each the mean of its measurements before and after its timed passes)",
+                                "parts": models}
+        summary = add_predictions(summary, costs, runs)
+    else:
+        config["cost_model"] = None
+    return BenchResult(summary=summary, runs=runs, config=config)
+
+
+def _mean_cost_models(models: list[dict], gammas: dict) -> dict:
+    """The parts' ``config.cost_model`` JSON averaged point by point, as a :func:`measure_costs` dict (``gammas``:
+    label -> γ of the methods, as the run resolved them).
+
+    Raises:
+        ValueError: cost models of different sizes n or methods."""
+    from specrepro.theory import CostCurve
+
+    sizes = [sorted(int(n) for n in m["target_ms"]) for m in models]
+    methods = [sorted(m["draft_ms_per_token"]) for m in models]
+    if any(s != sizes[0] for s in sizes) or any(m != methods[0] for m in methods):
+        raise ValueError("the parts measured their cost models over different sizes n or methods")
+    ns = sizes[0]
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    out = {"prefix_len": models[0]["prefix_len"], "repeats": models[0]["repeats"], "rounds": models[0]["rounds"],
+           "target": CostCurve(ns, [mean([float(_at(m["target_ms"], n)) for m in models]) for n in ns]),
+           "draft_ms": {k: mean([float(m["draft_ms_per_token"][k]) for m in models]) for k in methods[0]},
+           "gammas": {k: int(gammas[k]) for k in methods[0]}}
+    if "draft_timed_on" in models[0]:
+        out["draft_timed_on"] = models[0]["draft_timed_on"]
+    return out
+
+
+def _at(curve: dict, n: int):
+    """A cost curve's entry at n, whether its keys are ints (in memory) or strings (read from JSON)."""
+    return curve[n] if n in curve else curve[str(n)]
+
+
+def merge_part_files(paths: list[str | Path], json_path: str | Path) -> BenchResult:
+    """:func:`merge_parts` of the part files at ``paths``, written to ``json_path`` with its sidecar
+    (:func:`write_bench_json`); each part's sha256 (its sidecar's, checked against its bytes) is recorded in
+    ``config.parts``.
+
+    Raises:
+        FileNotFoundError: a part is missing. ValueError: a part's bytes differ from its sidecar's sha256, or
+            :func:`merge_parts` refuses the parts.
+    """
+    from specrepro.files import sha256_bytes
+
+    datas, digests = [], []
+    for p in map(Path, paths):
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: no such bench part (python -m specrepro bench ... --part I/K --json {p})")
+        body = p.read_bytes()
+        side = p.with_suffix(".provenance.json")
+        if side.is_file():
+            want = (json.loads(side.read_text()).get("sha256") or {}).get(p.name)
+            if want is not None and want != sha256_bytes(body):
+                raise ValueError(f"{p}: its bytes differ from the sha256 in {side.name}")
+        datas.append(json.loads(body))
+        digests.append((p.name, sha256_bytes(body), datas[-1]["config"].get("part")))
+    result = merge_parts(datas)
+    by_part = {tuple(part): (name, digest) for name, digest, part in digests}
+    for row in result.config["parts"]:
+        row["file"], row["sha256"] = by_part[tuple(row["part"])]
+    write_bench_json(result, json_path)
     return result
 
 

@@ -160,8 +160,8 @@ def input_changes(inputs: dict[str, str], root: Path | None = None) -> list[str]
 # --- bench files: recorded settings against the make recipe -------------------------------------------------------
 
 #: bench config key -> (bench CLI option dest, how to compare); the settings that decide what a bench file measures
-_BENCH_SETTINGS = ("methods", "n_prompts", "prompt_offset", "max_new_tokens", "temperature", "top_p", "top_k", "seed",
-                   "repeats", "workload", "options", "chat_template", "dtype")
+_BENCH_SETTINGS = ("methods", "n_prompts", "prompt_offset", "part", "max_new_tokens", "temperature", "top_p", "top_k",
+                   "seed", "repeats", "workload", "options", "chat_template", "dtype")
 
 
 def make_recipe(target: str, root: Path | None = None) -> list[str]:
@@ -188,7 +188,10 @@ def _recipe_settings(line: str) -> dict:
     if methods and args.baseline not in methods:  # the bench runs its baseline first when it is not named
         methods.insert(0, args.baseline)
     options = dict(o.split("=", 1) for o in args.opt)
+    from specrepro.bench.run import parse_part
+
     return {"methods": methods, "n_prompts": args.n_prompts, "prompt_offset": args.prompt_offset,
+            "part": None if args.part is None else list(parse_part(args.part)),
             "max_new_tokens": args.max_new_tokens,
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed,
             "repeats": args.repeats, "workload": args.workload, "options": options, "chat_template": bool(args.chat),
@@ -239,7 +242,17 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
     if path.suffix == ".json":
         config = json.loads(path.read_text()).get("config", {})
         row["cpu"] = config.get("cpu") or ""
-        if config.get("seconds") is not None:
+        parts = config.get("parts") or []
+        if parts:  # merged from parts (bench --merge): each part was its own sitting; the longest is the bound's
+            row["minutes"] = round(max(float(p.get("seconds") or 0.0) for p in parts) / 60, 1)
+            row["note"] = f"merged from {len(parts)} parts (minutes: the longest part's sitting)"
+            for p in parts:
+                f = path.parent / str(p.get("file"))
+                if not f.is_file():
+                    reasons.append(f"its part {p.get('file')} is missing")
+                elif sha256_bytes(f.read_bytes()) != p.get("sha256"):
+                    reasons.append(f"its part {p.get('file')} changed since the merge")
+        elif config.get("seconds") is not None:
             row["minutes"] = round(float(config["seconds"]) / 60, 1)
         else:  # written before the bench recorded its run time: the timed calls alone (loading and cost model not
             # included, so a lower bound)
@@ -247,11 +260,12 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
             row["minutes"] = round(timed / 60, 1) if timed else math.nan
             row["note"] = "run time of its timed calls alone (a lower bound)"
         lines = recipe if recipe is not None else make_recipe(shard.target, root)
-        bench = [ln for ln in lines if " bench " in f" {ln} "]
-        if bench:
+        bench = [ln for ln in lines if " bench " in f" {ln} " and " --merge " not in f" {ln} "]
+        if bench and not parts:
             reasons += bench_setting_changes(config, _recipe_settings(bench[0]))
         if config.get("blocks_under_load"):
-            row["note"] = f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load"
+            row["note"] = "; ".join(filter(None, [row.get("note"), f"{config['blocks_under_load']} of "
+                                                  f"{config.get('blocks')} blocks timed under load"]))
         sidecar = path.with_suffix(".provenance.json")
         if sidecar.is_file():
             digest = (json.loads(sidecar.read_text()).get("sha256") or {}).get(path.name)
