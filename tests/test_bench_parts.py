@@ -139,3 +139,12 @@ def test_bench_command_merges_parts_and_needs_an_output(tiny, tmp_path, capsys, 
     assert not (tmp_path / "m2.json").exists()
     with pytest.raises(BenchOptionError, match="part must be"):
         run_bench(part="1of2", **kw)
+
+
+def test_the_record_lists_a_run_timed_in_parts_once(tmp_path):
+    from specrepro.record.report import bench_files
+
+    for name in ("bench_a.json", "bench_a.provenance.json", "bench_b.p0.json", "bench_b.p0.provenance.json",
+                 "bench_b.p1.json", "bench_b.json", "bench_b.provenance.json", "bench_pq.json"):
+        (tmp_path / name).write_text("{}")
+    assert [p.name for p in bench_files(tmp_path)] == ["bench_a.json", "bench_b.json", "bench_pq.json"]

@@ -972,8 +972,12 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
 
 def bench_files(directory: Path) -> list[Path]:
     """The bench JSON files of a results directory (``bench_*.json``), sorted, without their provenance sidecars
-    (``bench_*.provenance.json``)."""
-    return sorted(p for p in Path(directory).glob("bench_*.json") if not p.name.endswith(".provenance.json"))
+    (``bench_*.provenance.json``) and without the parts of a run timed in parts (``bench_*.p<k>.json``, ``bench
+    --part``): the file merged from them (``bench --merge``) stands for the run."""
+    import re
+
+    return sorted(p for p in Path(directory).glob("bench_*.json")
+                  if not p.name.endswith(".provenance.json") and not re.search(r"\.p\d+\.json$", p.name))
 
 
 def _provenance_note(path: Path) -> str:
