@@ -287,11 +287,6 @@ def test_code_drift_finds_the_changed_cells_and_skips_the_injected_parameters(tm
         code_drift(tmp_path / "nope.ipynb", out)
 
 
-# executed standard notebooks whose code is known to differ from their sources until `make reproduce` reruns them;
-# README's run-time block names them too. The set may only shrink: a listed notebook that no longer drifts fails below.
-STANDARD_RERUN_PENDING = {"06_medusa"}
-
-
 @pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
 def test_the_standard_executed_notebook_shows_the_code_of_its_source(path):
     """The committed record's notebook runs what its source holds today: a reader opening
@@ -302,8 +297,5 @@ def test_the_standard_executed_notebook_shows_the_code_of_its_source(path):
     if not executed.is_file():
         pytest.skip(f"{path.name} has no executed standard copy")
     drift = code_drift(path, executed)
-    if path.stem in STANDARD_RERUN_PENDING:
-        assert drift, f"{path.stem} matches its source now: drop it from STANDARD_RERUN_PENDING"
-    else:
-        assert not drift, (f"notebooks/executed/standard/{path.name}: code cells {drift} differ from the source; rerun "
-                           f"it with `make reproduce` (or its make target) so the record shows what the source runs")
+    assert not drift, (f"notebooks/executed/standard/{path.name}: code cells {drift} differ from the source; rerun "
+                       f"it with `make reproduce` (or its make target) so the record shows what the source runs")

@@ -22,25 +22,6 @@ from specrepro.record import nbrun, results, status  # noqa: E402
 
 ROOT = files.repo_root()
 
-#: Artifacts of the committed record made before inputs were recorded: each is stale ("inputs not recorded") until
-#: its next standard run. The list may only shrink (a test fails when an artifact on it records its inputs).
-INPUTS_PENDING = {
-    "notebooks/executed/standard/06_medusa.ipynb",
-    "figures/fig_medusa_large_tree_ablation",
-    "figures/fig_medusa_tokens_per_s",
-    "figures/fig_medusa_tokens_per_step_vs_tree_size",
-    "figures/fig_medusa_training_loss",
-}
-#: executed notebooks whose code is older than their source (also kept by tests/test_notebooks.py); may only shrink
-CODE_PENDING = {"notebooks/executed/standard/06_medusa.ipynb"}
-#: notebook 06's shards not yet measured (`make medusa-shards`, under an hour each):
-#: missing, or measured by the notebook under settings it did not record. May only shrink.
-SHARDS_PENDING = {f"data/results/{n}.csv" for n in (
-    "medusa_training_loss", "medusa_head_accuracy", "medusa_draft_kl", "medusa_greedy_runs", "medusa_tree_size_runs",
-    "medusa_sampling_runs", "medusa_large_head_accuracy", "medusa_large_tree_ablation", "medusa2_quality",
-    "medusa2_runs")}
-
-
 @pytest.fixture(scope="module")
 def table():
     return status.status_table()
@@ -52,38 +33,10 @@ def _flip_one_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_the_committed_record_is_current_but_for_the_pending_lists(table):
-    bad = []
-    for row in table.itertuples():
-        if row.state == "current":
-            continue
-        reasons = [r for r in row.why.split("; ") if r and "timed under load" not in r]
-        if row.name in INPUTS_PENDING:
-            reasons = [r for r in reasons if not r.startswith("inputs not recorded")]
-        if row.name in CODE_PENDING:
-            reasons = [r for r in reasons if not (r.startswith("code cells") and r.endswith("changed since"))]
-        if row.name in SHARDS_PENDING:
-            if row.state == "missing":
-                continue
-            reasons = [r for r in reasons if not r.startswith("measured under other settings")]
-        # the notebook and figures drawn from a pending shard are stale with it until it is measured
-        pending_inputs = {f"{n} changed" for n in SHARDS_PENDING} | {f"{n} missing" for n in SHARDS_PENDING}
-        reasons = [r for r in reasons if r not in pending_inputs]
-        if row.state == "missing" or reasons:
-            bad.append(f"{row.name}: {row.state} ({row.why})")
+def test_the_committed_record_is_current(table):
+    """Every shard, executed notebook and figure of the record is current: no list of exceptions."""
+    bad = [f"{row.name}: {row.state} ({row.why})" for row in table.itertuples() if row.state != "current"]
     assert bad == []
-
-
-def test_the_pending_lists_only_shrink(table):
-    by_name = dict(zip(table["name"], table["why"]))
-    assert set(INPUTS_PENDING) <= set(by_name)
-    recorded = sorted(n for n in INPUTS_PENDING if "inputs not recorded" not in by_name[n])
-    assert recorded == [], "these record their inputs now: take them off INPUTS_PENDING"
-    current_code = sorted(n for n in CODE_PENDING if "code cells" not in by_name[n])
-    assert current_code == [], "these show their source's code now: take them off CODE_PENDING"
-    states = dict(zip(table["name"], table["state"]))
-    measured = sorted(n for n in SHARDS_PENDING if states[n] == "current")
-    assert measured == [], "these shards are measured now: take them off SHARDS_PENDING"
 
 
 def test_every_makefile_rule_writing_the_record_outside_a_notebook_is_a_shard():
@@ -124,7 +77,7 @@ def test_a_committed_figure_goes_stale_on_a_one_byte_change_to_its_table(tmp_pat
     recorded = [p for p in sorted((ROOT / "figures").glob("*.provenance.json"))
                 if json.loads(p.read_text()).get("inputs")]
     if not recorded:
-        pytest.skip("no committed figure records its inputs yet (INPUTS_PENDING)")
+        pytest.skip("no committed figure records its inputs")
     sidecar = recorded[0]
     inputs = json.loads(sidecar.read_text())["inputs"]
     (tmp_path / "figures").mkdir()
