@@ -54,3 +54,19 @@ def one_thread():
 def pair():
     """A tiny random (target, draft) pair of different architectures, vocabulary 8."""
     return tiny_lm("llama", seed=1), tiny_lm("qwen2", seed=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_with_tokenizer():
+    """A random 2-layer llama with SmolLM2's vocabulary and tokenizer (fast; outputs are gibberish)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specrepro.models import load_tokenizer
+
+    tok = load_tokenizer("smollm2-135m")
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                             eos_token_id=tok.eos_token_id))
+    return model.eval().requires_grad_(False), tok

@@ -128,22 +128,6 @@ def test_broken_plugin_is_reported_not_fatal(clean_registry, tmp_path, monkeypat
         resolve_method("tree-specinfer")
 
 
-@pytest.fixture(scope="module")
-def tiny_with_tokenizer():
-    """A random 2-layer llama with SmolLM2's vocabulary and tokenizer (fast; outputs are gibberish)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from specrepro.models import load_tokenizer
-
-    tok = load_tokenizer("smollm2-135m")
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                             eos_token_id=tok.eos_token_id))
-    return model.eval().requires_grad_(False), tok
-
-
 def test_registered_method_runs_in_the_bench(clean_registry, tiny_with_tokenizer, tmp_path):
     model, tok = tiny_with_tokenizer
     calls = []

@@ -4,28 +4,11 @@ import json
 import math
 
 import pytest
-import torch
 
 from specrepro.bench import merge_part_files, merge_parts, part_bounds, run_bench
 from specrepro.bench.options import BenchOptionError
 
 PROMPTS = ["def f(x):\n", "class A:\n", "import os\n", "x = [", "for i in range(", "while True:\n", "# add\n"]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    """A random 2-layer llama with SmolLM2's tokenizer, as its own draft (fast; outputs are gibberish)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from specrepro.models import load_tokenizer
-
-    tok = load_tokenizer("smollm2-135m")
-    with torch.random.fork_rng():
-        torch.manual_seed(1)
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                             eos_token_id=tok.eos_token_id))
-    return model.eval().requires_grad_(False), tok
 
 
 def test_parts_split_the_prompts_into_consecutive_slices():
@@ -49,11 +32,11 @@ def _bench(tiny, **kw):
                      **kw)
 
 
-def test_merged_parts_give_the_whole_runs_rows_and_summary(tiny, tmp_path, one_thread):
-    whole = _bench(tiny)
+def test_merged_parts_give_the_whole_runs_rows_and_summary(tiny_with_tokenizer, tmp_path, one_thread):
+    whole = _bench(tiny_with_tokenizer)
     paths = [tmp_path / f"b.p{i}.json" for i in range(3)]
     for i in (2, 0, 1):  # parts may be timed in any order, in separate sittings
-        part = _bench(tiny, part=f"{i}/3", json_path=paths[i])
+        part = _bench(tiny_with_tokenizer, part=f"{i}/3", json_path=paths[i])
         assert part.config["part"] == [i, 3] and part.config["n_prompts"] == len(PROMPTS)
         assert part.config["part_prompts"] == list(part_bounds(len(PROMPTS), i, 3))
     merged = merge_part_files(paths, tmp_path / "b.json")
@@ -88,8 +71,8 @@ def test_merged_parts_give_the_whole_runs_rows_and_summary(tiny, tmp_path, one_t
     assert [p["file"] for p in side["parts"]] == [p.name for p in paths]
 
 
-def test_merge_refuses_parts_that_are_not_one_run(tiny, tmp_path, one_thread):
-    model, tok = tiny
+def test_merge_refuses_parts_that_are_not_one_run(tiny_with_tokenizer, tmp_path, one_thread):
+    model, tok = tiny_with_tokenizer
     kw = dict(models=(model, None, tok), prompts=PROMPTS[:4], methods="ar", max_new_tokens=2, warmup=False,
               progress=False, predict=False)
     p0 = run_bench(part="0/2", json_path=tmp_path / "p0.json", **kw).to_json()
@@ -118,10 +101,10 @@ def test_merge_refuses_parts_that_are_not_one_run(tiny, tmp_path, one_thread):
     assert not (tmp_path / "out.json").exists()
 
 
-def test_bench_command_merges_parts_and_needs_an_output(tiny, tmp_path, capsys, one_thread):
+def test_bench_command_merges_parts_and_needs_an_output(tiny_with_tokenizer, tmp_path, capsys, one_thread):
     from specrepro.__main__ import main
 
-    model, tok = tiny
+    model, tok = tiny_with_tokenizer
     kw = dict(models=(model, None, tok), prompts=PROMPTS[:2], methods="ar", max_new_tokens=2, warmup=False,
               progress=False, predict=False)
     for i in range(2):
