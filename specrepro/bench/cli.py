@@ -127,7 +127,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         from specrepro.bench.run import merge_part_files
 
         result = merge_part_files(args.merge, args.json_path)
-        with pd_options():
+        with _pd_options():
             print(result.table().to_string())
         print(f"wrote {args.json_path} ({len(args.merge)} parts)")
         return 0
@@ -160,7 +160,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     return 0
 
 
-def pd_options():
+def _pd_options():
     import pandas as pd
 
     return pd.option_context("display.width", 200, "display.max_columns", 20)

@@ -647,10 +647,9 @@ def merge_parts(parts: list[dict]) -> BenchResult:
                                 repeats=int(common.get("repeats") or 1), device="cpu",
                                 options=dict(common.get("options") or {}))
     # each method's γ as its runner reported it (a runner may fix its own, e.g. a tree's depth): the runs' gamma
-    recorded = runs.drop_duplicates("method").set_index("method")["gamma"] if "gamma" in runs else {}
-    resolved = [(label, spec, int(recorded[label]) if spec.uses_gamma and label in recorded
-                 and recorded[label] is not None and recorded[label] == recorded[label] else g)
-                for label, spec, g in resolved]
+    recorded = {} if "gamma" not in runs else {
+        m: int(g) for m, g in runs.drop_duplicates("method").set_index("method")["gamma"].items() if pd.notna(g)}
+    resolved = [(label, spec, recorded.get(label, g) if spec.uses_gamma else g) for label, spec, g in resolved]
     summary = _summarize(runs, resolved, sampling_greedy, seed=int(common.get("seed") or 0))
     models = [c.get("cost_model") for c in configs]
     if all(models):
