@@ -324,11 +324,16 @@ data/results/bench_qwen_verifiers_nucleus.json: | $(STAMP)
 # Cheaper drafts, greedy: the 4-bit weight-only copy of the draft (groups of 32, torch's CPU int4 kernel), alone and
 # with the FR-Spec pruned head, beside the int8 copy (each a gamma = 4 chain; the draft time per drafted token and
 # alpha of each, paired per prompt), our adaptive chain on the 4-bit copy, and transformers' assisted generation given
-# the same 4-bit copy; 20 prompts x 64 tokens, BENCH_REPEATS interleaved passes (about 30 min per pass on 2 cores).
-data/results/bench_qwen_drafts.json: | $(STAMP)
+# the same 4-bit copy; 20 prompts x 64 tokens, BENCH_REPEATS interleaved passes, timed in four parts of 5 prompts (each
+# a sitting of at most an hour on the slowest CPU the record has met; every prompt keeps the seed and method order it
+# has in the whole run) and merged into one file.
+DRAFTS_PARTS := $(foreach k,0 1 2 3,data/results/bench_qwen_drafts.p$(k).json)
+$(DRAFTS_PARTS): data/results/bench_qwen_drafts.p%.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
 	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-int8@4,sd-draft-int4@4,sd-draft-int4-pruned@4,sd-draft-adaptive-int4@20,hf-assisted-int4 \
-	    --temperature 0 --json $@
+	    --temperature 0 --part $*/4 --json $@
+data/results/bench_qwen_drafts.json: $(DRAFTS_PARTS) | $(STAMP)
+	$(PY) -m specrepro bench --merge $^ --json $@
 
 # Natural-language work, greedy: the chat workload (six Spec-Bench-like categories taking turns, offline; the
 # tokenizer's chat template), 24 prompts (4 per category) x 64 tokens, BENCH_REPEATS interleaved passes: our AR, the

@@ -5,6 +5,7 @@ machine was idle."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -37,6 +38,23 @@ def test_the_committed_record_is_current(table):
     """Every shard, executed notebook and figure of the record is current: no list of exceptions."""
     bad = [f"{row.name}: {row.state} ({row.why})" for row in table.itertuples() if row.state != "current"]
     assert bad == []
+
+
+def test_a_shard_too_long_for_the_slowest_cpu_of_the_record_is_noted(table):
+    """Each shard's run time is scaled to the slowest CPU the record has met (its forward cost over the CPU's that
+    ran the shard); a shard within the bound on its own CPU but over it there says so."""
+    costs = status.forward_costs()
+    slowest = max(costs.values())
+    checked = 0
+    for row in table[table["kind"] == "shard"].itertuples():
+        if row.cpu not in costs or not math.isfinite(row.minutes):
+            assert not math.isfinite(row.slowest_min)
+            continue
+        checked += 1
+        assert row.slowest_min == pytest.approx(row.minutes * slowest / costs[row.cpu], abs=0.06)
+        noted = "to be split" in (row.note if isinstance(row.note, str) else "")
+        assert noted == (row.minutes <= status.SHARD_BOUND_MIN < row.slowest_min), row.name
+    assert checked > 10
 
 
 def test_every_makefile_rule_writing_the_record_outside_a_notebook_is_a_shard():

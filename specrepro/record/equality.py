@@ -11,7 +11,10 @@ under the same conditions reads, so the hours of a whole workload can be spread 
 are the models, settings, prompts, torch and the code the tokens depend on (:data:`DECODING_MODULES` and what they
 import), not the commit or the machine: a sitting after an unrelated commit, or on another CPU, goes on where the last
 one stopped. Every row names the commit and CPU of the sitting that decoded it (AR and speculative output of one
-prompt always come from one sitting), and the provenance lists them all.
+prompt always come from one sitting), and the provenance lists them all. A run too long for one sitting is made in
+parts instead: ``--part I/K`` decodes the I-th of K consecutive slices of the prompts into ``<name>.p<I>`` and
+``--merge PART.csv ...`` joins them into ``<name>`` (:mod:`specrepro.record.parts`: every part once, same settings
+and CPU, bytes as their sidecars record).
 
 ``--from-bench FILE`` explains the greedy outputs of a bench file that differ from its AR run instead: for PyTorch
 methods by :func:`specrepro.sim.real.explain_divergence` (bounds in spacings of the dtype), for a llama.cpp bench file
@@ -59,6 +62,12 @@ def add_workload_options(p: argparse.ArgumentParser, *, workload_help: str, gamm
     p.add_argument("--profile", default="standard", help="profile the tables are saved under (results directory)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--part", metavar="I/K", default=None,
+                   help="decode only the I-th of K consecutive slices of the prompts (0 <= I < K; each prompt as in "
+                        "the whole run), saved as <name>.p<I>: a sitting of a K-th of the work")
+    p.add_argument("--merge", metavar="PART_CSV", nargs="+", default=None,
+                   help="instead: join the part tables <name>.p<I>.csv of one run (every part 0..K-1 once, same "
+                        "settings and CPU, bytes as their sidecars record) into <name>")
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -187,6 +196,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     """
     if args.from_bench:
         return _run_from_bench(args)
+    if args.merge:
+        return _merge_command(args)
     if args.gamma < 1 or args.max_new_tokens < 1 or not args.tie_bound > 0:
         raise ValueError(f"need gamma >= 1, max_new_tokens >= 1 and tie_bound > 0; got {args.gamma}, "
                          f"{args.max_new_tokens}, {args.tie_bound}")
@@ -204,8 +215,15 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     if args.pair not in PAIRS:
         raise KeyError(f"unknown pair {args.pair!r}; known pairs: {', '.join(PAIRS)}")
     target, draft = PAIRS[args.pair]
-    tm, dm, tok = load_pair(target, draft, device=args.device, dtype=args.dtype)
     prompts = load_workload(args.workload, args.n_prompts)
+    n_whole, name, part = len(prompts), args.name, {}
+    if args.part is not None:  # before the models load
+        from specrepro.record.parts import part_name, part_span
+
+        i, k, start, stop = part_span(n_whole, args.part)
+        prompts, name = prompts[start:stop], part_name(args.name, (i, k))
+        part = {"part": [i, k], "part_prompts": [start, stop]}
+    tm, dm, tok = load_pair(target, draft, device=args.device, dtype=args.dtype)
     ids = [tok(p.text, return_tensors="pt").input_ids[0] for p in prompts]
     eos = default_eos_ids(tm, tok)
     drafter = DraftModelDrafter(dm, tm.get_output_embeddings().weight.shape[0])
@@ -214,7 +232,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         return generate(tm, x, drafter=drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                         eos_token_id=eos)
 
-    ckpt = checkpoint_path(args.name, args.profile)
+    ckpt = checkpoint_path(name, args.profile)
     key = {"target": target, "draft": draft, "workload": args.workload, "prompt_ids": [p.id for p in prompts],
            "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "tie_bound": args.tie_bound,
            "device": args.device, "dtype": str(tm.dtype), "torch": torch.__version__,
@@ -223,19 +241,44 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
                             eos_token_id=eos, progress=True, checkpoint=ckpt, checkpoint_key=key,
                             row_info={"commit": git_commit(), "cpu": cpu_description()})
     table.insert(0, "prompt_id", [p.id for p in prompts])
+    table["prompt"] += part.get("part_prompts", [0])[0]  # the prompt's index in the whole workload
     seconds = float(table.attrs.get("seconds", float("nan")))
-    save_table(table, args.name, profile=args.profile, device=args.device, target=target, draft=draft,
+    save_table(table, name, profile=args.profile, device=args.device, target=target, draft=draft,
                gamma=args.gamma, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
-               n_prompts=len(prompts), seconds=round(seconds, 1), resumed_prompts=int(table.attrs["resumed"]),
-               decoding_code=key["decoding_code"], row_commits=sorted(set(table["commit"])),
-               row_cpus=sorted(set(table["cpu"])))
+               workload=args.workload, n_prompts=n_whole, **part, seconds=round(seconds, 1),
+               resumed_prompts=int(table.attrs["resumed"]), decoding_code=key["decoding_code"],
+               row_commits=sorted(set(table["commit"])), row_cpus=sorted(set(table["cpu"])))
     ckpt.unlink(missing_ok=True)
+    return _report(table, f"{target} + {draft}, {args.workload}", args, seconds, name)
+
+
+def _report(table, what: str, args, seconds: float, name: str) -> int:
+    """Print a greedy-equality table's counts; exit status 1 when a divergence is a failure."""
     n, same = len(table), int(table["identical"].sum())
     explained, failures = int(table["explained"].sum()), int(table["failure"].sum())
-    print(f"{target} + {draft}, {args.workload}: {n} prompts x {args.max_new_tokens} tokens, gamma {args.gamma}: "
+    print(f"{name}: {what}: {n} prompts x {args.max_new_tokens} tokens, gamma {args.gamma}: "
           f"{same} identical, {explained} divergences explained by a near-tie (top-2 gap < {args.tie_bound:g}), "
           f"{failures} failures; {seconds / 60:.1f} min")
     return 1 if failures else 0
+
+
+def _merge_command(args: argparse.Namespace) -> int:
+    """``greedy-equality --merge PART...``: the part tables joined into ``<name>`` (rows in prompt order), with the
+    merged sidecar of :func:`specrepro.record.parts.merged_provenance`; prints the counts as a whole run does."""
+    import pandas as pd
+
+    from specrepro.record.parts import merged_provenance, parse_part_name, read_parts
+    from specrepro.record.results import save_table
+
+    parts = read_parts(args.merge)
+    name = parse_part_name(parts[0][0])[0]
+    table = pd.concat([pd.read_csv(p) for p, _ in parts], ignore_index=True)
+    prov = merged_provenance(parts)
+    for key in ("max_new_tokens", "gamma", "tie_bound"):  # the report reads the parts' settings, not the options
+        setattr(args, key, prov.get(key, getattr(args, key)))
+    save_table(table, name, profile=parts[0][1].get("profile", args.profile), device=args.device, **prov)
+    return _report(table, f"{prov.get('target')} + {prov.get('draft')}, merged from {len(parts)} parts", args,
+                   float(prov["seconds"]), name)
 
 
 def _run_from_bench(args: argparse.Namespace) -> int:

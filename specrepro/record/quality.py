@@ -17,7 +17,10 @@ row per problem and method: completion, tokens, passed, and the commit and CPU o
 An interrupted run resumes as ``greedy-equality`` does (:func:`specrepro.files.resumable_rows`): the sampled
 completions of every finished problem are kept in ``build/checkpoints/<name>.<profile>.json`` under a key of the
 models, settings, prompts, seed, torch and the decoding code (:data:`specrepro.record.equality.DECODING_MODULES`),
-not the commit or machine; the harness runs once, on all completions, when every problem is sampled.
+not the commit or machine; the harness runs once, on all completions, when every problem is sampled. In parts:
+``--part I/K`` samples and scores the I-th of K consecutive slices of the problems (each problem seeded by its index
+in the whole workload, so sampled as in the whole run) into ``<name>.p<I>`` and ``<name>_completions.p<I>``, and
+``--merge`` joins them (:func:`merge_quality_parts`: pass@1 recomputed from the joined completions).
 
 What it is not: a timing (use ``python -m specrepro bench``; notebook 07 times Table 1 on its own problems).
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["configure_parser", "run_command", "sample_pairs", "quality_tables"]
+__all__ = ["configure_parser", "run_command", "sample_pairs", "quality_tables", "merge_quality_parts"]
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -43,7 +46,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_new_tokens: int, eos_token_id=None,
                  decode=None, checkpoint=None, checkpoint_key=None, row_info: dict | None = None,
-                 progress: bool = False):
+                 progress: bool = False, first_index: int = 0):
     """One AR sample and one speculative sample per prompt, from generators with the same seed (paired randomness).
 
     Args:
@@ -52,7 +55,10 @@ def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_n
             ``sampling``, drawing only from ``generator``.
         sampling: a :class:`specrepro.core.sampling.SamplingConfig` (the AR run's processing; the speculative runner
             must use the same).
-        seed: prompt i's generators are seeded :func:`specrepro.measure.harness.seed_for` ``(seed, 0, i)``.
+        seed: prompt i's generators are seeded :func:`specrepro.measure.harness.seed_for`
+            ``(seed, 0, first_index + i)``.
+        first_index: the first prompt's index in the whole workload (a part of a run, ``--part``), so that every
+            prompt is sampled as in the whole run.
         max_new_tokens, eos_token_id: as :func:`specrepro.core.decoding.generate`.
         decode: ``f(token ids) -> str`` (e.g. the tokenizer's decode without special tokens); None keeps no text.
         checkpoint, checkpoint_key, row_info: as :func:`specrepro.files.resumable_rows` (index column ``prompt``).
@@ -76,7 +82,7 @@ def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_n
     def one(i):
         ids = prompts[i]
         t0 = time.perf_counter()
-        s = seed_for(seed, 0, i)
+        s = seed_for(seed, 0, first_index + i)
         ar = generate(target, ids, max_new_tokens=max_new_tokens, sampling=sampling, eos_token_id=eos_token_id,
                       generator=make_generator(s)).tokens
         out = run_speculative(ids, make_generator(s))
@@ -142,6 +148,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
             timeout <= 0 (all before any model loads); a dirty tree under ``make reproduce``; errors of model loading.
         KeyError: an unknown pair or workload.
     """
+    if args.merge:
+        return _merge_command(args)
     if args.gamma < 1 or args.max_new_tokens < 1:
         raise ValueError(f"need gamma >= 1 and max_new_tokens >= 1; got {args.gamma}, {args.max_new_tokens}")
     if not args.temperature > 0:
@@ -154,7 +162,6 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
 
     if args.pair not in PAIRS:
         raise KeyError(f"unknown pair {args.pair!r}; known pairs: {', '.join(PAIRS)}")
-    import numpy as np
     import torch
 
     from specrepro.core.decoding import default_eos_ids, generate
@@ -164,12 +171,19 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     from specrepro.files import code_fingerprint, cpu_description, git_commit
     from specrepro.models import load_pair
     from specrepro.record.equality import DECODING_MODULES, checkpoint_path
+    from specrepro.record.parts import companion_name
     from specrepro.record.results import check_clean_for_record, save_table
-    from specrepro.stats import bootstrap_ci
 
     check_clean_for_record(args.profile)  # before hours of sampling, not after
     target, draft = PAIRS[args.pair]
     prompts = load_workload(args.workload, args.n_prompts)
+    n_whole, name, part, start = len(prompts), args.name, {}, 0
+    if args.part is not None:  # before the models load
+        from specrepro.record.parts import part_name, part_span
+
+        i, k, start, stop = part_span(n_whole, args.part)
+        prompts, name = prompts[start:stop], part_name(args.name, (i, k))
+        part = {"part": [i, k], "part_prompts": [start, stop]}
     tm, dm, tok = load_pair(target, draft, device=args.device, dtype=args.dtype)
     ids = [tok(format_prompt(p, tok), return_tensors="pt").input_ids[0] for p in prompts]
     eos = default_eos_ids(tm, tok)
@@ -180,7 +194,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         return generate(tm, x, drafter=drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                         sampling=sampling, generator=generator, eos_token_id=eos)
 
-    ckpt = checkpoint_path(args.name, args.profile)
+    ckpt = checkpoint_path(name, args.profile)
     key = {"target": target, "draft": draft, "workload": args.workload, "prompt_ids": [p.id for p in prompts],
            "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "temperature": args.temperature,
            "top_p": args.top_p, "seed": args.seed, "device": args.device, "dtype": str(tm.dtype),
@@ -189,22 +203,84 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
                            max_new_tokens=args.max_new_tokens, eos_token_id=eos,
                            decode=lambda t: tok.decode(t, skip_special_tokens=True), checkpoint=ckpt,
                            checkpoint_key=key, row_info={"commit": git_commit(), "cpu": cpu_description()},
-                           progress=True)
+                           progress=True, first_index=start)
     method = f"sd-draft@{args.gamma}"
     summary, completions = quality_tables(prompts, samples, method=method, timeout=args.timeout)
     seconds = float(samples["seconds"].sum())
     settings = dict(target=target, draft=draft, draft_dtype=key["draft_dtype"], gamma=args.gamma,
                     max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                    seed=args.seed, n_prompts=len(prompts), seconds=round(seconds, 1),
+                    seed=args.seed, workload=args.workload, n_prompts=n_whole, **part, seconds=round(seconds, 1),
                     resumed_prompts=int(samples.attrs["resumed"]), decoding_code=key["decoding_code"],
                     row_commits=sorted(set(samples["commit"])), row_cpus=sorted(set(samples["cpu"])))
-    save_table(completions, f"{args.name}_completions", profile=args.profile, device=args.device, **settings)
-    save_table(summary, args.name, profile=args.profile, device=args.device, **settings)
+    save_table(completions, companion_name(name, "_completions"), profile=args.profile, device=args.device, **settings)
+    save_table(summary, name, profile=args.profile, device=args.device, **settings)
     ckpt.unlink(missing_ok=True)
+    _report(completions, method, f"{name}: {target} + {draft}, {args.workload}, T = {args.temperature:g}, top-p "
+            f"{args.top_p:g}, K = {args.gamma}", seconds)
+    return 0
+
+
+def _report(completions, method: str, what: str, seconds: float) -> None:
+    """Print pass@1 of both methods and their paired difference with its 95% bootstrap interval."""
+    import numpy as np
+
+    from specrepro.stats import bootstrap_ci
+
     per = completions.pivot_table(index="prompt", columns="method", values="passed", aggfunc="first").astype(float)
     est, lo, hi = bootstrap_ci((per[method] - per["ar"]).to_numpy(), statistic=np.mean)
-    print(f"{target} + {draft}, {args.workload}, T = {args.temperature:g}, top-p {args.top_p:g}, K = {args.gamma}: "
-          f"pass@1 AR {per['ar'].mean():.1%}, speculative {per[method].mean():.1%}; paired difference "
+    print(f"{what}: pass@1 AR {per['ar'].mean():.1%}, speculative {per[method].mean():.1%}; paired difference "
           f"{100 * est:+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}] (95% CI, n = {len(per)} problems, one sample "
           f"each); {seconds / 60:.1f} min of sampling")
+
+
+def merge_quality_parts(paths) -> tuple:
+    """The two tables of a ``pass-at-1`` run from its parts' (``--part I/K``): the completions concatenated in
+    problem order, and the summary computed afresh from them (per method: pass@1 = problems passed / problems).
+
+    Args:
+        paths: the parts' summary tables ``<name>.p<i>.csv`` (each with ``<name>_completions.p<i>.csv`` beside it).
+
+    Returns:
+        ``(summary, completions, summary_parts, completions_parts)``: the two tables as :func:`quality_tables`
+        gives them, and :func:`specrepro.record.parts.read_parts`' checked parts of each.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`specrepro.record.parts.read_parts`; parts scored by different
+            harness modes.
+    """
+    import pandas as pd
+
+    from specrepro.record.parts import companion_name, read_parts
+
+    summaries = read_parts(paths, companions=("_completions",))
+    comps = read_parts([p.with_name(companion_name(p.name.removesuffix(".csv"), "_completions") + ".csv")
+                        for p, _ in summaries])
+    completions = pd.concat([pd.read_csv(p) for p, _ in comps], ignore_index=True)
+    harness = sorted({m for p, _ in summaries for m in pd.read_csv(p)["harness"]})
+    if len(harness) > 1:
+        raise ValueError(f"the parts were scored by different harness modes ({', '.join(harness)})")
+    rows = []
+    for method, group in completions.groupby("method", sort=False):
+        passed = group["passed"].astype(bool)
+        rows.append({"setting": group["setting"].iloc[0], "method": method, "pass@1": float(passed.mean()),
+                     "passed": int(passed.sum()), "problems": len(group), "harness": harness[0]})
+    return pd.DataFrame(rows), completions, summaries, comps
+
+
+def _merge_command(args: argparse.Namespace) -> int:
+    """``pass-at-1 --merge PART...``: :func:`merge_quality_parts` saved as ``<name>`` and ``<name>_completions``,
+    each with its merged sidecar (:func:`specrepro.record.parts.merged_provenance`)."""
+    from specrepro.record.parts import companion_name, merged_provenance, parse_part_name
+    from specrepro.record.results import save_table
+
+    summary, completions, summaries, comps = merge_quality_parts(args.merge)
+    name = parse_part_name(summaries[0][0])[0]
+    profile = summaries[0][1].get("profile", args.profile)
+    save_table(completions, companion_name(name, "_completions"), profile=profile, device=args.device,
+               **merged_provenance(comps))
+    prov = merged_provenance(summaries)
+    save_table(summary, name, profile=profile, device=args.device, **prov)
+    method = next(m for m in summary["method"] if m != "ar")
+    _report(completions, method, f"{name}: {prov.get('target')} + {prov.get('draft')}, merged from {len(parts)} "
+            "parts", float(prov["seconds"]))
     return 0

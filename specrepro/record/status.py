@@ -76,7 +76,7 @@ SHARDS: tuple[Shard, ...] = (
                           "bench_qwen_verifiers_nucleus", "bench_qwen_drafts", "bench_qwen_chat", "bench_qwen_bf16",
                           "bench_llamacpp_greedy", "bench_llamacpp_spec", "bench_llamacpp_vs_ours",
                           "bench_llamacpp_chat", "bench_llamacpp_t1", "bench_qwen_heldout_greedy",
-                          "bench_qwen_heldout_chat")),
+                          "bench_qwen_heldout_chat", *(f"bench_qwen_drafts.p{k}" for k in range(4)))),
     _csv("greedy_equality_humaneval"),
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
     _csv("divergences_bench_qwen_bf16"),
@@ -225,6 +225,21 @@ def bench_setting_changes(config: dict, recipe: dict) -> list[str]:
     return out
 
 
+def _merged_from_parts(row: dict, parts: list[dict], folder: Path) -> list[str]:
+    """A table merged from parts: each part was its own sitting, so ``row``'s minutes are the longest part's; the
+    reasons it is stale (a part missing, or changed since the merge)."""
+    row["minutes"] = round(max(float(p.get("seconds") or 0.0) for p in parts) / 60, 1)
+    row["note"] = f"merged from {len(parts)} parts (minutes: the longest part's sitting)"
+    reasons = []
+    for p in parts:
+        f = folder / str(p.get("file"))
+        if not f.is_file():
+            reasons.append(f"its part {p.get('file')} is missing")
+        elif sha256_bytes(f.read_bytes()) != p.get("sha256"):
+            reasons.append(f"its part {p.get('file')} changed since the merge")
+    return reasons
+
+
 def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | None = None) -> dict:
     """One shard's state (:data:`STATES`), the reasons, and its last run (minutes, CPU) where recorded.
 
@@ -243,15 +258,8 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
         config = json.loads(path.read_text()).get("config", {})
         row["cpu"] = config.get("cpu") or ""
         parts = config.get("parts") or []
-        if parts:  # merged from parts (bench --merge): each part was its own sitting; the longest is the bound's
-            row["minutes"] = round(max(float(p.get("seconds") or 0.0) for p in parts) / 60, 1)
-            row["note"] = f"merged from {len(parts)} parts (minutes: the longest part's sitting)"
-            for p in parts:
-                f = path.parent / str(p.get("file"))
-                if not f.is_file():
-                    reasons.append(f"its part {p.get('file')} is missing")
-                elif sha256_bytes(f.read_bytes()) != p.get("sha256"):
-                    reasons.append(f"its part {p.get('file')} changed since the merge")
+        if parts:  # merged from parts (bench --merge)
+            reasons += _merged_from_parts(row, parts, path.parent)
         elif config.get("seconds") is not None:
             row["minutes"] = round(float(config["seconds"]) / 60, 1)
         else:  # written before the bench recorded its run time: the timed calls alone (loading and cost model not
@@ -281,7 +289,9 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
         else:
             prov = json.loads(sidecar.read_text())
             row["cpu"] = prov.get("cpu") or ""
-            if prov.get("seconds") is not None:
+            if prov.get("parts"):  # merged from parts (greedy-equality or pass-at-1 --merge)
+                reasons += _merged_from_parts(row, prov["parts"], path.parent)
+            elif prov.get("seconds") is not None:
                 row["minutes"] = round(float(prov["seconds"]) / 60, 1)
             for fname, digest in sorted((prov.get("sha256") or {}).items()):
                 f = sidecar.parent / fname
@@ -417,7 +427,9 @@ def status_table(root: Path | None = None, here_ms: float | None = None, profile
                  recipes: dict | None = None) -> pd.DataFrame:
     """Every shard, standard executed notebook and figure of the record: kind, name, state, why, minutes (last
     measured run), cpu (where it ran), note (shards: blocks timed under load, a sitting over
-    :data:`SHARD_BOUND_MIN`), estimate_min (for this machine; NaN when a forward cost is unknown here or there).
+    :data:`SHARD_BOUND_MIN`, or one that would take longer than that on the slowest CPU the record has met),
+    estimate_min (for this machine; NaN when a forward cost is unknown here or there), slowest_min (the same for the
+    slowest CPU of :func:`forward_costs`).
 
     Args:
         here_ms: this machine's one-token forward cost of the 1.5B target (ms); default: the record's for this CPU
@@ -435,6 +447,14 @@ def status_table(root: Path | None = None, here_ms: float | None = None, profile
         rows.append(figure_status(sidecar, root))
     df = pd.DataFrame(rows)
     df["estimate_min"] = [_estimate(m, c, costs, here_ms) for m, c in zip(df["minutes"], df["cpu"])]
+    slowest = max(costs.values(), default=None)
+    df["slowest_min"] = [_estimate(m, c, costs, slowest) for m, c in zip(df["minutes"], df["cpu"])]
+    over = (df["kind"] == "shard") & (df["slowest_min"] > SHARD_BOUND_MIN) & (df["minutes"] <= SHARD_BOUND_MIN)
+    df.loc[over, "note"] = [
+        "; ".join(filter(None, [note if isinstance(note, str) else "",
+                                f"about {m:g} min on the slowest CPU the record has met ({slowest:.0f} ms per "
+                                f"forward): over {SHARD_BOUND_MIN}, to be split"]))
+        for note, m in zip(df.loc[over, "note"], df.loc[over, "slowest_min"])]
     return df
 
 

@@ -1,0 +1,146 @@
+"""Whole-workload record tables measured in parts, then merged (``greedy-equality`` and ``pass-at-1`` with
+``--part I/K``, then ``--merge``).
+
+What this file is: the bookkeeping that lets a table of hours (every HumanEval problem decoded twice) be made in
+sittings of at most an hour each. Part I of K decodes the I-th of K consecutive slices of the workload's prompts
+(:func:`specrepro.bench.run.part_bounds`: sizes differing by at most one, the larger first) and is saved as its own
+table ``<name>.p<I>`` with its own sidecar: the part, its prompts' span, its sitting's run time and CPU. Every prompt
+is decoded as it is in the whole run (its seed is its index in the whole workload), so the merged table holds the
+rows the whole run would have. :func:`read_parts` checks the parts before anything is merged: each part's bytes
+against its sidecar's sha256, the parts 0..K-1 each once, their spans consecutive, and every setting and the CPU
+the same (a table never mixes machines). :func:`merged_provenance` is the merged table's sidecar: the common
+settings, ``parts`` (per part its file, sha256, span, commit and run time), the summed run time and the union of the
+rows' commits and CPUs. ``python -m specrepro status`` reports a merged table by its longest part's sitting and marks
+it stale when a part has changed or gone.
+
+What it is not: the bench's parts (:func:`specrepro.bench.run.merge_parts`, which also recomputes paired speedups and
+averages the parts' cost models); this merges tables whose rows are independent per prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+__all__ = ["PER_PART", "part_name", "companion_name", "part_span", "parse_part_name", "read_parts",
+           "merged_provenance"]
+
+#: sidecar keys that differ from part to part by design (the sitting and the slice), not settings
+PER_PART = frozenset({"part", "part_prompts", "prompt_ids", "seconds", "resumed_prompts", "row_commits", "row_cpus",
+                      "commit", "date", "sha256"})
+
+_PART_STEM = re.compile(r"^(?P<name>.+)\.p(?P<i>\d+)$")
+
+
+def part_name(name: str, part: tuple[int, int]) -> str:
+    """The table name of part ``(i, k)`` of the table ``name``: ``<name>.p<i>``."""
+    return f"{name}.p{int(part[0])}"
+
+
+def companion_name(name: str, suffix: str) -> str:
+    """The table written beside ``name`` under ``suffix``: ``<name><suffix>``, and beside part ``<base>.p<i>``
+    ``<base><suffix>.p<i>`` (each table's parts share its name's stem), e.g. ``pass-at-1``'s completions."""
+    m = _PART_STEM.match(name)
+    return f"{m['name']}{suffix}.p{m['i']}" if m else f"{name}{suffix}"
+
+
+def parse_part_name(path: str | Path) -> tuple[str, int]:
+    """``data/results/greedy_equality_humaneval.p3.csv`` -> ``("greedy_equality_humaneval", 3)``.
+
+    Raises:
+        ValueError: the file name is not ``<name>.p<i>.csv``.
+    """
+    stem = Path(path).name.removesuffix(".csv")
+    m = _PART_STEM.match(stem)
+    if not m or not Path(path).name.endswith(".csv"):
+        raise ValueError(f"{path}: not a part table (<name>.p<i>.csv, written with --part I/K)")
+    return m["name"], int(m["i"])
+
+
+def part_span(n_prompts: int, part) -> tuple[int, int, int, int]:
+    """``(i, k, start, stop)`` of part ``part`` (``"i/k"`` or ``(i, k)``) of a run over ``n_prompts`` prompts: the
+    prompts ``[start, stop)`` (:func:`specrepro.bench.run.part_bounds`).
+
+    Raises:
+        specrepro.bench.options.BenchOptionError (a ValueError): not I/K with 0 <= I < K <= n_prompts.
+    """
+    from specrepro.bench.run import parse_part, part_bounds
+
+    i, k = parse_part(part)
+    start, stop = part_bounds(n_prompts, i, k)
+    return i, k, start, stop
+
+
+def read_parts(paths, companions=()) -> list[tuple[Path, dict]]:
+    """The part tables at ``paths``, checked, as ``(path, sidecar)`` in part order.
+
+    Args:
+        paths: the ``<name>.p<i>.csv`` files of one run, in any order.
+        companions: suffixes of tables each part wrote beside its own under one sidecar each (e.g.
+            ``("_completions",)`` for ``pass-at-1``: ``<name>_completions.p<i>.csv``), checked the same way.
+
+    Raises:
+        FileNotFoundError: a part or its sidecar is missing.
+        ValueError: a file whose bytes differ from its sidecar's sha256; not the parts 0..K-1 of one table, each
+            once; spans that are not consecutive from 0 to the whole run's prompts; parts that differ in a setting
+            or in the CPU they ran on.
+    """
+    from specrepro.files import sha256_bytes
+
+    found = []
+    for p in map(Path, paths):
+        parse_part_name(p)
+        for f in (p, *(p.with_name(companion_name(p.name.removesuffix(".csv"), c) + ".csv") for c in companions)):
+            side = f.with_suffix(".provenance.json")
+            if not f.is_file() or not side.is_file():
+                raise FileNotFoundError(f"{f if not f.is_file() else side}: missing (each part is a table and its "
+                                        "sidecar, written with --part I/K)")
+            prov = json.loads(side.read_text())
+            if (prov.get("sha256") or {}).get(f.name) != sha256_bytes(f.read_bytes()):
+                raise ValueError(f"{f}: its bytes differ from the sha256 in {side.name}")
+        found.append((p, json.loads(p.with_suffix(".provenance.json").read_text())))
+    if not found:
+        raise ValueError("no parts to merge")
+    if any(not prov.get("part") for _, prov in found):
+        raise ValueError("a table without a part in its sidecar was given (parts are written with --part I/K)")
+    names = {parse_part_name(p)[0] for p, _ in found}
+    if len(names) > 1:
+        raise ValueError(f"parts of different tables: {', '.join(sorted(names))}")
+    found.sort(key=lambda x: x[1]["part"][0])
+    k = found[0][1]["part"][1]
+    got = [tuple(prov["part"]) for _, prov in found]
+    if got != [(i, k) for i in range(k)]:
+        raise ValueError(f"the parts of one table are 0..{k - 1} of {k}, each once; got "
+                         f"{', '.join(f'{i}/{kk}' for i, kk in got)}")
+    spans = [prov.get("part_prompts") for _, prov in found]
+    edges = [0, *(b for _, b in spans)]
+    if [a for a, _ in spans] != edges[:-1] or edges[-1] != found[0][1].get("n_prompts"):
+        raise ValueError(f"the parts' prompts are not consecutive from 0 to the whole run's "
+                         f"{found[0][1].get('n_prompts')}: {spans}")
+    common = {key: v for key, v in found[0][1].items() if key not in PER_PART}
+    for p, prov in found[1:]:
+        other = {key: v for key, v in prov.items() if key not in PER_PART}
+        differ = sorted(key for key in set(common) | set(other) if common.get(key) != other.get(key))
+        if differ:
+            raise ValueError(f"{p.name} differs from {found[0][0].name} in {', '.join(differ)}: the parts of one "
+                             "table share every setting and the machine")
+    return found
+
+
+def merged_provenance(parts: list[tuple[Path, dict]]) -> dict:
+    """The merged table's sidecar settings from :func:`read_parts`' parts: every common setting (the CPU included),
+    ``parts`` (per part: file, sha256, part, part_prompts, commit, seconds), ``seconds`` (the parts' sum: no one
+    sitting made the table; ``status`` bounds the longest part's), ``resumed_prompts`` summed and the union of the
+    rows' commits and CPUs. The keys :func:`specrepro.record.results.provenance` fills for the merging process
+    (commit, date, torch) are left to it, except ``cpu``, which is the parts'."""
+    first = parts[0][1]
+    out = {key: v for key, v in first.items() if key not in PER_PART | {"profile", "device", "torch", "transformers"}}
+    out["parts"] = [{"file": p.name, "sha256": prov["sha256"][p.name], "part": prov["part"],
+                     "part_prompts": prov["part_prompts"], "commit": prov.get("commit"),
+                     "seconds": prov.get("seconds")} for p, prov in parts]
+    out["seconds"] = round(sum(float(prov.get("seconds") or 0.0) for _, prov in parts), 1)
+    out["resumed_prompts"] = sum(int(prov.get("resumed_prompts") or 0) for _, prov in parts)
+    for key in ("row_commits", "row_cpus"):
+        out[key] = sorted({v for _, prov in parts for v in prov.get(key) or []})
+    return out
