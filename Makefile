@@ -282,9 +282,14 @@ data/results/bench_qwen_greedy.json: | $(STAMP)
 	    --methods ar,hf-ar,sd-draft@4,sd-draft-int8@4,sd-draft-int8-pruned@4,sd-draft-adaptive-int8-pruned@20,sd-draft-adaptive-int8@20,hf-assisted,hf-assisted-int8,hf-assisted-int8-pruned \
 	    --temperature 0 --json $@
 
-data/results/bench_qwen_nucleus.json: | $(STAMP)
+# The nucleus file is timed in four parts of 5 prompts (each a sitting of at most an hour on the slowest CPU the record
+# has met; every prompt keeps the seed and method order it has in the whole run) and merged into one file.
+NUCLEUS_PARTS := $(foreach k,0 1 2 3,data/results/bench_qwen_nucleus.p$(k).json)
+$(NUCLEUS_PARTS): data/results/bench_qwen_nucleus.p%.json: | $(STAMP)
 	$(PY) -m specrepro bench $(BENCH_ARGS) --n-prompts 20 --repeats $(BENCH_REPEATS) --methods ar,sd-draft@4,sd-draft-int8@4 \
-	    --temperature 0.8 --top-p 0.95 --json $@
+	    --temperature 0.8 --top-p 0.95 --part $*/4 --json $@
+data/results/bench_qwen_nucleus.json: $(NUCLEUS_PARTS) | $(STAMP)
+	$(PY) -m specrepro bench --merge $^ --json $@
 
 # SpecInfer's headline at T = 1 with the cheap draft: the int8 draft's token trees (two branches from the first token;
 # SpecInfer's shape <1,1,k,1> with k = 2) against its chain (10 prompts, about 21 min per pass). Sibling children are
