@@ -132,6 +132,10 @@ def test_every_method_a_claim_judges_on_a_bench_is_timed_by_its_make_rule():
             continue
         rule = re.search(rf"^data/results/{names[0]}\.json:.*?\n((?:\t.*\n)+)", makefile, re.M)
         assert rule, f"{c['id']}: no make rule writes {names[0]}.json"
+        if "--merge" in rule.group(1):  # merged from parts: the parts' pattern rule times the methods
+            rule = re.search(rf"^\$\(\w+\): data/results/{names[0]}\.p%\.json:.*?\n((?:\t.*\n)+)", makefile,
+                             re.M)
+            assert rule, f"{c['id']}: {names[0]}.json is merged from parts, but no pattern rule writes them"
         timed = set(re.search(r"--methods (\S+)", rule.group(1)).group(1).split(","))
         for key in ("method", "baseline", "beside"):
             for name in re.findall(r"method == '([^']+)'", sc.params_of(c).get(key, "")):
