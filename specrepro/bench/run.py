@@ -581,6 +581,37 @@ PART_KEYS = ("commit", "prompt_ids", "part", "part_prompts", "seconds", "blocks"
              "resumed_blocks", "cost_model", "float_draft_kept")
 
 
+def check_part_set(records: list[dict], per_part, names: list[str]) -> list[int]:
+    """Check that ``records`` (each part's settings: ``part`` [i, k], ``part_prompts`` [start, stop), ``n_prompts``
+    the whole run's) are the parts of one run, and return their order by part index: the parts 0..k-1 each once,
+    their spans consecutive from the first prompt to the last, and every key but ``per_part`` equal (the machine
+    included: a table never mixes machines). ``names`` name the records in the errors. Shared by the bench's parts
+    (:func:`merge_parts`) and the record's tables in parts (:func:`specrepro.record.parts.read_parts`).
+
+    Raises:
+        ValueError: any of these does not hold.
+    """
+    order = sorted(range(len(records)), key=lambda j: records[j]["part"][0])
+    k = records[order[0]]["part"][1]
+    got = [tuple(records[j]["part"]) for j in order]
+    if got != [(i, k) for i in range(k)]:
+        raise ValueError(f"the parts of one run are 0..{k - 1} of {k}, each once; got "
+                         f"{', '.join(f'{i}/{kk}' for i, kk in got)}")
+    first = records[order[0]]
+    common = {key: v for key, v in first.items() if key not in per_part}
+    for j in order[1:]:
+        other = {key: v for key, v in records[j].items() if key not in per_part}
+        differ = sorted(key for key in set(common) | set(other) if common.get(key) != other.get(key))
+        if differ:
+            raise ValueError(f"{names[j]} differs from {names[order[0]]} in {', '.join(differ)}: the parts of one "
+                             "run share every setting and the machine")
+    spans = [records[j].get("part_prompts") for j in order]
+    if [a for a, _ in spans] != [0, *(b for _, b in spans[:-1])] or spans[-1][1] != first.get("n_prompts"):
+        raise ValueError(f"the parts' prompts are not consecutive from 0 to the whole run's {first.get('n_prompts')}: "
+                         f"{spans}")
+    return order
+
+
 def merge_parts(parts: list[dict]) -> BenchResult:
     """One bench result from the k part files of a run (:func:`run_bench` with ``part``), as the whole run would
     have given it: the runs concatenated in prompt order (each part timed its prompts with the whole run's seeds and
@@ -609,26 +640,11 @@ def merge_parts(parts: list[dict]) -> BenchResult:
     if any(not c.get("part") for c in configs):
         raise ValueError("merge_parts takes part files (run_bench with part=I/K); a file without config.part was "
                          "given")
-    order = sorted(range(len(parts)), key=lambda j: configs[j]["part"][0])
-    parts, configs = [parts[j] for j in order], [configs[j] for j in order]
-    k = configs[0]["part"][1]
-    got = [tuple(c["part"]) for c in configs]
-    if got != [(i, k) for i in range(k)]:
-        raise ValueError(f"the parts of one run are 0..{k - 1} of {k}, each once; got "
-                         f"{', '.join(f'{i}/{kk}' for i, kk in got)}")
-    common = {key: v for key, v in configs[0].items() if key not in PART_KEYS}
-    for c in configs[1:]:
-        other = {key: v for key, v in c.items() if key not in PART_KEYS}
-        differ = sorted(key for key in set(common) | set(other) if common.get(key) != other.get(key))
-        if differ:
-            raise ValueError(f"part {c['part'][0]}/{k} differs from part 0/{k} in {', '.join(differ)}: the parts of "
-                             f"one run share every setting and the machine")
     if any("llama_cost_model" in c for c in configs):
         raise ValueError("parts with a llama.cpp cost model are not merged (time those runs whole)")
-    spans = [c["part_prompts"] for c in configs]
-    for (a, b), (c, d) in zip(spans, spans[1:]):
-        if b != c:
-            raise ValueError(f"the parts' prompts are not consecutive: [{a}, {b}) then [{c}, {d})")
+    order = check_part_set(configs, PART_KEYS, [f"part {c['part'][0]}/{c['part'][1]}" for c in configs])
+    parts, configs = [parts[j] for j in order], [configs[j] for j in order]
+    common = {key: v for key, v in configs[0].items() if key not in PART_KEYS}
     runs = pd.concat([pd.DataFrame(p.get("runs") or []) for p in parts], ignore_index=True)
     config = {**common, "commit": configs[-1].get("commit"), "part": None, "part_prompts": None, "seconds": None,
               "prompt_ids": [pid for c in configs for pid in c.get("prompt_ids") or []],

@@ -249,15 +249,16 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
                resumed_prompts=int(table.attrs["resumed"]), decoding_code=key["decoding_code"],
                row_commits=sorted(set(table["commit"])), row_cpus=sorted(set(table["cpu"])))
     ckpt.unlink(missing_ok=True)
-    return _report(table, f"{target} + {draft}, {args.workload}", args, seconds, name)
+    return _report(table, f"{name}: {target} + {draft}, {args.workload}", vars(args), seconds)
 
 
-def _report(table, what: str, args, seconds: float, name: str) -> int:
-    """Print a greedy-equality table's counts; exit status 1 when a divergence is a failure."""
+def _report(table, what: str, settings: dict, seconds: float) -> int:
+    """Print a greedy-equality table's counts (``settings``: its max_new_tokens, gamma and tie_bound); exit status 1
+    when a divergence is a failure."""
     n, same = len(table), int(table["identical"].sum())
     explained, failures = int(table["explained"].sum()), int(table["failure"].sum())
-    print(f"{name}: {what}: {n} prompts x {args.max_new_tokens} tokens, gamma {args.gamma}: "
-          f"{same} identical, {explained} divergences explained by a near-tie (top-2 gap < {args.tie_bound:g}), "
+    print(f"{what}: {n} prompts x {settings['max_new_tokens']} tokens, gamma {settings['gamma']}: "
+          f"{same} identical, {explained} divergences explained by a near-tie (top-2 gap < {settings['tie_bound']:g}), "
           f"{failures} failures; {seconds / 60:.1f} min")
     return 1 if failures else 0
 
@@ -274,11 +275,9 @@ def _merge_command(args: argparse.Namespace) -> int:
     name = parse_part_name(parts[0][0])[0]
     table = pd.concat([pd.read_csv(p) for p, _ in parts], ignore_index=True)
     prov = merged_provenance(parts)
-    for key in ("max_new_tokens", "gamma", "tie_bound"):  # the report reads the parts' settings, not the options
-        setattr(args, key, prov.get(key, getattr(args, key)))
     save_table(table, name, profile=parts[0][1].get("profile", args.profile), device=args.device, **prov)
-    return _report(table, f"{prov.get('target')} + {prov.get('draft')}, merged from {len(parts)} parts", args,
-                   float(prov["seconds"]), name)
+    return _report(table, f"{name}: {prov.get('target')} + {prov.get('draft')}, merged from {len(parts)} parts",
+                   prov, float(prov["seconds"]))
 
 
 def _run_from_bench(args: argparse.Namespace) -> int:

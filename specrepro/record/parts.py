@@ -72,34 +72,32 @@ def part_span(n_prompts: int, part) -> tuple[int, int, int, int]:
     return i, k, start, stop
 
 
-def read_parts(paths, companions=()) -> list[tuple[Path, dict]]:
+def read_parts(paths) -> list[tuple[Path, dict]]:
     """The part tables at ``paths``, checked, as ``(path, sidecar)`` in part order.
 
     Args:
         paths: the ``<name>.p<i>.csv`` files of one run, in any order.
-        companions: suffixes of tables each part wrote beside its own under one sidecar each (e.g.
-            ``("_completions",)`` for ``pass-at-1``: ``<name>_completions.p<i>.csv``), checked the same way.
 
     Raises:
         FileNotFoundError: a part or its sidecar is missing.
-        ValueError: a file whose bytes differ from its sidecar's sha256; not the parts 0..K-1 of one table, each
-            once; spans that are not consecutive from 0 to the whole run's prompts; parts that differ in a setting
-            or in the CPU they ran on.
+        ValueError: a file whose bytes differ from its sidecar's sha256; parts of different tables; and as
+            :func:`specrepro.bench.run.check_part_set` (not the parts 0..K-1 each once, spans not consecutive from 0
+            to the whole run's prompts, parts that differ in a setting or in the CPU they ran on).
     """
+    from specrepro.bench.run import check_part_set
     from specrepro.files import sha256_bytes
 
     found = []
     for p in map(Path, paths):
         parse_part_name(p)
-        for f in (p, *(p.with_name(companion_name(p.name.removesuffix(".csv"), c) + ".csv") for c in companions)):
-            side = f.with_suffix(".provenance.json")
-            if not f.is_file() or not side.is_file():
-                raise FileNotFoundError(f"{f if not f.is_file() else side}: missing (each part is a table and its "
-                                        "sidecar, written with --part I/K)")
-            prov = json.loads(side.read_text())
-            if (prov.get("sha256") or {}).get(f.name) != sha256_bytes(f.read_bytes()):
-                raise ValueError(f"{f}: its bytes differ from the sha256 in {side.name}")
-        found.append((p, json.loads(p.with_suffix(".provenance.json").read_text())))
+        side = p.with_suffix(".provenance.json")
+        if not p.is_file() or not side.is_file():
+            raise FileNotFoundError(f"{p if not p.is_file() else side}: missing (each part is a table and its "
+                                    "sidecar, written with --part I/K)")
+        prov = json.loads(side.read_text())
+        if (prov.get("sha256") or {}).get(p.name) != sha256_bytes(p.read_bytes()):
+            raise ValueError(f"{p}: its bytes differ from the sha256 in {side.name}")
+        found.append((p, prov))
     if not found:
         raise ValueError("no parts to merge")
     if any(not prov.get("part") for _, prov in found):
@@ -107,25 +105,8 @@ def read_parts(paths, companions=()) -> list[tuple[Path, dict]]:
     names = {parse_part_name(p)[0] for p, _ in found}
     if len(names) > 1:
         raise ValueError(f"parts of different tables: {', '.join(sorted(names))}")
-    found.sort(key=lambda x: x[1]["part"][0])
-    k = found[0][1]["part"][1]
-    got = [tuple(prov["part"]) for _, prov in found]
-    if got != [(i, k) for i in range(k)]:
-        raise ValueError(f"the parts of one table are 0..{k - 1} of {k}, each once; got "
-                         f"{', '.join(f'{i}/{kk}' for i, kk in got)}")
-    spans = [prov.get("part_prompts") for _, prov in found]
-    edges = [0, *(b for _, b in spans)]
-    if [a for a, _ in spans] != edges[:-1] or edges[-1] != found[0][1].get("n_prompts"):
-        raise ValueError(f"the parts' prompts are not consecutive from 0 to the whole run's "
-                         f"{found[0][1].get('n_prompts')}: {spans}")
-    common = {key: v for key, v in found[0][1].items() if key not in PER_PART}
-    for p, prov in found[1:]:
-        other = {key: v for key, v in prov.items() if key not in PER_PART}
-        differ = sorted(key for key in set(common) | set(other) if common.get(key) != other.get(key))
-        if differ:
-            raise ValueError(f"{p.name} differs from {found[0][0].name} in {', '.join(differ)}: the parts of one "
-                             "table share every setting and the machine")
-    return found
+    order = check_part_set([prov for _, prov in found], PER_PART, [p.name for p, _ in found])
+    return [found[j] for j in order]
 
 
 def merged_provenance(parts: list[tuple[Path, dict]]) -> dict:

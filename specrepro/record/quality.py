@@ -252,7 +252,7 @@ def merge_quality_parts(paths) -> tuple:
 
     from specrepro.record.parts import companion_name, read_parts
 
-    summaries = read_parts(paths, companions=("_completions",))
+    summaries = read_parts(paths)
     comps = read_parts([p.with_name(companion_name(p.name.removesuffix(".csv"), "_completions") + ".csv")
                         for p, _ in summaries])
     completions = pd.concat([pd.read_csv(p) for p, _ in comps], ignore_index=True)
