@@ -343,12 +343,16 @@ data/results/bench_qwen_drafts.json: $(DRAFTS_PARTS) | $(STAMP)
 # Natural-language work, greedy: the chat workload (six Spec-Bench-like categories taking turns, offline; the
 # tokenizer's chat template), 24 prompts (4 per category) x 64 tokens, BENCH_REPEATS interleaved passes: our AR, the
 # adaptive int8 chain, prompt lookup with the adaptive int8 chain where nothing matches, and transformers' assisted
-# generation given the same int8 draft and its prompt lookup (about 35 min per pass on 2 cores). The bench block
-# gives each category's speedups beside the whole file's.
-data/results/bench_qwen_chat.json: | $(STAMP)
+# generation given the same int8 draft and its prompt lookup; timed in four parts of 6 prompts (one of each category;
+# each part a sitting of under half an hour on 2 cores) and merged into one file. The bench block gives each
+# category's speedups beside the whole file's.
+CHAT_PARTS := $(foreach k,0 1 2 3,data/results/bench_qwen_chat.p$(k).json)
+$(CHAT_PARTS): data/results/bench_qwen_chat.p%.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload chat --chat --n-prompts 24 --max-new-tokens 64 --seed 0 \
 	    --repeats $(BENCH_REPEATS) --methods ar,sd-draft-adaptive-int8@20,sd-hybrid-adaptive-int8@20,hf-assisted-int8,hf-lookup \
-	    --temperature 0 --json $@
+	    --temperature 0 --part $*/4 --json $@
+data/results/bench_qwen_chat.json: $(CHAT_PARTS) | $(STAMP)
+	$(PY) -m specrepro bench --merge $^ --json $@
 
 # bfloat16, greedy: target and draft loaded in bfloat16, and every method in that precision in one run: our AR and
 # transformers' plain generate, our adaptive chain with the bfloat16 draft and with its int8 copy (int8 weights,

@@ -76,7 +76,7 @@ SHARDS: tuple[Shard, ...] = (
                           "bench_qwen_verifiers_nucleus", "bench_qwen_drafts", "bench_qwen_chat", "bench_qwen_bf16",
                           "bench_llamacpp_greedy", "bench_llamacpp_spec", "bench_llamacpp_vs_ours",
                           "bench_llamacpp_chat", "bench_llamacpp_t1", "bench_qwen_heldout_greedy",
-                          "bench_qwen_heldout_chat", *(f"bench_qwen_{n}.p{k}" for n in ("drafts", "nucleus") for k in range(4)))),
+                          "bench_qwen_heldout_chat", *(f"bench_qwen_{n}.p{k}" for n in ("drafts", "nucleus", "chat") for k in range(4)))),
     _csv("greedy_equality_humaneval"),
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
     _csv("divergences_bench_qwen_bf16"),
