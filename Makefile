@@ -344,8 +344,8 @@ data/results/bench_qwen_drafts.json: $(DRAFTS_PARTS) | $(STAMP)
 # tokenizer's chat template), 24 prompts (4 per category) x 64 tokens, BENCH_REPEATS interleaved passes: our AR, the
 # adaptive int8 chain, prompt lookup with the adaptive int8 chain where nothing matches, and transformers' assisted
 # generation given the same int8 draft and its prompt lookup; timed in four parts of 6 prompts (one of each category;
-# each part a sitting of under half an hour on 2 cores) and merged into one file. The bench block gives each
-# category's speedups beside the whole file's.
+# each part 20-25 min on 2 Zen 4 cores, within the hour on the slowest CPU the record has met) and merged into one
+# file. The bench block gives each category's speedups beside the whole file's.
 CHAT_PARTS := $(foreach k,0 1 2 3,data/results/bench_qwen_chat.p$(k).json)
 $(CHAT_PARTS): data/results/bench_qwen_chat.p%.json: | $(STAMP)
 	$(PY) -m specrepro bench --pair qwen-coder --workload chat --chat --n-prompts 24 --max-new-tokens 64 --seed 0 \
