@@ -38,7 +38,7 @@ import pandas as pd
 from specrepro.files import cpu_description, repo_root, sha256_bytes
 from specrepro.record.nbrun import code_drift, recorded_inputs, run_facts
 
-__all__ = ["Shard", "SHARDS", "STATES", "shard_status", "notebook_status", "figure_status", "input_changes",
+__all__ = ["Shard", "SHARDS", "BENCH_PARTS", "STATES", "shard_status", "notebook_status", "figure_status", "input_changes",
            "forward_costs", "measure_forward_ms", "SHARD_BOUND_MIN", "expected_settings", "status_table", "configure_parser", "run_command"]
 
 #: the states an artifact can be in
@@ -68,6 +68,10 @@ def _csv(*names: str) -> Shard:
     return Shard(f"data/results/{names[0]}.csv", tuple(f"data/results/{n}.csv" for n in names))
 
 
+#: bench files timed in parts (``bench --part I/K``, then ``--merge``): the number of parts of each; every part is a
+#: shard of its own (a sitting), the merged file another
+BENCH_PARTS = {"bench_qwen_drafts": 4, "bench_qwen_nucleus": 4, "bench_qwen_chat": 4}
+
 #: every shard of the record: each is one Makefile rule (tests/test_status.py checks that every Makefile rule writing
 #: data/results outside a notebook is here)
 SHARDS: tuple[Shard, ...] = (
@@ -76,7 +80,7 @@ SHARDS: tuple[Shard, ...] = (
                           "bench_qwen_verifiers_nucleus", "bench_qwen_drafts", "bench_qwen_chat", "bench_qwen_bf16",
                           "bench_llamacpp_greedy", "bench_llamacpp_spec", "bench_llamacpp_vs_ours",
                           "bench_llamacpp_chat", "bench_llamacpp_t1", "bench_qwen_heldout_greedy",
-                          "bench_qwen_heldout_chat", *(f"bench_qwen_{n}.p{k}" for n in ("drafts", "nucleus", "chat") for k in range(4)))),
+                          "bench_qwen_heldout_chat", *(f"{n}.p{i}" for n, k in BENCH_PARTS.items() for i in range(k)))),
     _csv("greedy_equality_humaneval"),
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
     _csv("divergences_bench_qwen_bf16"),
