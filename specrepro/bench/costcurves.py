@@ -62,7 +62,7 @@ def run_cost_curves(models: list[str], device: str = "cpu", dtype: str = "auto",
     Raises:
         ValueError: no models, ``cuda_graphs`` on a device that is not CUDA (or CUDA unavailable), impossible sizes.
     """
-    from specrepro.files import atomic_write_text, code_fingerprint, cpu_description, device_description, git_commit
+    from specrepro.files import atomic_write_text, hold_record_lock_for, code_fingerprint, cpu_description, device_description, git_commit
     from specrepro.measure.cost import measure_cost_table, measure_cost_table_static
     from specrepro.models import load_model, random_weights_model, resolve_dtype
 
@@ -115,6 +115,7 @@ def run_cost_curves(models: list[str], device: str = "cpu", dtype: str = "auto",
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     if json_path is not None:
+        hold_record_lock_for(json_path)
         atomic_write_text(Path(json_path), json.dumps(out, indent=1) + "\n")
     return out
 

@@ -532,9 +532,10 @@ def write_bench_json(result: BenchResult, json_path: str | Path) -> Path:
     """Write ``result`` (:meth:`BenchResult.to_json`) and its provenance sidecar in one atomic step, as every table
     of the record: the sidecar (``<name>.provenance.json``) names the run (commit, CPU, date, run time, blocks under
     load; a merged file also its parts) and holds the sha256 of the file's bytes. Returns the path written."""
-    from specrepro.files import atomic_write_files, sha256_bytes
+    from specrepro.files import atomic_write_files, hold_record_lock_for, sha256_bytes
 
     path, config = Path(json_path), result.config
+    hold_record_lock_for(path)
     body = (json.dumps(result.to_json(), indent=1) + "\n").encode()
     side = {k: config.get(k) for k in ("commit", "cpu", "device_description", "dtype", "torch", "transformers",
                                         "seconds", "blocks", "blocks_under_load")}

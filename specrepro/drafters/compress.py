@@ -444,6 +444,7 @@ def token_frequencies(tokenizer, files: Iterable[str | Path] | None = None, cach
     Raises:
         FileNotFoundError: no corpus files.
     """
+    from specrepro.cache import locked
     from specrepro.files import atomic_save_safetensors
     from specrepro.models import cache_dir
 
@@ -454,27 +455,28 @@ def token_frequencies(tokenizer, files: Iterable[str | Path] | None = None, cach
                          .encode()).hexdigest()[:20]
     path = cache_dir() / "fr_spec" / f"{key}.safetensors"
     size = len(tokenizer)
-    if cache and path.is_file():
-        from safetensors.torch import load_file
+    with locked(path if cache else None, "FR-Spec token counts"):  # one writer; a second reuses
+        if cache and path.is_file():
+            from safetensors.torch import load_file
 
-        counts = load_file(path)["counts"]
-        if counts.numel() == size:
-            return counts
-    from tqdm.auto import tqdm
+            counts = load_file(path)["counts"]
+            if counts.numel() == size:
+                return counts
+        from tqdm.auto import tqdm
 
-    counts = torch.zeros(size, dtype=torch.long)
-    for i in tqdm(range(0, len(files), batch_files), desc="FR-Spec token counts", unit="batch", delay=2,
-                  disable=None):
-        texts = [f.read_text(encoding="utf-8", errors="replace") for f in files[i:i + batch_files]]
-        enc = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
-        flat = [t for ids in enc for t in ids]
-        if flat:
-            counts += torch.bincount(torch.tensor(flat, dtype=torch.long), minlength=size)[:size]
-    if cache:
-        atomic_save_safetensors({"counts": counts}, path,
-                                metadata={"tokenizer": tokenizer_fingerprint(tokenizer), "n_files": str(len(files)),
-                                          "python": ".".join(map(str, sys.version_info[:3]))})
-    return counts
+        counts = torch.zeros(size, dtype=torch.long)
+        for i in tqdm(range(0, len(files), batch_files), desc="FR-Spec token counts", unit="batch", delay=2,
+                      disable=None):
+            texts = [f.read_text(encoding="utf-8", errors="replace") for f in files[i:i + batch_files]]
+            enc = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+            flat = [t for ids in enc for t in ids]
+            if flat:
+                counts += torch.bincount(torch.tensor(flat, dtype=torch.long), minlength=size)[:size]
+        if cache:
+            atomic_save_safetensors({"counts": counts}, path,
+                                    metadata={"tokenizer": tokenizer_fingerprint(tokenizer), "n_files": str(len(files)),
+                                              "python": ".".join(map(str, sys.version_info[:3]))})
+        return counts
 
 
 def frequent_token_ids(counts: torch.Tensor, n: int, vocab_size: int, always: Iterable[int] = ()) -> torch.Tensor:

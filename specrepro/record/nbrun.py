@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from specrepro.files import READS_ENV
+from specrepro.files import READS_ENV, hold_record_lock_for
 
 __all__ = ["RUN_KEY", "declared_parameters", "notebook_parameters", "stamp_run", "run_facts", "code_drift", "run_notebook",
            "read_log", "source_code_sha256", "stamp_inputs", "recorded_inputs", "main"]
@@ -147,6 +147,7 @@ def run_notebook(source: str | Path, output: str | Path, profile: str | Path, ke
             raise FileNotFoundError(f"{path}: no such file")
     params = notebook_parameters(yaml.safe_load(profile.read_text()) or {}, source)
     output.parent.mkdir(parents=True, exist_ok=True)
+    hold_record_lock_for(output)  # an executed notebook of record: one job at a time (its kernel shares the lock)
     t0 = time.perf_counter()
     partial = output.with_name(output.name.removesuffix(".ipynb") + ".partial.ipynb")
     log = output.with_name(output.name.removesuffix(".ipynb") + ".partial.reads")

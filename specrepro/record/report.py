@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specrepro.files import atomic_write_files, read_noted, repo_root
+from specrepro.files import atomic_write_files, hold_record_lock_for, read_noted, repo_root
 from specrepro.record.results import (
     STANDARD,
     figures_dir,
@@ -775,6 +775,7 @@ def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, rea
     """
     if not writes_record(profile) and not force:
         return False
+    hold_record_lock_for(repo_root() / "README.md")
     pages = render_pages(profile, card, record_pages(readme))
     changed = {p: new.encode() for p, (old, new) in pages.items() if new != old}
     if not changed:

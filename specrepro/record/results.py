@@ -29,6 +29,7 @@ from specrepro.files import (
     cpu_description,
     device_description,
     git_commit,
+    hold_record_lock,
     note_read,
     reads,
     repo_root,
@@ -110,8 +111,11 @@ def check_clean_for_record(profile: str = STANDARD) -> None:
 
     Raises:
         DirtyTreeError: ``writes_record(profile)`` and :func:`git_commit` ends in ``-dirty``.
+        specrepro.files.RecordBusyError: another job is writing the record (:func:`specrepro.files.hold_record_lock`;
+            from then on this process holds it).
     """
     if writes_record(profile):
+        hold_record_lock()  # one job writes the record at a time (RecordBusyError names the other)
         commit = git_commit()
         if commit.endswith("-dirty"):
             raise DirtyTreeError(f"refusing to write the committed record from a dirty tree ({commit}): commit the "

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import checkpoint_file, repo_root
+from specrepro.files import checkpoint_file, hold_record_lock, repo_root
 from specrepro.lab import table2
 from specrepro.record.results import STANDARD, load_table, save_table, table_at, writes_record
 
@@ -46,6 +46,7 @@ def shard_checkpoint(name: str, profile: str) -> Path:
     """Where a shard keeps its finished blocks while it is timed: ``data/checkpoints/<name>.<profile>.json`` when
     this run writes the record (committable), else :func:`specrepro.files.checkpoint_file`."""
     if writes_record(profile):
+        hold_record_lock()  # before the hour of timing, not after: one job writes the record at a time
         return repo_root() / "data" / "checkpoints" / f"{name}.{profile}.json"
     return checkpoint_file(name, profile)
 

@@ -248,18 +248,24 @@ def get_or_train_draft(target, data: SelfDistillationData, config: DistillConfig
     """
     import pandas as pd
 
-    from specrepro.files import atomic_directory, atomic_write_text
+    from specrepro.cache import build_entry, check_entry, entry_lock
+    from specrepro.files import atomic_write_text
     from specrepro.models import cache_dir
 
     meta = _meta(target, config, data)
     d = cache_dir() / "distill" / cache_key(meta)
-    if cache and (d / "losses.csv").exists():
-        return load_draft(d, target), pd.read_csv(d / "losses.csv"), True
-    draft, losses = train_distilled_draft(target, data, config, progress=progress)
-    if cache:
-        with atomic_directory(d) as tmp:
+    if not cache:
+        return (*train_distilled_draft(target, data, config, progress=progress), False)
+    with entry_lock(d, "a distilled draft"):  # one trainer at a time; a second waits and loads the first one's
+        if check_entry(d) is None:
+            return load_draft(d, target), pd.read_csv(d / "losses.csv"), True
+        draft, losses = train_distilled_draft(target, data, config, progress=progress)
+
+        def save(tmp):
             draft.save_pretrained(tmp, safe_serialization=True)
             atomic_write_text(tmp / "specrepro_draft.json", json.dumps(meta, indent=1, sort_keys=True,
                                                                        default=str) + "\n")
             atomic_write_text(tmp / "losses.csv", losses.to_csv(index=False))
+
+        build_entry(d, save, "a distilled draft")
     return draft, losses, False

@@ -181,6 +181,7 @@ def self_distillation_data(target, tokenizer, prompts, *, max_new_tokens: int = 
     """
     from tqdm.auto import tqdm
 
+    from specrepro.cache import locked
     from specrepro.models import cache_dir
 
     texts = [p if isinstance(p, (str, torch.Tensor)) else p.text for p in prompts]
@@ -198,25 +199,26 @@ def self_distillation_data(target, tokenizer, prompts, *, max_new_tokens: int = 
             "batch_size": batch_size, "n_prompts": len(texts),
             "prompts": cache_key([t.tolist() if isinstance(t, torch.Tensor) else t for t in texts])}
     path = cache_dir() / "medusa" / "data" / f"selfdistill-{cache_key(meta)}.safetensors"
-    if cache and path.exists():
-        return SelfDistillationData.load(path)
-    pad = getattr(tokenizer, "pad_token_id", None)
-    pad = pad if pad is not None else (min(eos) if eos else 0)
-    enc = [(t.reshape(-1).long() if isinstance(t, torch.Tensor) else tokenizer(t, return_tensors="pt").input_ids[0])
-           [-max_prompt_tokens:] for t in texts]
-    gen = None if sampling.greedy else torch.Generator(device=target.device).manual_seed(seed)
-    # batch prompts of similar length together (less padding), keep the original order in the output
-    order = sorted(range(len(enc)), key=lambda i: enc[i].numel())
-    responses, hiddens = [None] * len(enc), [None] * len(enc)
-    for s in tqdm(range(0, len(order), batch_size), desc="self-distillation data", disable=not progress):
-        idx = order[s: s + batch_size]
-        r, h = _batched_generate(target, [enc[i] for i in idx], max_new_tokens, sampling, gen, eos, pad)
-        for i, ri, hi in zip(idx, r, h):
-            responses[i], hiddens[i] = ri, hi
-    data = SelfDistillationData(enc, responses, hiddens, meta)
-    if cache:
-        data.save(path)
-    return data
+    with locked(path if cache else None, "Medusa self-distillation data"):  # one writer; a second reuses
+        if cache and path.exists():
+            return SelfDistillationData.load(path)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        pad = pad if pad is not None else (min(eos) if eos else 0)
+        enc = [(t.reshape(-1).long() if isinstance(t, torch.Tensor) else tokenizer(t, return_tensors="pt").input_ids[0])
+               [-max_prompt_tokens:] for t in texts]
+        gen = None if sampling.greedy else torch.Generator(device=target.device).manual_seed(seed)
+        # batch prompts of similar length together (less padding), keep the original order in the output
+        order = sorted(range(len(enc)), key=lambda i: enc[i].numel())
+        responses, hiddens = [None] * len(enc), [None] * len(enc)
+        for s in tqdm(range(0, len(order), batch_size), desc="self-distillation data", disable=not progress):
+            idx = order[s: s + batch_size]
+            r, h = _batched_generate(target, [enc[i] for i in idx], max_new_tokens, sampling, gen, eos, pad)
+            for i, ri, hi in zip(idx, r, h):
+                responses[i], hiddens[i] = ri, hi
+        data = SelfDistillationData(enc, responses, hiddens, meta)
+        if cache:
+            data.save(path)
+        return data
 
 
 def _head_examples(data: SelfDistillationData, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -446,20 +448,22 @@ def get_or_train_heads(target, data: SelfDistillationData, config: MedusaTrainCo
     """
     import pandas as pd
 
+    from specrepro.cache import locked
     from specrepro.models import cache_dir
 
     key = cache_key({"base": base_fingerprint(target), "data": data.meta, "n_tokens": data.n_tokens,
                 "n_seq": len(data.responses), "config": asdict(config), "v": FORMAT_VERSION})
     d = cache_dir() / "medusa" / "heads" / key
-    if cache and (d / "losses.csv").exists():
-        return MedusaHeads.load(d, target), pd.read_csv(d / "losses.csv"), True
-    heads, losses = train_medusa_heads(target, data, config, progress=progress)
-    if cache:
-        heads.save(d)
-        from specrepro.files import atomic_write_text
+    with locked(d if cache else None, "Medusa heads"):  # one trainer; a second waits and loads
+        if cache and (d / "losses.csv").exists():
+            return MedusaHeads.load(d, target), pd.read_csv(d / "losses.csv"), True
+        heads, losses = train_medusa_heads(target, data, config, progress=progress)
+        if cache:
+            heads.save(d)
+            from specrepro.files import atomic_write_text
 
-        atomic_write_text(d / "losses.csv", losses.to_csv(index=False))
-    return heads, losses, False
+            atomic_write_text(d / "losses.csv", losses.to_csv(index=False))
+        return heads, losses, False
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -289,6 +289,7 @@ def get_or_train_medusa2(base, heads: MedusaHeads, train_seqs, config: Medusa2Co
     """
     import pandas as pd
 
+    from specrepro.cache import locked
     from specrepro.files import atomic_save_safetensors, atomic_write_text
     from specrepro.models import cache_dir
 
@@ -297,24 +298,25 @@ def get_or_train_medusa2(base, heads: MedusaHeads, train_seqs, config: Medusa2Co
     key = cache_key({"base": base_fingerprint(base), "heads": head_key, "data": data_key,
                      "config": asdict(config), "v": FORMAT_VERSION})
     d = cache_dir() / "medusa" / "medusa2" / key
-    if cache and (d / "medusa2.json").exists():
-        tuned, h = load_medusa2(d, base)
-        meta = json.loads((d / "medusa2.json").read_text())
-        return {"tuned": tuned, "heads": h, "losses": pd.read_csv(d / "losses.csv"), "train_s": meta["train_s"],
-                "cached": True, "directory": d}
-    t0 = time.perf_counter()
-    tuned, h, losses, adapter = train_medusa2(base, heads, train_seqs, config, progress=progress)
-    train_s = time.perf_counter() - t0
-    if cache:
-        d.mkdir(parents=True, exist_ok=True)
-        atomic_save_safetensors(adapter, d / "adapter.safetensors", {"base_fingerprint": base_fingerprint(base)})
-        h.save(d / "heads")
-        atomic_write_text(d / "losses.csv", losses.to_csv(index=False))
-        atomic_write_text(d / "medusa2.json", json.dumps(
-            {"format_version": FORMAT_VERSION, "base_name": base_name(base), "base_fingerprint": base_fingerprint(base),
-             "config": asdict(config), "train_s": train_s, "n_train_sequences": len(train_seqs)},
-            indent=1, sort_keys=True) + "\n")
-    return {"tuned": tuned, "heads": h, "losses": losses, "train_s": train_s, "cached": False, "directory": d}
+    with locked(d if cache else None, "Medusa-2 adapter and heads"):  # one trainer; a second waits and loads
+        if cache and (d / "medusa2.json").exists():
+            tuned, h = load_medusa2(d, base)
+            meta = json.loads((d / "medusa2.json").read_text())
+            return {"tuned": tuned, "heads": h, "losses": pd.read_csv(d / "losses.csv"), "train_s": meta["train_s"],
+                    "cached": True, "directory": d}
+        t0 = time.perf_counter()
+        tuned, h, losses, adapter = train_medusa2(base, heads, train_seqs, config, progress=progress)
+        train_s = time.perf_counter() - t0
+        if cache:
+            d.mkdir(parents=True, exist_ok=True)
+            atomic_save_safetensors(adapter, d / "adapter.safetensors", {"base_fingerprint": base_fingerprint(base)})
+            h.save(d / "heads")
+            atomic_write_text(d / "losses.csv", losses.to_csv(index=False))
+            atomic_write_text(d / "medusa2.json", json.dumps(
+                {"format_version": FORMAT_VERSION, "base_name": base_name(base), "base_fingerprint": base_fingerprint(base),
+                 "config": asdict(config), "train_s": train_s, "n_train_sequences": len(train_seqs)},
+                indent=1, sort_keys=True) + "\n")
+        return {"tuned": tuned, "heads": h, "losses": losses, "train_s": train_s, "cached": False, "directory": d}
 
 
 @torch.no_grad()

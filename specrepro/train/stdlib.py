@@ -102,6 +102,8 @@ def stdlib_distillation_data(target, tokenizer, *, n_tokens: int = 24576, chunk_
         stdlib_sources,
         tokenizer_fingerprint,
 )
+    from specrepro.cache import locked
+    from specrepro.files import atomic_write_text
     from specrepro.models import cache_dir
 
     if n_tokens < 1 or chunk_tokens < 2 or teacher_topk < 1 or shard_size < 1:
@@ -117,35 +119,36 @@ def stdlib_distillation_data(target, tokenizer, *, n_tokens: int = 24576, chunk_
     chunks = token_chunks(tokenizer, files, n_seq, chunk_tokens, seed)
     if len(chunks) < n_seq:
         raise ValueError(f"only {len(chunks)} corpus files have >= {chunk_tokens} tokens; {n_seq} asked for")
-    if cache:
-        root.mkdir(parents=True, exist_ok=True)
-        (root / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    device = next(target.parameters()).device
-    head = target.get_output_embeddings()
-    n_shards = -(-n_seq // shard_size)
-    parts = []
-    bar = tqdm(total=n_seq * (chunk_tokens - 1), desc="stdlib self-distillation (positions)", unit="tok",
-               disable=not progress)
-    for s in range(n_shards):
-        path = root / f"shard-{s:04d}.safetensors"
-        if cache and path.exists():
-            part = SelfDistillationData.load(path)
-        else:
-            rows = chunks[s * shard_size: (s + 1) * shard_size]
-            x = torch.stack([c for _, c in rows]).to(device)  # [b, L]
-            h = target.model(input_ids=x).last_hidden_state[:, :-1]  # [b, L-1, H], after the final norm
-            probs = torch.softmax(head(h).float(), dim=-1)
-            tp, ti = probs.topk(teacher_topk, dim=-1)
-            part = SelfDistillationData(
-                [torch.zeros(0, dtype=torch.long) for _ in rows], [c[1:].clone() for _, c in rows],
-                [h[i].float().cpu().clone() for i in range(len(rows))], {**meta, "files": [f for f, _ in rows]},
-                [ti[i].cpu().clone() for i in range(len(rows))], [tp[i].cpu().clone() for i in range(len(rows))])
-            if cache:
-                part.save(path)
-            del h, probs
-        parts.append(part)
-        bar.update(sum(r.numel() for r in part.responses))
-    bar.close()
+    with locked(root if cache else None, "stdlib self-distillation data"):  # shards written once, by one process
+        if cache:
+            root.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(root / "meta.json", json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        device = next(target.parameters()).device
+        head = target.get_output_embeddings()
+        n_shards = -(-n_seq // shard_size)
+        parts = []
+        bar = tqdm(total=n_seq * (chunk_tokens - 1), desc="stdlib self-distillation (positions)", unit="tok",
+                   disable=not progress)
+        for s in range(n_shards):
+            path = root / f"shard-{s:04d}.safetensors"
+            if cache and path.exists():
+                part = SelfDistillationData.load(path)
+            else:
+                rows = chunks[s * shard_size: (s + 1) * shard_size]
+                x = torch.stack([c for _, c in rows]).to(device)  # [b, L]
+                h = target.model(input_ids=x).last_hidden_state[:, :-1]  # [b, L-1, H], after the final norm
+                probs = torch.softmax(head(h).float(), dim=-1)
+                tp, ti = probs.topk(teacher_topk, dim=-1)
+                part = SelfDistillationData(
+                    [torch.zeros(0, dtype=torch.long) for _ in rows], [c[1:].clone() for _, c in rows],
+                    [h[i].float().cpu().clone() for i in range(len(rows))], {**meta, "files": [f for f, _ in rows]},
+                    [ti[i].cpu().clone() for i in range(len(rows))], [tp[i].cpu().clone() for i in range(len(rows))])
+                if cache:
+                    part.save(path)
+                del h, probs
+            parts.append(part)
+            bar.update(sum(r.numel() for r in part.responses))
+        bar.close()
     cat = lambda name: [t for p in parts for t in getattr(p, name)]
     meta = {**meta, "files": [f for p in parts for f in p.meta.get("files", [])]}
     return SelfDistillationData(cat("prompts"), cat("responses"), cat("hidden"), meta, cat("teacher_ids"),
@@ -197,6 +200,7 @@ def get_or_train_stdlib_heads(target, tokenizer, *, n_heads: int = 4, head_vocab
 
     from specrepro.core.decoding import default_eos_ids
     from specrepro.files import atomic_write_text
+    from specrepro.cache import locked
     from specrepro.models import cache_dir
 
     config = MedusaTrainConfig(n_heads=n_heads, share_lm_head=share_lm_head, lr=lr, epochs=epochs,
@@ -211,24 +215,25 @@ def get_or_train_stdlib_heads(target, tokenizer, *, n_heads: int = 4, head_vocab
                      "n_eval_seq": n_eval_seq, "config": asdict(config), "v": FORMAT_VERSION,
                      "vocab": None if vocab_ids is None else cache_key(vocab_ids.tolist())})
     d = cache_dir() / "medusa" / "heads" / key
-    if cache and (d / "accuracy.csv").exists():
-        info = json.loads((d / "train.json").read_text())
-        return {"heads": MedusaHeads.load(d, target), "losses": pd.read_csv(d / "losses.csv"),
-                "accuracy": pd.read_csv(d / "accuracy.csv"), "train_s": info["train_s"], "data_s": data_s,
-                "cached": True, "directory": d, "n_train_positions": train.n_tokens,
-                "n_eval_positions": held.n_tokens}
-    t0 = time.perf_counter()
-    heads, losses = train_medusa_heads(target, train, config, progress=progress, vocab_ids=vocab_ids,
-                                       checkpoint=d if cache else None)
-    heads.source_dir = d if cache else None
-    train_s = time.perf_counter() - t0
-    acc = head_topk_accuracy(heads, held)
-    if cache:
-        heads.save(d)
-        atomic_write_text(d / "losses.csv", losses.to_csv(index=False))
-        atomic_write_text(d / "train.json", json.dumps({"train_s": train_s, "n_train_positions": train.n_tokens,
-                                                        "n_eval_positions": held.n_tokens}) + "\n")
-        atomic_write_text(d / "accuracy.csv", acc.to_csv(index=False))
-        (d / "checkpoint.pt").unlink(missing_ok=True)
-    return {"heads": heads, "losses": losses, "accuracy": acc, "train_s": train_s, "data_s": data_s,
-            "cached": False, "directory": d, "n_train_positions": train.n_tokens, "n_eval_positions": held.n_tokens}
+    with locked(d if cache else None, "stdlib Medusa heads"):  # one trainer; a second waits and loads
+        if cache and (d / "accuracy.csv").exists():
+            info = json.loads((d / "train.json").read_text())
+            return {"heads": MedusaHeads.load(d, target), "losses": pd.read_csv(d / "losses.csv"),
+                    "accuracy": pd.read_csv(d / "accuracy.csv"), "train_s": info["train_s"], "data_s": data_s,
+                    "cached": True, "directory": d, "n_train_positions": train.n_tokens,
+                    "n_eval_positions": held.n_tokens}
+        t0 = time.perf_counter()
+        heads, losses = train_medusa_heads(target, train, config, progress=progress, vocab_ids=vocab_ids,
+                                           checkpoint=d if cache else None)
+        heads.source_dir = d if cache else None
+        train_s = time.perf_counter() - t0
+        acc = head_topk_accuracy(heads, held)
+        if cache:
+            heads.save(d)
+            atomic_write_text(d / "losses.csv", losses.to_csv(index=False))
+            atomic_write_text(d / "train.json", json.dumps({"train_s": train_s, "n_train_positions": train.n_tokens,
+                                                            "n_eval_positions": held.n_tokens}) + "\n")
+            atomic_write_text(d / "accuracy.csv", acc.to_csv(index=False))
+            (d / "checkpoint.pt").unlink(missing_ok=True)
+        return {"heads": heads, "losses": losses, "accuracy": acc, "train_s": train_s, "data_s": data_s,
+                "cached": False, "directory": d, "n_train_positions": train.n_tokens, "n_eval_positions": held.n_tokens}
