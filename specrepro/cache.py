@@ -173,7 +173,7 @@ def entry_lock(final: str | os.PathLike, what: str | None = None, poll_message_a
 
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(_lock_path(final)))
+    lock = FileLock(str(_lock_path(final)), is_singleton=True)  # one instance per path: reentrant in a process
     try:
         lock.acquire(timeout=poll_message_after)
     except Timeout:

@@ -453,13 +453,20 @@ def resumable_rows(n_items: int, run_one, *, checkpoint=None, key: dict | None =
     Returns:
         ``(rows, resumed)``: the rows sorted by item, and how many were read from the checkpoint.
 
+    Two processes never work on one checkpoint at once: the second refuses at the start (a checkpoint of the record,
+    under ``data/checkpoints``, also takes the record's lock, :func:`hold_record_lock_for`).
+
     Raises:
         ValueError: n_items < 0. KeyError: a checkpoint row without the ``index`` column.
+        RecordBusyError: another process is filling the same checkpoint, or writing the record.
     """
     import json
 
     if n_items < 0:
         raise ValueError(f"n_items must be >= 0, got {n_items}")
+    if checkpoint is not None:
+        hold_record_lock_for(checkpoint)
+        _hold_checkpoint(Path(checkpoint))
     key = json.loads(json.dumps(dict(key or {}), default=str))
     saved = None if checkpoint is None else load_keyed_checkpoint(checkpoint, key, what=what)
     rows = [r for r in (saved or {}).get("rows", []) if int(r[index]) < n_items]
@@ -609,3 +616,29 @@ def hold_record_lock_for_job(job: int) -> int:
         except PermissionError:
             pass
         time.sleep(1.0)
+
+
+_CHECKPOINT_LOCKS: dict = {}  # checkpoint path -> the open file whose flock this process holds
+
+
+def _hold_checkpoint(path: Path) -> None:
+    """Hold ``<checkpoint>.lock`` for the rest of this process (flock; released when it ends), or refuse.
+
+    Raises:
+        RecordBusyError: another process holds it.
+    """
+    import fcntl
+
+    key = str(path.resolve())
+    if key in _CHECKPOINT_LOCKS:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(path.name + ".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RecordBusyError(f"the checkpoint {path} is being filled by another process; let it finish (or stop "
+                              f"it), then run this again to resume from it") from None
+    _CHECKPOINT_LOCKS[key] = fd

@@ -229,7 +229,13 @@ def test_build_entry_rejects_what_it_cannot_do(tmp_path):
     with pytest.raises(ZeroDivisionError):
         build_entry(tmp_path / "y", lambda tmp: (tmp / "a").write_text("a") and 1 / 0)
     assert check_entry(tmp_path / "x") == "missing" and check_entry(tmp_path / "y") == "missing"
-    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+    # a trainer that holds its entry's lock while it trains, then saves through build_entry (reentrant in a process)
+    from specrepro.cache import entry_lock
+
+    with entry_lock(tmp_path / "z"):
+        build_entry(tmp_path / "z", lambda tmp: (tmp / "w.bin").write_bytes(b"w"))
+    assert check_entry(tmp_path / "z", full=True) is None
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == ["z"]
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -343,3 +349,35 @@ def test_the_makefile_takes_the_record_lock_first_and_locks_the_wheel_build():
     assert "flock 9" in text
     ci = (REPO / ".ci" / "run").read_text()
     assert "mktemp -d" in ci and "export SPECREPRO_CACHE" in ci
+
+
+def test_two_processes_never_fill_one_checkpoint(tmp_path):
+    """A resumable run's checkpoint (``files.resumable_rows``) is filled by one process: a second one started on
+    the same checkpoint refuses at once, before any work, and resumes once the first has ended."""
+    env = {**os.environ, "LOCK_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    ckpt = tmp_path / "rows.json"
+    ready = tmp_path / "ready"
+    first = _lock_python(f"""
+        def slow(i):
+            Path({str(ready)!r}).touch()
+            time.sleep(600)
+        files.resumable_rows(3, slow, checkpoint=Path({str(ckpt)!r}), key={{"k": 1}})
+    """, env)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-2000:]
+        time.sleep(0.05)
+    second_code = f"""
+        calls = []
+        try:
+            rows, resumed = files.resumable_rows(3, lambda i: calls.append(i) or {{"v": i}},
+                                                 checkpoint=Path({str(ckpt)!r}), key={{"k": 1}})
+            print("ran", len(calls), "resumed", resumed)
+        except files.RecordBusyError as err:
+            print(f"refused after {{len(calls)}} items: {{err}}")
+    """
+    out = _lock_python(second_code, env).communicate(timeout=60)[0]
+    assert out.startswith("refused after 0 items: ") and "being filled by another process" in out, out
+    first.kill()
+    first.communicate()
+    assert _lock_python(second_code, env).communicate(timeout=60)[0].strip() == "ran 3 resumed 0"
