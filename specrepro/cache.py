@@ -320,19 +320,23 @@ def run_command(args, parser) -> int:
         print(f"deleted {root} ({size / 1e9:.2f} GB)")
         return 0
     rows = entries(root)
-    total, bad = 0, 0
+    total, bad, building = 0, 0, 0
     print(f"cache: {root}")
     for e in rows:
         status = e["status"]
         if status == "manifest":
             why = check_entry(e["path"], full=args.action == "verify")
             status = "ok" if why is None else why
-        bad += status != "ok"
+            bad += status != "ok"
+        else:
+            building += 1
         total += e["bytes"]
-        print(f"  {e['bytes'] / 1e6:10.1f} MB  {status:<10.60}  {e['path'].relative_to(root)}")
+        print(f"  {e['bytes'] / 1e6:10.1f} MB  {e['path'].relative_to(root)}  {status}")
     untracked = entry_size(root) - total
-    print(f"{len(rows)} entries, {total / 1e9:.2f} GB; {untracked / 1e9:.2f} GB in other files (wheels, trained "
-          f"heads' folders, locks); {bad} not ok (rebuilt on their next use)")
+    print(f"{len(rows) - building} entries, {total / 1e9:.2f} GB; {untracked / 1e9:.2f} GB in other files (wheels, "
+          f"trained heads' folders, locks); {bad} not ok (rebuilt on their next use)"
+          + (f"; {building} temporary (a build under way, or left by a killed one and removed by the next build)"
+             if building else ""))
     return 0 if bad == 0 else 1
 
 

@@ -381,3 +381,27 @@ def test_two_processes_never_fill_one_checkpoint(tmp_path):
     first.kill()
     first.communicate()
     assert _lock_python(second_code, env).communicate(timeout=60)[0].strip() == "ran 3 resumed 0"
+
+
+def test_the_cache_command_lists_checks_and_clears(tmp_path, monkeypatch, capsys):
+    """``python -m specrepro cache``: each entry with its size and check; ``verify`` finds a same-size corruption
+    that the quick check cannot; ``clear --yes`` deletes the folder."""
+    from specrepro import cache
+    from specrepro.backends.tinygguf import tiny_llama_gguf
+
+    monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path / "c"))
+    path = tiny_llama_gguf(1)
+    parser = type("P", (), {})()
+    args = type("A", (), {"action": "list", "yes": False})()
+    assert cache.run_command(args, parser) == 0
+    out = capsys.readouterr().out
+    assert "ok" in out and f"tiny-gguf/{path.name}" in out and "1 entries" in out
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
+    args.action = "verify"
+    assert cache.run_command(args, parser) == 1
+    assert "corrupted" in capsys.readouterr().out
+    args.action, args.yes = "clear", True
+    assert cache.run_command(args, parser) == 0 and not (tmp_path / "c").exists()

@@ -1031,14 +1031,40 @@ def test_every_claim_is_registered_as_it_is_judged_today():
 
 def test_the_registry_only_grows():
     """Every committed state of data/claims_registry.csv is a prefix of today's: rows are appended, never edited or
-    removed."""
-    today = (ROOT / "data" / "claims_registry.csv").read_text().splitlines()
+    removed; a column added later (at the end) is empty in every row written before it."""
+    import csv
+    import io
+
+    def rows(text):
+        return list(csv.reader(io.StringIO(text)))
+
+    today = rows((ROOT / "data" / "claims_registry.csv").read_text())
     log = subprocess.run(["git", "log", "--format=%H", "--", "data/claims_registry.csv"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout.split()
     for commit in log:
-        then = subprocess.run(["git", "show", f"{commit}:data/claims_registry.csv"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.splitlines()
-        assert today[:len(then)] == then, f"data/claims_registry.csv at {commit[:12]} is not a prefix of today's"
+        then = rows(subprocess.run(["git", "show", f"{commit}:data/claims_registry.csv"], cwd=ROOT,
+                                   capture_output=True, text=True, check=True).stdout)
+        width = len(then[0])
+        assert today[0][:width] == then[0], f"data/claims_registry.csv at {commit[:12]}: columns changed"
+        for old, new in zip(then[1:], today[1:len(then)]):
+            assert new[:width] == old and not any(new[width:]), (
+                f"data/claims_registry.csv at {commit[:12]}: a row was edited ({old} -> {new})")
+
+
+def test_a_change_to_a_rule_s_code_is_a_new_registration(monkeypatch):
+    """The registry's rule_version is a fingerprint of the rule's code: changing what a rule computes (here one of the
+    verdict clauses every interval rule reaches) leaves every claim judged by it pending registration."""
+    from specrepro.record import history, registry, verdicts
+
+    assert registry.pending().empty
+    by_rule = sc.load_claims().groupby("rule")["id"].apply(set).to_dict()
+    changed = tuple(verdicts.Clause(c.verdict, c.text + " (edited)", c.holds) for c in verdicts.INTERVAL_CLAUSES)
+    for mod in (verdicts, *(m for m in map(__import__("sys").modules.get, history.RULE_MODULES) if m is not None)):
+        if getattr(mod, "INTERVAL_CLAUSES", None) is not None:
+            monkeypatch.setattr(mod, "INTERVAL_CLAUSES", changed)
+    stale = set(registry.pending()["id"])
+    reaching = {r for r in by_rule if "INTERVAL_CLAUSES" in history.rule_source(r)}
+    assert reaching and stale == set().union(*(by_rule[r] for r in reaching))
 
 
 def test_register_appends_only_what_changed_and_keeps_every_earlier_row(tmp_path):

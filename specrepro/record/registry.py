@@ -3,9 +3,11 @@ date it was registered; the registry only grows.
 
 What this file is: ``data/claims_registry.csv``, one row per registration (:data:`REGISTRY_COLUMNS`). A claim is
 registered when it first appears in ``data/claims.csv`` and again whenever how it is judged changes (its rule, its
-parameters, the paper's number or kind, or the statistic its rule computes, :data:`STATISTICS`); a row is never
-edited or removed, so the registry shows when each way of judging a claim was fixed, before or after the tables it
-judged. :func:`register` appends the registrations that ``data/claims.csv`` needs, stamped with the commit they were
+parameters, the paper's number or kind, the statistic its rule computes, :data:`STATISTICS`, or the rule's code:
+``rule_version``, :func:`specrepro.record.history.rule_version`, a hash of the rule function's source and of every
+scorecard function and clause it reaches, with the claim's parameters and paper number); a row is never edited or
+removed, so the registry shows when each way of judging a claim was fixed, before or after the tables it judged. A
+column added later is empty in the rows written before it (``rule_version`` in the first registrations). :func:`register` appends the registrations that ``data/claims.csv`` needs, stamped with the commit they were
 made on (``git rev-parse HEAD``: the parent of the commit that adds them) and the date;
 ``python -m specrepro.record.registry`` runs it.
 
@@ -21,7 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import repo_root
+from specrepro.files import atomic_write_text, repo_root
+from specrepro.record.history import rule_version
 from specrepro.record.scorecard import RULES, load_claims
 
 __all__ = ["REGISTRY_COLUMNS", "JUDGED_BY", "STATISTICS", "registry_path", "load_registry", "statistic_of",
@@ -29,9 +32,11 @@ __all__ = ["REGISTRY_COLUMNS", "JUDGED_BY", "STATISTICS", "registry_path", "load
 
 #: one registration: the claim, how it is judged, and the commit and date it was registered on
 REGISTRY_COLUMNS = ["id", "rule", "params", "paper_value", "paper_kind", "statistic", "registered_commit",
-                    "registered_date"]
+                    "registered_date", "rule_version"]
+#: the stamp of a registration (when, not how)
+STAMP = ["registered_commit", "registered_date"]
 #: the fields of a registration that say how a claim is judged (a change in any one is a new registration)
-JUDGED_BY = ["rule", "params", "paper_value", "paper_kind", "statistic"]
+JUDGED_BY = ["rule", "params", "paper_value", "paper_kind", "statistic", "rule_version"]
 #: rule -> the statistic it computes from the claim's tables (its docstring gives the verdict rule)
 STATISTICS = {
     "printed_precision": "our closed-form numbers against the paper's, rounded to its printed decimals",
@@ -68,7 +73,11 @@ def load_registry(path: str | Path | None = None) -> pd.DataFrame:
     path = Path(path) if path is not None else registry_path()
     if not path.exists():
         return pd.DataFrame(columns=REGISTRY_COLUMNS, dtype=str)
-    return pd.read_csv(path, dtype=str, keep_default_na=False)[REGISTRY_COLUMNS]
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for col in REGISTRY_COLUMNS:  # a column added after a registry was written is empty in its rows
+        if col not in df:
+            df[col] = ""
+    return df[REGISTRY_COLUMNS]
 
 
 def statistic_of(rule: str) -> str:
@@ -89,10 +98,11 @@ def pending(claims: pd.DataFrame | None = None, registry: pd.DataFrame | None = 
     rows = []
     for _, c in claims.iterrows():
         now = {"id": c["id"], "rule": c["rule"], "params": c["params"], "paper_value": c["paper_value"],
-               "paper_kind": c["paper_kind"], "statistic": statistic_of(c["rule"])}
+               "paper_kind": c["paper_kind"], "statistic": statistic_of(c["rule"]),
+               "rule_version": rule_version(c["rule"], c["params"], c["paper_value"], c["paper_kind"])}
         if c["id"] not in latest.index or any(latest.loc[c["id"], k] != now[k] for k in JUDGED_BY):
             rows.append(now)
-    return pd.DataFrame(rows, columns=REGISTRY_COLUMNS[:-2])
+    return pd.DataFrame(rows, columns=[c for c in REGISTRY_COLUMNS if c not in STAMP])
 
 
 def register(path: str | Path | None = None, commit: str | None = None, date: str | None = None) -> pd.DataFrame:
@@ -109,10 +119,26 @@ def register(path: str | Path | None = None, commit: str | None = None, date: st
                                 check=True).stdout.strip()[:12]
     new = new.assign(registered_commit=commit,
                      registered_date=date or _dt.datetime.now(_dt.timezone.utc).date().isoformat())
+    if path.exists():
+        _add_columns(path)
     header = not path.exists()
     with open(path, "a", encoding="utf-8", newline="") as f:
         new[REGISTRY_COLUMNS].to_csv(f, header=header, index=False)
     return new
+
+
+def _add_columns(path: Path) -> None:
+    """Give a registry written before a column of :data:`REGISTRY_COLUMNS` existed that column, at the end, empty in
+    every earlier row: each earlier line stays as it was, followed by one comma per added column."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    have = pd.read_csv(path, dtype=str, nrows=0).columns.tolist()
+    if not lines or have == REGISTRY_COLUMNS:
+        return
+    if have != REGISTRY_COLUMNS[:len(have)]:
+        raise ValueError(f"{path}: columns {have} are not a beginning of {REGISTRY_COLUMNS}")
+    added = REGISTRY_COLUMNS[len(have):]
+    rows = [line + "," * len(added) for line in lines[1:]]
+    atomic_write_text(path, "\n".join([lines[0] + "," + ",".join(added), *rows]) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
