@@ -474,8 +474,12 @@ data/results/divergences_bench_llamacpp_chat.csv: data/results/bench_llamacpp_ch
 
 # The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs
 # (the table, with n and the power at n); reproduction scripts of failing settings go to build/audit/.
-# The verdict history reads the committed record (git history), so it is rewritten whenever claims.csv changes.
-data/results/verdict_history.csv: data/claims.csv | $(STAMP)
+# The verdict history reads the committed record (git history) and then the record's tables as they are on disk, so it
+# is rewritten whenever claims.csv or any table a claim reads (claims.csv's our_table) changes.
+CLAIM_TABLES := $(if $(HISTORY),$(shell $(PYTHON) -c 'import csv; print(" ".join(sorted({t.strip() for r in \
+    csv.DictReader(open("data/claims.csv", encoding="utf-8")) for t in r["our_table"].split(";") if t.strip()})))'))
+data/results/verdict_history.csv: data/claims.csv $(wildcard $(foreach t,$(CLAIM_TABLES),data/results/$(t).csv \
+    data/results/$(t).json)) | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro verdict-history
 
 data/results/audit_transformers.csv: | $(STAMP)

@@ -71,6 +71,33 @@ def test_a_reading_is_one_distinct_pair_of_table_bytes_and_rule_version_not_one_
     assert s.loc["g", "readings"] == 2 and s.loc["g", "moved_with_data"] and not s.loc["g", "moved_with_rule"]
 
 
+def test_the_tables_on_disk_that_no_commit_holds_yet_are_the_last_reading(tmp_path):
+    """A run rewrites the claim's table and has not committed it: the history's last reading is that table
+    ("uncommitted"); once committed, the same evidence is one reading at its commit, and a record as committed adds
+    no state of its own."""
+    from specrepro.record.scorecard import CLAIM_COLUMNS
+
+    (tmp_path / "data" / "results").mkdir(parents=True)
+    row = {c: "" for c in CLAIM_COLUMNS}
+    row.update(id="g", paper="P", arxiv="0000.00000v1", source="Table 1", claim="identical", paper_value="identical",
+               paper_kind="asserted", group="correctness", rule="all_identical", params="value=same", our_table="t")
+    pd.DataFrame([row]).to_csv(tmp_path / "data" / "claims.csv", index=False)
+    table = pd.DataFrame({"prompt": ["a", "b"], "method": "sd", "same": [True, True]})
+    table.to_csv(tmp_path / "data" / "results" / "t.csv", index=False)
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "data")
+    _git(tmp_path, "commit", "-q", "-m", "state 0")
+    assert list(verdict_history(root=tmp_path)["states"]) == [1]
+    table.assign(same=[True, False]).to_csv(tmp_path / "data" / "results" / "t.csv", index=False)
+    h = verdict_history(root=tmp_path)
+    assert list(h["commit"].str.len() == 12) == [True, False] and h["commit"].iloc[-1] == "uncommitted"
+    assert list(h["verdict"]) == ["reproduced exactly", "not reproduced"]
+    _git(tmp_path, "commit", "-q", "-am", "state 1")
+    after = verdict_history(root=tmp_path)
+    assert list(after["evidence"]) == list(h["evidence"]) and list(after["states"]) == [1, 1]
+    assert "uncommitted" not in set(after["commit"])
+
+
 def test_the_rule_version_changes_with_the_rule_code_and_its_inputs(monkeypatch):
     from specrepro.record import history, scorecard
 

@@ -53,8 +53,9 @@ HISTORY_COLUMNS = ["commit", "date", "states", "claim", "rule", "params", "rule_
 TABLE_SUFFIXES = (".csv", ".json", ".provenance.json")
 
 
-def _git(*args: str, root: Path | None = None, text: bool = True):
-    return subprocess.run(["git", *args], cwd=root or repo_root(), capture_output=True, text=text, check=True).stdout
+def _git(*args: str, root: Path | None = None, text: bool = True, input_text: str | None = None):
+    return subprocess.run(["git", *args], cwd=root or repo_root(), capture_output=True, text=text, check=True,
+                          input=input_text).stdout
 
 
 def record_commits(root: Path | None = None, max_commits: int | None = None) -> list[tuple[str, str]]:
@@ -165,6 +166,21 @@ def score_commit(commit: str, root: Path | None = None, seen: dict | None = None
         (Path(tmp) / "data").mkdir()
         (Path(tmp) / "data" / "claims.csv").write_text(claims_text, encoding="utf-8")
         claims = _claims_at(Path(tmp))
+    todo = _unseen(claims, blobs, seen)
+    if not todo:
+        return []
+    data = _git("archive", "--format=tar", commit, *present, root=root, text=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(tmp, filter="data")
+        tmp = Path(tmp)
+        (tmp / "data" / "results").mkdir(parents=True, exist_ok=True)
+        return _score(todo, Tables("standard", dirs=[tmp / "data" / "results"]), seen)
+
+
+def _unseen(claims: pd.DataFrame, blobs: dict[str, str], seen: dict) -> list:
+    """The (evidence, claim) pairs of ``claims`` on the tables ``blobs`` not in ``seen``; a seen one counts one more
+    state."""
     todo = []
     for _, claim in claims.iterrows():
         key = (claim["id"], rule_version(claim["rule"], claim["params"], claim["paper_value"], claim["paper_kind"]),
@@ -173,36 +189,52 @@ def score_commit(commit: str, root: Path | None = None, seen: dict | None = None
             seen[key]["states"] = seen[key].get("states", 1) + 1
         else:
             todo.append((key, claim))
-    if not todo:
-        return []
-    data = _git("archive", "--format=tar", commit, *present, root=root, text=False)
+    return todo
+
+
+def _score(todo: list, tables: Tables, seen: dict) -> list[dict]:
+    """Score each unseen (evidence, claim) of ``todo`` on ``tables`` by today's rule code (see :func:`score_commit`)."""
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(tmp, filter="data")
-        tmp = Path(tmp)
-        (tmp / "data" / "results").mkdir(parents=True, exist_ok=True)
-        tables = Tables("standard", dirs=[tmp / "data" / "results"])
-        for key, claim in todo:
-            base = {"claim": claim["id"], "rule": claim["rule"], "params": claim["params"], "rule_version": key[1],
-                    "evidence": key[2]}
-            if claim["rule"] not in RULES or set(params_of(claim)) - set(RULE_PARAMS[claim["rule"]]) - set(COMMON_PARAMS):
-                row = {**base, "ours": "", "ours_value": None, "verdict": "rule gone"}
-            else:
-                try:
-                    card = score_claim(claim, tables)
-                    row = {**base, "ours": card["ours"], "ours_value": card["ours_value"], "verdict": card["verdict"]}
-                except Exception as exc:  # an old table this rule cannot read: recorded, not fatal
-                    row = {**base, "ours": "", "ours_value": None, "verdict": f"error: {type(exc).__name__}"}
-            seen[key] = row
-            rows.append(row)
+    for key, claim in todo:
+        base = {"claim": claim["id"], "rule": claim["rule"], "params": claim["params"], "rule_version": key[1],
+                "evidence": key[2]}
+        if claim["rule"] not in RULES or set(params_of(claim)) - set(RULE_PARAMS[claim["rule"]]) - set(COMMON_PARAMS):
+            row = {**base, "ours": "", "ours_value": None, "verdict": "rule gone"}
+        else:
+            try:
+                card = score_claim(claim, tables)
+                row = {**base, "ours": card["ours"], "ours_value": card["ours_value"], "verdict": card["verdict"]}
+            except Exception as exc:  # an old table this rule cannot read: recorded, not fatal
+                row = {**base, "ours": "", "ours_value": None, "verdict": f"error: {type(exc).__name__}"}
+        seen[key] = row
+        rows.append(row)
     return rows
+
+
+def score_working_tree(root: Path | None = None, seen: dict | None = None) -> list[dict]:
+    """The readings of the record as it is in the working tree (``data/claims.csv`` and ``data/results/`` on disk),
+    for the claims whose evidence is not in ``seen``: what a run of ``make reproduce`` has written and not yet
+    committed, so that the history never lags the tables it is rebuilt after (the evidence key is the same git blob
+    id the file will have once committed, so the commit that records it adds no second reading)."""
+    root = root or repo_root()
+    seen = {} if seen is None else seen
+    if not (root / "data" / "claims.csv").exists():
+        return []
+    if not _git("status", "--porcelain", "--", *RECORD_PATHS, root=root).strip():
+        return []  # the record is as committed: its readings are the last commit's
+    files = sorted(p for p in (root / "data" / "results").glob("*") if p.is_file())
+    ids = _git("hash-object", "--stdin-paths", root=root,
+               input_text="\n".join(str(p) for p in files)).split() if files else []
+    blobs = {f"data/results/{p.name}": h for p, h in zip(files, ids)}
+    todo = _unseen(_claims_at(root), blobs, seen)
+    return _score(todo, Tables("standard", dirs=[root / "data" / "results"]), seen) if todo else []
 
 
 def verdict_history(root: Path | None = None, max_commits: int | None = None, progress: bool = False) -> pd.DataFrame:
     """The readings of every claim over the record's commits (:func:`record_commits`): one row per distinct (claim,
     rule version, evidence key), at the first commit that held it, with the number of commits that held it
-    (``states``), oldest first."""
+    (``states``), oldest first; the record's tables in the working tree that no commit holds yet come last, under
+    the commit name "uncommitted" (:func:`score_working_tree`)."""
     rows, seen = [], {}
     commits = record_commits(root, max_commits)
     for i, (commit, date) in enumerate(commits):
@@ -211,6 +243,11 @@ def verdict_history(root: Path | None = None, max_commits: int | None = None, pr
         for r in score_commit(commit, root, seen):
             r.update(commit=commit[:12], date=date, states=1)
             rows.append(r)
+    import datetime
+
+    for r in score_working_tree(root, seen):  # tables written since the last commit of the record
+        r.update(commit="uncommitted", date=datetime.date.today().isoformat(), states=1)
+        rows.append(r)
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
 
 
