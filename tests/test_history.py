@@ -32,7 +32,7 @@ def test_history_rescores_committed_states_of_the_record():
     commits = record_commits(max_commits=2)
     if len(commits) < 2:
         pytest.skip("a shallow clone: fewer than two commits of the record")
-    h = verdict_history(max_commits=2)
+    h = verdict_history(max_commits=2, working_tree=False)
     assert list(h.columns) == HISTORY_COLUMNS
     assert h["claim"].nunique() > 10 and h["commit"].iloc[0] == commits[0][0][:12]
     # every claim of the two states is read once per distinct evidence: its states add up to the states holding it

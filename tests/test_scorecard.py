@@ -245,8 +245,9 @@ def runs(ratios, base_tps=2.0, method="sd γ=3", gamma=3, alpha=0.8, steps=40, t
     return pd.concat([df, extra]) if extra is not None else df
 
 
-def ratio_claim(value="1.5", extra="", text="a speedup"):
-    return claim("paired_ratio", "method=gamma > 0; baseline=method == 'AR'" + extra, paper_value=value, claim=text)
+def ratio_claim(value="1.5", extra="", text="a speedup", margin="10%"):
+    return claim("paired_ratio", "method=gamma > 0; baseline=method == 'AR'" + extra
+                 + (f"; margin={margin}" if margin else ""), paper_value=value, claim=text)
 
 
 def test_paired_ratio_shows_extensions_beside_but_judges_the_closest_configuration():
@@ -262,14 +263,23 @@ def test_paired_ratio_gives_every_verdict():
     out = verdict(ratio_claim("1.5"), {"t": up})
     assert out["verdict"] == EXACT and "n = 5 prompts" in out["ours"] and out["ours_lo"] <= 1.5 <= out["ours_hi"]
     out = verdict(ratio_claim("3.4"), {"t": up})
-    assert out["verdict"] == TREND and "below the paper's 3.4" in out["reason"]
+    assert out["verdict"] == TREND and "below the paper's 3.4 ±10%" in out["reason"] and "smaller" in out["reason"]
+    # equivalence: a wide interval that holds the paper's number is not enough, only one inside its margin is
+    wide = runs([1.1, 1.9, 1.3, 1.7, 1.5, 1.2, 1.8])
+    out = verdict(ratio_claim("1.5"), {"t": wide})
+    assert out["ours_lo"] < 1.5 * 0.9 and out["ours_hi"] > 1.5 * 1.1
+    assert out["verdict"] == TREND and "reaches out of the paper's 1.5 ±10%" in out["reason"]
+    # a measured number with no registered margin never reads exactly
+    out = verdict(ratio_claim("1.5", margin=""), {"t": up})
+    assert out["verdict"] == TREND and "no equivalence margin" in out["reason"]
     out = verdict(ratio_claim("1.5"), {"t": runs([0.7, 0.8, 0.75, 0.72, 0.78])})
     assert out["verdict"] == NOT_REPRODUCED and out["ours_hi"] < 1
     out = verdict(ratio_claim("1.5"), {"t": runs([0.8, 1.3, 0.9, 1.2, 1.1])})
     assert out["verdict"] == INCONCLUSIVE and "contains 1" in out["reason"]
     assert verdict(ratio_claim("1.5"), {"t": runs([1.5])})["verdict"] == INCONCLUSIVE  # one prompt: no interval
-    # a range: exactly if the interval meets it
-    assert verdict(ratio_claim("1.2-1.45"), {"t": up})["verdict"] == EXACT
+    # a range: exactly if the interval lies within the range widened by the margin
+    assert verdict(ratio_claim("1.3-1.5"), {"t": up})["verdict"] == EXACT
+    assert verdict(ratio_claim("1.2-1.3"), {"t": up})["verdict"] == TREND
 
 
 def test_paired_ratio_reports_step_counts_and_verification_cost():
@@ -378,7 +388,7 @@ def alpha_table(values, drafter="draft", workload="w", temperature=0):
 
 
 def test_value_in_interval():
-    c = claim("value_in_interval", "value=alpha; null=0.5", paper_value="0.88")
+    c = claim("value_in_interval", "value=alpha; null=0.5; margin=0.05", paper_value="0.88")
     assert verdict(c, {"t": alpha_table([0.85, 0.9, 0.88, 0.87, 0.91])})["verdict"] == EXACT
     assert verdict(c, {"t": alpha_table([0.7, 0.72, 0.68, 0.71])})["verdict"] == TREND
     assert verdict(c, {"t": alpha_table([0.2, 0.3, 0.25, 0.22])})["verdict"] == NOT_REPRODUCED
@@ -400,7 +410,7 @@ def test_row_order():
 def test_close_to_prediction_rise_is_judged_within_prompts_not_over_pooled_runs():
     """Prompts that differ in α make measured and predicted values rise together over the pooled runs even when,
     within every prompt, the measurement falls as the prediction rises: that is no trend (the prompt is the unit)."""
-    c = claim("close_to_prediction", "method=gamma > 0; measured=tokens_per_step", paper_value="+0.00")
+    c = claim("close_to_prediction", "method=gamma > 0; measured=tokens_per_step; margin=0.10", paper_value="+0.00")
     rows = []
     for i, a in enumerate((0.3, 0.4, 0.5, 0.6, 0.7, 0.8)):
         for g in (1, 2, 3):
@@ -413,7 +423,10 @@ def test_close_to_prediction_rise_is_judged_within_prompts_not_over_pooled_runs(
     from scipy import stats
     assert stats.spearmanr(pred, t["tokens_per_step"]).pvalue < 0.05  # pooled, the old fallback's "rise"
     out = verdict(c, {"t": t})
-    assert out["verdict"] == NOT_REPRODUCED and "ρ within prompts -1.00" in out["ours"]
+    assert "ρ within prompts -1.00" in out["ours"]
+    # the verdict is the gap's own (two-sided, against the paper's gap ± its margin), with ρ beside, not judged
+    assert out["verdict"] == sc.judge_margin(out["ours_lo"], out["ours_hi"], (-0.10, 0.10))
+    assert "ρ beside, not judged: -1.00" in out["reason"]
 
 
 def test_close_to_prediction_can_take_c_from_the_runs_themselves():
@@ -433,7 +446,7 @@ def test_close_to_prediction_can_take_c_from_the_runs_themselves():
                          "temperature": 0})
     t = pd.DataFrame(rows)
     stale = pd.DataFrame({"method": [f"sd γ={g}" for g in (1, 2, 4)], "temperature": 0, "c": 0.05})
-    base = "method=gamma > 0; measured=speedup"
+    base = "method=gamma > 0; measured=speedup; margin=0.10"
     out = verdict(claim("close_to_prediction", base + "; c=in_run", our_table="t; s", paper_value="+0.00"),
                   {"t": t, "s": stale})
     assert out["verdict"] == EXACT and -0.05 < out["ours_lo"] <= out["ours_hi"] < 0.05
@@ -507,9 +520,12 @@ def k_sweep(speed_by_k, n_prompts=5):
 
 
 def test_speedup_peaks():
-    c = claim("speedup_peaks", "x=K; tolerance=0.05", paper_value="K = 3 (XSum)")
-    assert verdict(c, {"t": k_sweep([1, 1.4, 1.6, 1.8, 1.7, 1.6])})["verdict"] == EXACT
-    assert verdict(c, {"t": k_sweep([1, 1.4, 1.6, 1.7, 1.8, 1.6])})["verdict"] == TREND  # no gain past 3, best is 4
+    c = claim("speedup_peaks", "x=K; tolerance=0.05; margin=1", paper_value="K = 3 (XSum)")
+    out = verdict(c, {"t": k_sweep([1, 1.4, 1.6, 1.8, 1.7, 1.6])})
+    assert out["verdict"] == EXACT and "best in K = 3 2000 of 2000 resamples" in out["ours"] and "null 1.05" in out["ours"]
+    assert verdict(c, {"t": k_sweep([1, 1.4, 1.6, 1.7, 1.8, 1.6])})["verdict"] == EXACT  # best is 4: within 3 ± 1
+    out = verdict(c, {"t": k_sweep([1, 1.4, 1.6, 1.7, 1.72, 1.75, 1.74, 1.72])})  # no gain past 3, best is 5
+    assert out["verdict"] == TREND and "does not lie within K = 3 ±1" in out["reason"]
     out = verdict(c, {"t": k_sweep([1, 1.2, 1.4, 1.6, 1.8, 2.0])})
     assert out["verdict"] == NOT_REPRODUCED and "still grows past K = 3" in out["reason"]
     noisy = k_sweep([1, 1.4, 1.6, 1.8, 1.7, 1.8])
@@ -850,22 +866,27 @@ def gap_runs(gap, n_prompts=8, shuffle=False, flip=False, seed=0):
     return {"t": pd.DataFrame(rows), "s": summary}
 
 
-def test_close_to_prediction_of_a_measured_gap_keeps_its_sign_and_needs_both_intervals():
-    """A gap the paper measured: the signed gap's interval must hold the paper's signed gap, and ρ's interval (does
-    the measurement rise with the prediction, within prompts) must exclude 0 on the positive side."""
-    c = claim("close_to_prediction", "method=gamma > 0; measured=speedup", our_table="t; s",
+def test_close_to_prediction_of_a_measured_gap_keeps_its_sign_and_is_judged_on_the_gap():
+    """A gap the paper measured is the claim's own statistic, judged two-sided: the signed gap's whole interval
+    within the paper's gap ± the registered margin reads exactly, wholly outside it not reproduced (the same size of
+    gap with the other sign included), straddling an end inconclusive; ρ (does the measurement rise with the
+    prediction, within prompts) is shown beside and judges nothing; no registered margin, no verdict."""
+    c = claim("close_to_prediction", "method=gamma > 0; measured=speedup; margin=0.10", our_table="t; s",
               paper_value="median +0.08 (rows −0.32 to +0.29)")
     out = verdict(c, gap_runs(0.08))
-    assert out["verdict"] == EXACT and out["ours_lo"] <= 0.08 <= out["ours_hi"]
-    # the same size of gap with the other sign is not the paper's
+    assert out["verdict"] == EXACT and -0.02 <= out["ours_lo"] <= 0.08 <= out["ours_hi"] <= 0.18
     out = verdict(c, gap_runs(-0.08))
-    assert out["verdict"] == TREND and out["ours_hi"] < 0 and "does not hold the paper's +0.08" in out["reason"]
+    assert out["verdict"] == NOT_REPRODUCED and out["ours_hi"] < 0 and "wholly outside the paper's gap +0.08" in out["reason"]
     assert "median signed gap -0.08" in out["ours"]
-    # the measurement unrelated to the prediction within prompts: ρ's interval holds 0
-    assert verdict(c, gap_runs(0.08, shuffle=True, n_prompts=12, seed=3))["verdict"] == INCONCLUSIVE
-    # the measurement falls as the prediction rises
+    out = verdict(c, gap_runs(-0.02))
+    assert out["verdict"] == INCONCLUSIVE and "reaches out of" in out["reason"]
+    # the gap decides, whatever ρ: the measurement falling as the prediction rises is shown beside
     out = verdict(c, gap_runs(0.08, flip=True))
-    assert out["verdict"] == NOT_REPRODUCED and "ρ's interval lies below 0" in out["reason"]
+    assert "ρ beside, not judged: -" in out["reason"]
+    no_margin = claim("close_to_prediction", "method=gamma > 0; measured=speedup", our_table="t; s",
+                      paper_value="median +0.08 (rows −0.32 to +0.29)")
+    out = verdict(no_margin, gap_runs(0.08))
+    assert out["verdict"] == INCONCLUSIVE and "no equivalence margin" in out["reason"]
 
 
 def test_an_interval_that_holds_0_is_inconclusive_whatever_the_papers_change():
@@ -878,8 +899,10 @@ def test_an_interval_that_holds_0_is_inconclusive_whatever_the_papers_change():
     out = verdict(claim("increases", base + "; paper_change=greedy:0.48,stochastic:0.59"), {"t": flat})
     assert out["verdict"] == INCONCLUSIVE and "contains 0 (and not the paper's 0.48)" in out["reason"]
     rising = width_runs({"a": [2, 2.3, 2.5], "b": [3, 3.2, 3.5], "c": [1, 1.4, 1.6], "d": [2, 2.2, 2.55]})
-    out = verdict(claim("increases", base + "; paper_change=greedy:0.5,stochastic:0.5"), {"t": rising})
+    out = verdict(claim("increases", base + "; paper_change=greedy:0.5,stochastic:0.5; margin=0.3"), {"t": rising})
     assert out["verdict"] == EXACT
+    out = verdict(claim("increases", base + "; paper_change=greedy:0.5,stochastic:0.5; margin=0.05"), {"t": rising})
+    assert out["verdict"] == TREND and "reaches out of the paper's 0.5 ±0.05" in out["reason"]
     out = verdict(claim("increases", base + "; paper_change=greedy:0.5,stochastic:2.0"), {"t": rising})
     assert out["verdict"] == TREND and "stochastic" in out["reason"]
     with pytest.raises(ValueError, match="series:number"):
@@ -897,7 +920,7 @@ def test_needs_precondition():
                 rows.append({"prompt": f"p{i}", "method": m, "tokens_per_s": tps, "tokens": 64, "seconds": 64 / tps})
         return pd.DataFrame(rows)
     c = claim("needs_precondition", "method=method == 'Medusa-2'; baseline=method == 'AR2'; "
-              "requires=method == 'Medusa-1'; requires_baseline=method == 'AR'", paper_value="2.83")
+              "requires=method == 'Medusa-1'; requires_baseline=method == 'AR'; margin=10%", paper_value="2.83")
     out = verdict(c, {"t": medusa([0.85, 0.9, 0.88], [0.9, 0.95, 0.92])})
     assert out["verdict"] == NOT_TESTABLE and "needs Medusa-1 to speed up AR first" in out["reason"]
     assert out["ours"].startswith("precondition Medusa-1 / AR 0.8") and "; not judged: 0.9" in out["ours"]
@@ -940,7 +963,8 @@ def test_interval_verdicts_follow_their_definitions(args, expected):
     if expected == INCONCLUSIVE:
         assert "contains the null" in clause.text and "no interval" in clause.text
     if expected == EXACT:
-        assert "holds the paper's number" in clause.text and "excludes the null on the paper's side" in clause.text
+        assert "within the paper's number" in clause.text and "margin" in clause.text
+        assert "excludes the null on the paper's side" in clause.text
 
 
 def test_margin_and_test_verdicts_follow_their_definitions():

@@ -230,11 +230,12 @@ def score_working_tree(root: Path | None = None, seen: dict | None = None) -> li
     return _score(todo, Tables("standard", dirs=[root / "data" / "results"]), seen) if todo else []
 
 
-def verdict_history(root: Path | None = None, max_commits: int | None = None, progress: bool = False) -> pd.DataFrame:
+def verdict_history(root: Path | None = None, max_commits: int | None = None, progress: bool = False,
+                    working_tree: bool = True) -> pd.DataFrame:
     """The readings of every claim over the record's commits (:func:`record_commits`): one row per distinct (claim,
     rule version, evidence key), at the first commit that held it, with the number of commits that held it
     (``states``), oldest first; the record's tables in the working tree that no commit holds yet come last, under
-    the commit name "uncommitted" (:func:`score_working_tree`)."""
+    the commit name "uncommitted" (:func:`score_working_tree`; ``working_tree=False``: commits only)."""
     rows, seen = [], {}
     commits = record_commits(root, max_commits)
     for i, (commit, date) in enumerate(commits):
@@ -245,7 +246,7 @@ def verdict_history(root: Path | None = None, max_commits: int | None = None, pr
             rows.append(r)
     import datetime
 
-    for r in score_working_tree(root, seen):  # tables written since the last commit of the record
+    for r in score_working_tree(root, seen) if working_tree else []:  # tables written since the last commit
         r.update(commit="uncommitted", date=datetime.date.today().isoformat(), states=1)
         rows.append(r)
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)

@@ -123,7 +123,12 @@ def group_counts(rows: pd.DataFrame, group: str = "") -> str:
 def _card_head(card: pd.DataFrame, profile: str) -> str:
     counts = card["verdict"].value_counts()
     summary = " · ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
-    return f"{card['id'].nunique()} distinct claims, one per statement of a paper: {summary}"
+    head = f"{card['id'].nunique()} distinct claims, one per statement of a paper: {summary}"
+    reg = card.get("registered", pd.Series(dtype=str)).fillna("").astype(str)
+    if reg.str.len().gt(0).any():
+        head += (f"; {int(reg.str.startswith('before').sum())} judged by a rule registered before its data, "
+                 f"{int(reg.str.startswith('after').sum())} after it (data/claims_registry.csv)")
+    return head
 
 
 def _definitions_note() -> str:
@@ -156,13 +161,17 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
         for _, r in rows.iterrows():
             where = f"{r['paper']} · {r['source']}" + (f" (arXiv {r['arxiv']})" if r.get("arxiv") else "")
             claim = _cell(r["claim"]) + (f"<br><sub>{_cell(r['setting'])}</sub>" if r["setting"] else "")
-            paper = _cell(r["paper_value"]) + (f"<br><sub>{_cell(r['paper_kind'])}</sub>" if r.get("paper_kind") else "")
+            kind = " · ".join(x for x in (str(r.get("paper_kind") or ""),
+                                          f"margin {r['margin']}" if r.get("margin") else "") if x)
+            paper = _cell(r["paper_value"]) + (f"<br><sub>{_cell(kind)}</sub>" if kind else "")
             ours = _cell(r["ours"]) or "—"
             if r["ours"] and r["our_setting"]:
                 ran = "; ".join(x for x in (f"ran on {r['hardware']}" if r.get("hardware") else "",
                                             f"tables of commit {r['commit']}" if r.get("commit") else "") if x)
                 ours += f"<br><sub>{_cell(r['our_setting'])}" + (f"; {_cell(ran)}" if ran else "") + "</sub>"
             why = _cell(r["reason"]) + (f"<br><sub>{_cell(r['stability'])}</sub>" if r.get("stability") else "")
+            if r.get("registered"):
+                why += f"<br><sub>rule {_cell(r['registered'])}</sub>"
             lines.append("| " + " | ".join((_cell(where), claim, paper, ours, f"**{r['verdict']}**", why)) + " |")
     return "\n".join(lines) + "\n"
 

@@ -220,9 +220,12 @@ def explain_gap(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tabl
     verifying γ + 1 tokens or the tree (from the table ``source``'s own cost model where it is a bench file that has
     one, else notebook 04's cost curve)."""
     parts = []
-    steps, base_steps = step_counts(method_rows), step_counts(base_rows)
-    tok, base_tok = as_array(method_rows[tokens_column(method_rows)]), as_array(base_rows[tokens_column(base_rows)])
-    if np.isfinite(steps).all() and np.isfinite(base_steps).all() and steps.sum() > 0 and base_steps.sum() > 0:
+    counted = all(any(c in rows for c in ("tokens", "new_tokens")) and "seconds" in rows
+                  for rows in (method_rows, base_rows))  # a table of tokens/s alone has no steps to count
+    steps, base_steps = (step_counts(method_rows), step_counts(base_rows)) if counted else (np.array([np.nan]),) * 2
+    tok = as_array(method_rows[tokens_column(method_rows)]) if counted else None
+    base_tok = as_array(base_rows[tokens_column(base_rows)]) if counted else None
+    if counted and np.isfinite(steps).all() and np.isfinite(base_steps).all() and steps.sum() > 0 and base_steps.sum() > 0:
         tps, base_tps = tok.sum() / steps.sum(), base_tok.sum() / base_steps.sum()
         step_ratio = ((as_array(method_rows["seconds"]).sum() / steps.sum())
                       / (as_array(base_rows["seconds"]).sum() / base_steps.sum()))

@@ -49,6 +49,9 @@ from specrepro.record.verdicts import (
     prompt_unit,
     judge_interval,
     judge_margin,
+    parse_margin,
+    fmt_margin,
+    margin_bounds,
 )
 from specrepro.stats import spearman, stat_ci
 from specrepro.theory import expected_tokens, walltime_improvement
@@ -57,14 +60,16 @@ __all__ = ["paired_ratio", "needs_precondition", "computed_speedup", "value_in_i
            "quality_unchanged"]
 
 
-@rule("select", "method", "baseline", "value", "null", "summary", "beside")
+@rule("select", "method", "baseline", "value", "null", "summary", "beside", "margin")
 def paired_ratio(claim, tables: Tables) -> Outcome:
     """For a measured ratio (a speedup over AR, tree over chain, MSS over naive sampling). Per prompt, the method's
     ``value`` (default tokens_per_s) over the baseline's on the same prompt (and repeat), from
     :func:`specrepro.measure.harness.paired_ratios`; our number is the median over prompts with its 95% bootstrap interval,
     judged by :data:`INTERVAL_CLAUSES` with the null ``null`` (default 1) and the paper's side above it.
-    Reproduced exactly if the interval holds the paper's value (or meets its range) and lies above the null; trend
-    reproduced if the interval lies above the null only; not reproduced if it lies
+    Reproduced exactly if the whole interval lies within the paper's value (or range) ± the claim's registered
+    ``margin`` (``10%``: relative; an equivalence test) and above the null; trend reproduced if the interval lies
+    above the null only (the reason says whether the effect is smaller or larger than the paper's by more than the
+    margin); not reproduced if it lies
     below; inconclusive if it contains the null, or if the table is summary-only (no ``prompt`` column: one pooled
     row per method, so no interval; ``summary`` names the pooled ratio column shown instead). ``beside`` (a method
     query) names extensions of ours shown after the verdict's number with their own paired ratio and interval, never
@@ -115,7 +120,7 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
         r = paired_ratios(df, m, bases[0], value)
         results.append((m, *stat_ci(r.to_numpy())))
     name, est, lo, hi, n = max(results, key=lambda t: t[1])
-    verdict, why = judge_reading(lo, hi, paper, null, +1, f"{name} over {bases[0]}")
+    verdict, why = judge_reading(lo, hi, paper, null, +1, f"{name} over {bases[0]}", parse_margin(p.get("margin")))
     text = fmt_ci(est, lo, hi, n, prompt_unit(df), suffix="×") + (
         f"; best of {len(cands)}: {name}" if len(cands) > 1 else f" ({name} / {bases[0]})")
     text += beside()
@@ -127,7 +132,7 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
     return Outcome(verdict, text, est, why, lo, hi, n)
 
 
-@rule("select", "method", "baseline", "value", "null", "summary", "beside", "requires", "requires_baseline")
+@rule("select", "method", "baseline", "value", "null", "summary", "beside", "requires", "requires_baseline", "margin")
 def needs_precondition(claim, tables: Tables) -> Outcome:
     """For a claim whose regime needs a precondition that our own runs must show first (Medusa-2 fine-tunes a
     backbone that Medusa-1 heads already speed up): the precondition is the paired ratio of ``requires`` over
@@ -187,18 +192,20 @@ def computed_speedup(claim, tables: Tables) -> Outcome:
     return Outcome(COMPUTED, text + measured, est, why, lo, hi, n)
 
 
-@rule("select", "value", "null")
+@rule("select", "value", "null", "margin")
 def value_in_interval(claim, tables: Tables) -> Outcome:
     """For a measured rate (an acceptance rate α). Per prompt the ``value`` column (one row per prompt); our number
     is the mean over prompts with its 95% bootstrap interval (:data:`INTERVAL_CLAUSES`). Reproduced exactly if the
-    interval holds the paper's value and lies above the ``null`` (default 0.5: "most of the time"); trend reproduced if it lies
-    above the null only; not reproduced if below; inconclusive if it contains the null.
+    whole interval lies within the paper's value ± the registered ``margin`` and above the ``null`` (default 0.5:
+    "most of the time"); trend reproduced if it lies above the null only; not reproduced if below; inconclusive if
+    it contains the null.
     """
     p = params_of(claim)
     df = claim_rows(claim, tables, p)
     est, lo, hi, n = stat_ci(as_array(df[p["value"]]), np.mean)
     positions = int(as_array(df["positions"]).sum()) if "positions" in df else None
-    verdict, why = judge_reading(lo, hi, paper_range(claim), param_float(p, "null", 0.5), +1, p["value"])
+    verdict, why = judge_reading(lo, hi, paper_range(claim), param_float(p, "null", 0.5), +1, p["value"],
+                                 parse_margin(p.get("margin")))
     text = fmt_ci(est, lo, hi, n, "prompts") + (f", {positions} positions" if positions else "")
     return Outcome(verdict, text, est, why, lo, hi, n)
 
@@ -248,7 +255,7 @@ def measured_and_predicted(claim, tables: Tables, p: dict) -> tuple[pd.DataFrame
     return rows, measured, np.asarray(walltime_improvement(alpha, gamma, np.nan_to_num(c)), dtype=float), c_note
 
 
-@rule("select", "method", "measured", "tolerance", "c")
+@rule("select", "method", "measured", "tolerance", "c", "margin")
 def close_to_prediction(claim, tables: Tables) -> Outcome:
     """Measured against Leviathan's prediction, row by row (one row per prompt and setting of the first table).
     ``measured`` = tokens_per_step (predicted by Eq. 1 at the row's α and γ) or speedup (the row's tokens/s over the
@@ -267,8 +274,10 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
     A formula the paper computed (paper_kind computed): :data:`MARGIN_CLAUSES` with the margin ±``tolerance``
     (default 10%, absorbing that acceptance is not i.i.d. in real text) on the gap's interval. A gap the paper
     measured (paper_value: the paper's own signed gap, e.g. the median over its table's rows):
-    :data:`INTERVAL_CLAUSES` on two scales - the gap's interval must hold the paper's signed gap, and ρ's interval
-    must exclude its null 0 (a prediction that tells nothing about the measurement) on the positive side.
+    the paper's signed gap is the claim's number, and agreement with it is judged two-sided on the gap's own scale by
+    :data:`MARGIN_CLAUSES` around the paper's gap ± the registered ``margin`` (absolute): the whole interval within
+    it reads exactly, wholly outside it not reproduced, straddling an end inconclusive (so is a claim with no
+    registered margin). Whether the measurement rises with the prediction (ρ) is shown beside, never judged.
     """
     p = params_of(claim)
     rows, measured, predicted, c_note = measured_and_predicted(claim, tables, p)
@@ -290,16 +299,18 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
                INCONCLUSIVE: f"the gap's interval is not within ±{tol:.0%}"}[verdict]
         return Outcome(verdict, text, est, why, lo, hi, n)
     paper = paper_range(claim)
-    holds = meets_range(lo, hi, paper)
-    verdict = judge_interval(rho_lo, rho_hi, 0.0, +1, holds)
+    margin = parse_margin(p.get("margin"))
     pv = f"{paper[0]:+.2f}" if paper[0] == paper[1] else f"{paper[0]:+.2f} to {paper[1]:+.2f}"
-    gap_part = (f"the gap's interval holds the paper's {pv}" if holds else
-                f"the gap's interval [{lo:+.2f}, {hi:+.2f}] does not hold the paper's {pv}" if has_ci(lo, hi)
-                else "no gap interval")
-    why = {EXACT: "",
-           TREND: f"ρ's interval lies above 0 but {gap_part}",
-           NOT_REPRODUCED: "ρ's interval lies below 0: the measurement falls as the prediction rises",
-           INCONCLUSIVE: f"ρ's interval contains 0 or cannot be computed; {gap_part}"}[verdict]
+    if margin is None:
+        verdict, why = INCONCLUSIVE, f"no equivalence margin is registered around the paper's gap {pv}"
+    else:
+        b_lo, b_hi = margin_bounds(paper, margin)
+        verdict = judge_margin(lo, hi, (b_lo, b_hi))
+        band = f"the paper's gap {pv} {fmt_margin(margin)} [{b_lo:+.2f}, {b_hi:+.2f}]"
+        why = {EXACT: "", NOT_REPRODUCED: f"the gap's interval lies wholly outside {band}",
+               INCONCLUSIVE: f"the gap's interval reaches out of {band}" if has_ci(lo, hi) else "no gap interval"}[verdict]
+    if not math.isnan(rho):
+        why = "; ".join(s for s in (why, f"ρ beside, not judged: {rho:.2f}") if s)
     return Outcome(verdict, text, est, why, lo, hi, n)
 
 

@@ -32,6 +32,9 @@ from specrepro.record.verdicts import (
     judge_reading,
     prompt_unit,
     judge_interval,
+    parse_margin,
+    fmt_margin,
+    within_margin,
 )
 from specrepro.stats import spearman, spearman_interval, stat_ci
 
@@ -91,7 +94,7 @@ def monotone(claim, tables: Tables, sign: int) -> Outcome:
                          + fmt_ci(est, lo, hi, n, "prompts", sign=True)
                          + (f" (paper {target:+.2f})" if target is not None else ""))
             verdicts[str(label)] = judge_reading(lo, hi, None if target is None else (target, target), 0.0, sign,
-                                          str(label))
+                                                 str(label), parse_margin(p.get("margin")))
         else:  # summary points: Spearman's test over the x values (a direction, no interval of the change)
             d = d.sort_values(x_col)
             ys = as_array(d[y_col])
@@ -130,12 +133,13 @@ def series_numbers(claim, text: str) -> dict[str, float]:
     return out
 
 
-@rule("select", "x", "y", "series", "paper_change")
+@rule("select", "x", "y", "series", "paper_change", "margin")
 def increases(claim, tables: Tables) -> Outcome:
     """For a measured direction (y rises with x; :data:`INTERVAL_CLAUSES`, null 0). Per-prompt rows: per prompt the
     paired difference y(largest x) − y(smallest x), its mean over prompts with a 95% bootstrap interval, judged
     against the paper's own change where ``paper_change`` gives it (``series:number,...``: the paper's y at the
-    largest x minus at the smallest) - reproduced exactly if the interval holds it and lies above 0, trend
+    largest x minus at the smallest) - reproduced exactly if the whole interval lies within it ± the registered
+    ``margin`` and above 0, trend
     reproduced if it lies above 0 only (or the paper gives no change); summary rows (no ``prompt`` column):
     Spearman's ρ over the x values with its 95% interval by Fisher's z, a direction only. Not reproduced if an
     interval lies below 0; inconclusive if one contains 0. Every ``series`` must hold: the claim's verdict is the
@@ -144,10 +148,11 @@ def increases(claim, tables: Tables) -> Outcome:
     return monotone(claim, tables, +1)
 
 
-@rule("select", "x", "y", "series", "paper_change")
+@rule("select", "x", "y", "series", "paper_change", "margin")
 def decreases(claim, tables: Tables) -> Outcome:
     """As :func:`increases` with the direction reversed: the paper's side of the null 0 is below it (y falls with
-    x); reproduced exactly if the interval lies below 0 and holds the paper's (negative) change, trend reproduced if
+    x); reproduced exactly if the interval lies below 0 and within the paper's (negative) change ± its ``margin``,
+    trend reproduced if
     below 0 only, not reproduced if above 0, inconclusive if it contains 0; the weakest series decides.
     """
     return monotone(claim, tables, -1)
@@ -182,26 +187,33 @@ def grows_linearly(claim, tables: Tables) -> Outcome:
     return Outcome(verdict, text, float(fit.slope), why, lo, hi, len(x))
 
 
-def best_k_interval(ratios: pd.DataFrame, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
-    """The 95% percentile-bootstrap interval of the best K (the column of ``ratios`` - prompts × K, paired speedups
-    over AR - with the highest median over prompts), resampling prompts."""
+def best_k_draws(ratios: pd.DataFrame, seed: int = 0, n_resamples: int = 2000) -> np.ndarray:
+    """The best K (the column of ``ratios`` - prompts × K, paired speedups over AR - with the highest median over
+    prompts) in each of ``n_resamples`` bootstrap resamples of the prompts (rows sorted by prompt first, so the draw
+    does not depend on the table's row order)."""
     rng = np.random.default_rng(seed)
+    ratios = ratios.sort_index()
     values, ks = ratios.to_numpy(dtype=float), np.asarray(ratios.columns, dtype=float)
     picks = rng.integers(0, len(values), size=(n_resamples, len(values)))
-    best = ks[np.nanargmax(np.nanmedian(values[picks], axis=1), axis=1)]
+    return ks[np.nanargmax(np.nanmedian(values[picks], axis=1), axis=1)]
+
+
+def best_k_interval(ratios: pd.DataFrame, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of the best K (:func:`best_k_draws`), resampling prompts."""
+    best = best_k_draws(ratios, seed, n_resamples)
     return float(np.percentile(best, 2.5)), float(np.percentile(best, 97.5))
 
 
-@rule("select", "x", "tolerance")
+@rule("select", "x", "tolerance", "margin")
 def speedup_peaks(claim, tables: Tables) -> Outcome:
     """For "the speedup plateaus or regresses as K grows, optimal at K = k" (paper_value: k;
     :data:`INTERVAL_CLAUSES` on two scales). Needs per-prompt runs (``prompt``, ``method``, ``tokens_per_s`` and the
     draft length column ``x``; x = 0 is AR). The statistic: per prompt, the tokens/s at the largest K swept over the
     tokens/s at the paper's k (:func:`specrepro.measure.harness.paired_ratios`), median over prompts with a 95%
     bootstrap interval; its null is 1 + ``tolerance`` (default 0.05: still a gain past k), the paper's side below it
-    (a plateau or a regression). The paper's number k is held if it lies in the 95% bootstrap interval (over prompts)
-    of our best K (highest median paired speedup over AR). Reproduced exactly if both; trend reproduced if the
-    interval lies below the null only; not reproduced if it lies above it (the speedup still grows past k);
+    (a plateau or a regression). The paper's number k is held if the whole 95% bootstrap interval (over prompts) of
+    our best K (highest median paired speedup over AR) lies within k ± the registered ``margin`` (in K; an
+    equivalence test). Reproduced exactly if both; trend reproduced if the interval lies below the null only; not reproduced if it lies above it (the speedup still grows past k);
     inconclusive otherwise, and always for a summary-only table (no per-prompt rows: no interval).
     """
     p = params_of(claim)
@@ -224,13 +236,19 @@ def speedup_peaks(claim, tables: Tables) -> Outcome:
     over_ar = pd.DataFrame({k: paired_ratios(df, by_k[k], by_k[0]) for k in ks}).dropna()
     medians = over_ar.median()
     k_best = int(medians.idxmax())
-    k_lo, k_hi = best_k_interval(over_ar)
+    draws = best_k_draws(over_ar)
+    k_lo, k_hi = float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))
+    shares = ", ".join(f"K = {k:g} {int((draws == k).sum())}" for k in ks if (draws == k).any())
+    margin = parse_margin(p.get("margin"))
     est, lo, hi, n = stat_ci(paired_ratios(df, by_k[ks[-1]], by_k[k_paper]).to_numpy())
-    text = (f"best K = {k_best} [{k_lo:g}, {k_hi:g}] ({medians[k_best]:.2f}× AR); K = {ks[-1]} over K = {k_paper}: "
-            + fmt_ci(est, lo, hi, n, prompt_unit(df), suffix="×"))
-    verdict = judge_interval(lo, hi, 1 + tol, -1, k_lo <= k_paper <= k_hi)
+    text = (f"best K = {k_best} [{k_lo:g}, {k_hi:g}] ({medians[k_best]:.2f}× AR; best in {shares} of {len(draws)} "
+            f"resamples); K = {ks[-1]} over K = {k_paper}: " + fmt_ci(est, lo, hi, n, prompt_unit(df), suffix="×")
+            + f", null {1 + tol:g}")
+    verdict = judge_interval(lo, hi, 1 + tol, -1, within_margin(k_lo, k_hi, (k_paper, k_paper), margin))
+    band = f"K = {k_paper} {fmt_margin(margin)}" if margin else f"K = {k_paper} (no margin registered)"
     why = {EXACT: "",
-           TREND: f"no gain past K = {k_paper}, but the best K's interval [{k_lo:g}, {k_hi:g}] excludes {k_paper}",
+           TREND: f"no gain past K = {k_paper} (K = {ks[-1]} over K = {k_paper} below {1 + tol:g}), but the best K's "
+                  f"interval [{k_lo:g}, {k_hi:g}] does not lie within {band}",
            NOT_REPRODUCED: f"the speedup still grows past K = {k_paper}",
            INCONCLUSIVE: "the interval does not tell a plateau from a gain" if has_ci(lo, hi) else
            "no interval (fewer than 2 prompts)"}[verdict]

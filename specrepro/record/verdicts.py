@@ -21,6 +21,7 @@ from typing import Callable
 __all__ = ["EXACT", "TREND", "INCONCLUSIVE", "NOT_REPRODUCED", "NOT_RUN", "COMPUTED", "NOT_TESTABLE", "VERDICTS",
            "JUDGED", "Clause", "INTERVAL_CLAUSES", "MARGIN_CLAUSES", "TEST_CLAUSES", "OTHER_DEFINITIONS",
            "VERDICT_DEFINITIONS", "verdict_definitions", "judge_interval", "judge_margin", "judge_test", "NotRun",
+           "parse_margin", "fmt_margin", "margin_bounds", "within_margin",
            "Outcome", "N_PHRASE", "n_unit"]
 
 
@@ -52,14 +53,19 @@ def is_beyond(lo, hi, null: float, direction: int) -> bool:
 
 
 #: a number or a direction the paper measured, read from our 95% interval [lo, hi] of the statistic against its
-#: null (``null``, on the paper's side ``direction``), and whether the interval holds the paper's number
+#: null (``null``, on the paper's side ``direction``), and whether the interval lies within the paper's number ± the
+#: claim's registered equivalence margin
 #: (``holds_paper``: None when the paper states a direction only); :func:`judge_interval`
 INTERVAL_CLAUSES = (
-    Clause(EXACT, "our 95% interval holds the paper's number (or meets its range) and excludes the null on the "
-                  "paper's side (where the number and the null are on two scales, each has its own interval)",
+    Clause(EXACT, "our whole 95% interval lies within the paper's number (or range) ± the equivalence margin "
+                  "registered for the claim, and excludes the null on the paper's side (an equivalence test: more "
+                  "data can only narrow the interval, never earn this by widening it; where the number and the null "
+                  "are on two scales, each has its own interval)",
            lambda lo, hi, null, direction, holds_paper: is_beyond(lo, hi, null, direction) and holds_paper is True),
-    Clause(TREND, "the interval excludes the null on the paper's side but does not hold the paper's number, or the "
-                  "paper states a direction and no number",
+    Clause(TREND, "the interval excludes the null on the paper's side but does not lie within the paper's number ± "
+                  "its margin (the reason says whether the effect is smaller or larger than the paper's by more "
+                  "than the margin, or the interval still reaches out of it), or the paper states a direction and no "
+                  "number",
            lambda lo, hi, null, direction, holds_paper: is_beyond(lo, hi, null, direction)),
     Clause(NOT_REPRODUCED, "the interval excludes the null on the other side",
            lambda lo, hi, null, direction, holds_paper: is_beyond(lo, hi, null, -direction)),
@@ -131,8 +137,9 @@ def first_clause(clauses, *args) -> Clause:
 
 def judge_interval(lo, hi, null: float, direction: int, holds_paper: bool | None) -> str:
     """The verdict of :data:`INTERVAL_CLAUSES` for our 95% interval [lo, hi] (None or NaN: no interval), the null on
-    the paper's side ``direction`` (+1: the paper's side is above it) and whether the interval holds the paper's
-    number (``holds_paper``; None: the paper states a direction only)."""
+    the paper's side ``direction`` (+1: the paper's side is above it) and whether the interval lies within the paper's
+    number ± its registered margin (``holds_paper``, from :func:`within_margin`; None: the paper states a direction
+    only)."""
     return first_clause(INTERVAL_CLAUSES, lo, hi, null, direction, holds_paper).verdict
 
 
@@ -151,12 +158,57 @@ def meets_range(lo, hi, paper: tuple[float, float]) -> bool:
     return has_ci(lo, hi) and lo <= paper[1] and hi >= paper[0]
 
 
-def judge_reading(lo, hi, paper: tuple[float, float] | None, null: float, direction: int, what: str) -> tuple[str, str]:
+def parse_margin(text) -> tuple[str, float] | None:
+    """A claim's equivalence margin (its ``margin`` parameter): ``"10%"`` is relative (the paper's number × (1 ± 0.10)),
+    ``"0.05"`` absolute (± 0.05 on the paper's scale); empty or None: no margin.
+
+    Raises:
+        ValueError: text that is neither, or a negative margin.
+    """
+    if text is None or str(text).strip() == "":
+        return None
+    t = str(text).strip()
+    try:
+        kind, value = ("relative", float(t[:-1]) / 100) if t.endswith("%") else ("absolute", float(t))
+    except ValueError:
+        raise ValueError(f"margin {text!r}: write a relative margin as '10%' or an absolute one as '0.05'") from None
+    if not value >= 0:
+        raise ValueError(f"margin {text!r} must be >= 0")
+    return kind, value
+
+
+def fmt_margin(margin: tuple[str, float] | None) -> str:
+    """``±10%`` or ``±0.05``; "" for no margin."""
+    if margin is None:
+        return ""
+    return f"±{margin[1] * 100:g}%" if margin[0] == "relative" else f"±{margin[1]:g}"
+
+
+def margin_bounds(paper: tuple[float, float], margin: tuple[str, float]) -> tuple[float, float]:
+    """The paper's number (or range) widened by its margin: relative margins scale with the number's size."""
+    kind, m = margin
+    if kind == "relative":
+        return paper[0] - abs(paper[0]) * m, paper[1] + abs(paper[1]) * m
+    return paper[0] - m, paper[1] + m
+
+
+def within_margin(lo, hi, paper: tuple[float, float], margin: tuple[str, float] | None) -> bool:
+    """Whether the whole interval [lo, hi] lies within the paper's number ± ``margin`` (False without a margin or an
+    interval): the equivalence test behind "reproduced exactly" for a measured number."""
+    if margin is None or not has_ci(lo, hi):
+        return False
+    b_lo, b_hi = margin_bounds(paper, margin)
+    return b_lo <= lo and hi <= b_hi
+
+
+def judge_reading(lo, hi, paper: tuple[float, float] | None, null: float, direction: int, what: str,
+                  margin: tuple[str, float] | None = None) -> tuple[str, str]:
     """The verdict of :data:`INTERVAL_CLAUSES` (:func:`judge_interval`) for a measured claim whose number (``paper``,
     a value or range; None: a direction only) and null lie on the scale of our interval [lo, hi], with the reason:
-    where the interval lies against the null and the paper's number. Returns (verdict, reason); the reason of
-    "reproduced exactly" is empty."""
-    holds = None if paper is None else meets_range(lo, hi, paper)
+    where the interval lies against the null and against the paper's number ± its registered equivalence ``margin``
+    (:func:`parse_margin`; without one a measured number cannot read "reproduced exactly"). Returns (verdict,
+    reason); the reason of "reproduced exactly" is empty."""
+    holds = None if paper is None else within_margin(lo, hi, paper, margin)
     verdict = judge_interval(lo, hi, null, direction, holds)
     if not has_ci(lo, hi):
         return verdict, f"no interval for {what} (fewer than 2 prompts)"
@@ -167,12 +219,22 @@ def judge_reading(lo, hi, paper: tuple[float, float] | None, null: float, direct
     if verdict == TREND:
         if paper is None:
             return verdict, f"the interval lies {side} {null:g}; the paper states a direction, no number to hold"
-        where = "below" if hi < paper[0] else "above"
-        return verdict, f"the interval lies {side} {null:g} but {where} the paper's {pv}"
+        if margin is None:
+            return verdict, (f"the interval lies {side} {null:g}; no equivalence margin is registered for the "
+                             f"paper's {pv}, so it cannot read exactly")
+        b_lo, b_hi = margin_bounds(paper, margin)
+        band = f"the paper's {pv} {fmt_margin(margin)} [{b_lo:.3g}, {b_hi:.3g}]"
+        if hi < b_lo or lo > b_hi:
+            size = "smaller" if (hi < b_lo) == (direction > 0) else "larger"
+            return verdict, (f"the interval lies {side} {null:g} and wholly {'below' if hi < b_lo else 'above'} "
+                             f"{band}: an effect on the paper's side, {size} than the paper's by more than the margin")
+        return verdict, f"the interval lies {side} {null:g} but reaches out of {band}; more data may sharpen it"
     if verdict == NOT_REPRODUCED:
-        return verdict, f"the interval [{lo:.2f}, {hi:.2f}] lies on the other side of {null:g}"
+        return verdict, f"the interval [{lo:.2f}, {hi:.2f}] lies on the other side of {null:g}" + (
+            f" from the paper's {pv}" if paper is not None else "")
+    near = paper is not None and meets_range(lo, hi, paper)
     return verdict, f"the interval [{lo:.2f}, {hi:.2f}] contains {null:g}" + (
-        f" (and the paper's {pv})" if holds else f" (and not the paper's {pv})" if paper is not None else "")
+        f" (and the paper's {pv})" if near else f" (and not the paper's {pv})" if paper is not None else "")
 
 
 def all_of(verdicts) -> str:
