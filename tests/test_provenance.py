@@ -70,3 +70,21 @@ def test_the_record_is_not_written_from_a_dirty_tree(tmp_path, monkeypatch):
     # a run outside the record (any other profile, or no SPECREPRO_RECORD) is not refused
     results.save_table(pd.DataFrame({"a": [1]}), "t", profile="quick")
     assert (tmp_path / "t.csv").exists()
+
+
+def test_every_gpu_measurement_has_a_sidecar_naming_its_files():
+    """``data/gpu`` holds runs made on a lent GPU: each of its files is described by a provenance sidecar (commit,
+    device, sha256), as every table of the record is, and the record's hash check covers them."""
+    import json as _json
+    from pathlib import Path as _Path
+
+    from specrepro.record.report import gpu_dir
+
+    gdir = gpu_dir()
+    if not gdir.exists():
+        pytest.skip("no GPU measurements in this checkout")
+    sides = sorted(_Path(gdir).glob("*.provenance.json"))
+    described = set().union(*(_json.loads(s.read_text())["sha256"] for s in sides)) if sides else set()
+    files = {p.name for p in _Path(gdir).iterdir() if not p.name.endswith(".provenance.json")}
+    assert files == described
+    assert all(_json.loads(s.read_text()).get("commit") for s in sides)

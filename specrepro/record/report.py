@@ -895,6 +895,47 @@ def gpu_dir() -> Path:
     return repo_root() / "data" / "gpu"
 
 
+def gpu_files(gdir: Path, prefix: str) -> list[Path]:
+    """The measurement files ``<prefix>*.json`` under ``gdir`` (their provenance sidecars left out), sorted."""
+    return sorted(p for p in Path(gdir).glob(f"{prefix}*.json") if not p.name.endswith(".provenance.json"))
+
+
+def write_gpu_sidecars(gdir: Path | None = None) -> list[Path]:
+    """Give each measurement under ``data/gpu`` the provenance sidecar every table of the record has,
+    ``<name>.provenance.json``: the run's commit, date, device and library versions (read from the file itself) and
+    the sha256 of the file and of its companion log (``test_cuda_<gpu>.log``; ``run_<gpu>.log`` for
+    ``cost_curves_<gpu>.json``), so that ``record_hash_mismatches`` checks them too. A sidecar already recording
+    the same bytes is left as it is. Returns the sidecars written.
+
+    Raises:
+        ValueError: a measurement file that names no commit.
+    """
+    from specrepro.files import atomic_write_text, sha256_bytes
+
+    gdir = gpu_dir() if gdir is None else Path(gdir)
+    written = []
+    for prefix in ("cost_curves_", "test_cuda_"):
+        for path in gpu_files(gdir, prefix):
+            data = json.loads(path.read_text())
+            meta = data.get("config", data)
+            if not meta.get("commit"):
+                raise ValueError(f"{path}: names no commit")
+            gpu = path.stem.removeprefix(prefix)
+            log = gdir / (f"run_{gpu}.log" if prefix == "cost_curves_" else f"{path.stem}.log")
+            files = [path] + ([log] if log.exists() else [])
+            prov = {k: meta.get(k) for k in ("commit", "date", "torch", "transformers") if meta.get(k) is not None}
+            prov["device"] = meta.get("device_description") or meta.get("device")
+            prov["what"] = ("measured on a lent GPU outside make reproduce (see docs/gpu.md); the log is the run's "
+                            "own output")
+            prov["sha256"] = {f.name: sha256_bytes(f.read_bytes()) for f in files}
+            side = path.with_name(f"{path.stem}.provenance.json")
+            text = json.dumps(prov, indent=1, sort_keys=True) + "\n"
+            if not side.exists() or side.read_text() != text:
+                atomic_write_text(side, text)
+                written.append(side)
+    return written
+
+
 def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
     """Markdown for the ``gpu`` block of docs/gpu.md, from the files under :func:`gpu_dir`:
 
@@ -917,7 +958,7 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
         for row in json.loads(read_noted(bench))["summary"]:
             if row["method"] == GPU_ALPHA_METHOD and row.get("alpha") is not None:
                 alpha, alpha_n = float(row["alpha"]), f"{row['n_prompts']} prompts x {row['runs'] // row['n_prompts']} passes"
-    for path in sorted(gdir.glob("cost_curves_*.json")):
+    for path in gpu_files(gdir, "cost_curves_"):
         res = json.loads(read_noted(path))
         cfg, models = res["config"], res["models"]
         ns = cfg["ns"]
@@ -964,7 +1005,7 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
                          f"{alpha_n}); c = t_draft(1) / t_target(1). A prediction from measured costs, not a measured "
                          f"speedup:\n")
             parts.append("\n".join(lines) + "\n")
-    for meta_path in sorted(gdir.glob("test_cuda_*.json")):
+    for meta_path in gpu_files(gdir, "test_cuda_"):
         meta = json.loads(meta_path.read_text())
         log = meta_path.with_suffix(".log")
         text = log.read_text() if log.exists() else ""

@@ -176,10 +176,10 @@ def record_hash_mismatches(dirs=None) -> list[str]:
     sidecar that records none (one line each; empty when the record is consistent).
 
     Args:
-        dirs: directories to check (default: the record's ``data/results`` and ``figures``).
+        dirs: directories to check (default: the record's ``data/results``, ``figures`` and ``data/gpu``).
     """
     out = []
-    for d in dirs if dirs is not None else (record_dir("results"), record_dir("figures")):
+    for d in dirs if dirs is not None else (record_dir("results"), record_dir("figures"), repo_root() / "data/gpu"):
         for side in sorted(Path(d).glob("*.provenance.json")):
             hashes = json.loads(side.read_text()).get("sha256")
             if not hashes:
