@@ -32,12 +32,13 @@ def bootstrap_ci(values, statistic: Callable = np.median, confidence: float = CO
 
     Returns:
         (estimate, low, high). With one value the interval is (NaN, NaN); when every value is equal it is the
-        point itself (the bootstrap distribution is degenerate).
+        point itself (the bootstrap distribution is degenerate). The values are sorted before resampling, so the
+        interval depends on the sample, not on the order of the rows it came from.
     """
     from scipy import stats
 
     x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
+    x = np.sort(x[np.isfinite(x)])
     if x.size == 0:
         return float("nan"), float("nan"), float("nan")
     est = float(statistic(x))

@@ -125,6 +125,9 @@ def test_bootstrap_ci_edge_cases_and_reproducibility():
     x = np.random.default_rng(1).normal(1.3, 0.2, size=30)
     a, b = bootstrap_ci(x, seed=3), bootstrap_ci(x, seed=3)
     assert a == b and a[1] < a[0] < a[2]
+    # the interval is the sample's, whatever the order of the rows it came from
+    m = bootstrap_ci(x, statistic=np.mean, seed=3)  # a continuous statistic: every resample counts
+    assert bootstrap_ci(np.random.default_rng(2).permutation(x), statistic=np.mean, seed=3) == m
 
 
 def test_ratio_of_sums_ci_keeps_the_pooled_rate_and_resamples_prompts():

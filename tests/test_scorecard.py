@@ -195,7 +195,8 @@ def test_every_claim_has_a_group_that_fits_its_rule():
     for rule in ("exact_sampler", "identical_up_to_ties", "all_identical", "printed_precision", "typical_shifts"):
         assert by_rule[rule] == {"correctness"}, rule
     for rule in ("paired_ratio", "value_in_interval", "row_order", "increases", "decreases", "speedup_peaks",
-                 "grows_linearly", "computed_speedup", "needs_precondition", "not_testable", "falls_with_head"):
+                 "grows_linearly", "computed_speedup", "needs_precondition", "not_testable", "falls_with_head",
+                 "close_to_prediction"):  # Eq. 1 against tokens per step counted in runs is a measurement
         assert by_rule[rule] == {"performance"}, rule
     # nothing timed is correctness
     timed = re.compile(r"tokens_per_s\b|_ms\b|speedup|seconds")
@@ -353,7 +354,11 @@ def test_all_identical():
                       "same_as_ar": [True, True, "True", np.nan]})
     c = claim("all_identical", "select=method != 'AR'; value=same_as_ar", paper_kind="asserted")
     out = verdict(c, {"t": r})
-    assert out["verdict"] == EXACT and out["ours"].startswith("2/2 runs identical")
+    assert out["verdict"] == EXACT and out["ours"].startswith("2/2 comparisons identical") and out["n"] == 2
+    # the two runs of prompt b (repeated greedy passes) are one comparison: n counts independent comparisons
+    out = verdict(c, {"t": r.assign(same_as_ar=[True, True, "True", True])})
+    assert out["ours"].startswith("2/2 comparisons identical") and "3 runs" in out["ours"] and out["n"] == 2
+    assert out["n_unit"] == "comparisons"
     out = verdict(c, {"t": r.assign(same_as_ar=[True, True, False, "False"])})
     assert out["verdict"] == NOT_REPRODUCED and "2 runs differ" in out["reason"]
     assert verdict(c, {"t": r.assign(same_as_ar=np.nan)})["verdict"] == NOT_RUN
@@ -1017,9 +1022,9 @@ def test_the_scorecard_is_split_into_short_files_and_re_exports_every_name():
     name of each is still importable from specrepro.record.scorecard."""
     import importlib
 
-    from specrepro.record.history import RULE_MODULES
+    from specrepro.record.history import SCORECARD_MODULES
 
-    for name in RULE_MODULES:
+    for name in SCORECARD_MODULES:
         module = importlib.import_module(name)
         path = Path(module.__file__)
         assert len(path.read_text().splitlines()) < 600, path.name

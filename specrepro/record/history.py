@@ -67,9 +67,11 @@ def record_commits(root: Path | None = None, max_commits: int | None = None) -> 
 
 
 #: the modules whose functions and clause tables make up the scorecard's rule code
-RULE_MODULES = ("specrepro.record.scorecard", "specrepro.record.verdicts", "specrepro.record.tables",
-                "specrepro.record.rulekit", "specrepro.record.rules_asserted", "specrepro.record.rules_measured",
-                "specrepro.record.rules_trends")
+SCORECARD_MODULES = ("specrepro.record.scorecard", "specrepro.record.verdicts", "specrepro.record.tables",
+                     "specrepro.record.rulekit", "specrepro.record.rules_asserted", "specrepro.record.rules_measured",
+                     "specrepro.record.rules_trends")
+#: ... and the statistics they compute with (intervals, paired ratios), so a rule's fingerprint moves with them too
+RULE_MODULES = SCORECARD_MODULES + ("specrepro.stats", "specrepro.measure.harness")
 
 
 def rule_source(rule: str) -> str:

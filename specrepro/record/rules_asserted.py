@@ -118,7 +118,8 @@ def all_identical(claim, tables: Tables) -> Outcome:
     """For an asserted identity (greedy decoding of a method returns the baseline's greedy tokens;
     :data:`TEST_CLAUSES`: the test compares tokens, so it can fail). Reproduced exactly if every selected run's
     ``value`` column is true (output token-identical to the greedy baseline); not reproduced if any is false (the
-    reason counts them); not run if no run recorded the comparison.
+    reason counts them); not run if no run recorded the comparison. n counts independent comparisons: greedy decoding
+    repeated over timed passes returns the same tokens, so the runs of one (prompt, method) are one comparison.
     """
     p = params_of(claim)
     df = claim_rows(claim, tables, p)
@@ -127,15 +128,18 @@ def all_identical(claim, tables: Tables) -> Outcome:
         raise NotRun(f"no run recorded {p['value']}")
     n_ok = int(same.sum())
     prompts = df.loc[same.index, "prompt"].nunique() if "prompt" in df else None
-    text = f"{n_ok}/{len(same)} runs identical" + (f" ({prompts} prompt{'s' if prompts > 1 else ''})" if prompts else "")
+    keys = [c for c in ("prompt", "method") if c in df]
+    units = same.astype(bool).groupby([df.loc[same.index, c] for c in keys]).all() if keys else same.astype(bool)
+    text = (f"{int(units.sum())}/{len(units)} comparisons identical ({' × '.join(keys) or 'run'}; {len(same)} runs"
+            + (f", {prompts} prompt{'s' if prompts > 1 else ''}" if prompts else "") + ")")
     verdict = judge_test(n_ok == len(same), can_fail=True)
     if verdict == EXACT:
-        return Outcome(verdict, text, 1.0, n=len(same), unit="runs")
+        return Outcome(verdict, text, 1.0, n=len(units), unit="comparisons")
     bad = df.loc[same.index[~same.astype(bool)]]
     who = ", ".join(sorted(set(bad["method"].astype(str)))) if "method" in bad else ""
-    return Outcome(verdict, text, n_ok / len(same),
-                   f"{len(same) - n_ok} runs differ from the baseline" + (f" ({who})" if who else ""), n=len(same),
-                   unit="runs")
+    return Outcome(verdict, text, float(units.mean()),
+                   f"{len(same) - n_ok} runs differ from the baseline" + (f" ({who})" if who else ""), n=len(units),
+                   unit="comparisons")
 
 
 @rule("select", "value", "explained")
