@@ -44,7 +44,9 @@ def _blocks_removed(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def committed_card() -> pd.DataFrame:
-    return sc.score("standard", tables=sc.Tables("standard", dirs=[record_dir("results")]))
+    from specrepro.record.registry import with_registration
+
+    return with_registration(sc.score("standard", tables=sc.Tables("standard", dirs=[record_dir("results")])))
 
 
 def _scorecard_block() -> str:

@@ -28,7 +28,7 @@ from specrepro.record.history import rule_version
 from specrepro.record.scorecard import RULES, load_claims
 
 __all__ = ["REGISTRY_COLUMNS", "JUDGED_BY", "STATISTICS", "registry_path", "load_registry", "statistic_of",
-           "pending", "register", "main"]
+           "pending", "register", "registration_notes", "with_registration", "main"]
 
 #: one registration: the claim, how it is judged, and the commit and date it was registered on
 REGISTRY_COLUMNS = ["id", "rule", "params", "paper_value", "paper_kind", "statistic", "registered_commit",
@@ -139,6 +139,37 @@ def _add_columns(path: Path) -> None:
     added = REGISTRY_COLUMNS[len(have):]
     rows = [line + "," * len(added) for line in lines[1:]]
     atomic_write_text(path, "\n".join([lines[0] + "," + ",".join(added), *rows]) + "\n")
+
+
+def registration_notes(card: pd.DataFrame) -> list[str]:
+    """Per card row: whether the way its claim is judged today (its latest registration in
+    ``data/claims_registry.csv``, :mod:`specrepro.record.registry`) was registered before the data it judges: "before
+    its data" when the registration's commit is an ancestor of the commit that wrote the claim's table, "after its
+    data (registered <date>)" otherwise, "" for a claim with no table or no registration matching today's
+    judging."""
+    registry = load_registry()
+    stale = set(pending(registry=registry)["id"])
+    latest = registry.groupby("id", sort=False).tail(1).set_index("id")
+    out = []
+    for _, r in card.iterrows():
+        commit = str(r.get("commit") or "").removesuffix("-dirty")
+        if r["id"] in stale or r["id"] not in latest.index or not commit:
+            out.append("")
+            continue
+        reg = latest.loc[r["id"]]
+        before = subprocess.run(["git", "merge-base", "--is-ancestor", reg["registered_commit"], commit],
+                                cwd=repo_root(), capture_output=True).returncode == 0
+        out.append("before its data" if before and reg["registered_commit"][:12] != commit[:12]
+                   else f"after its data (registered {reg['registered_date']})")
+    return out
+
+
+def with_registration(card: pd.DataFrame) -> pd.DataFrame:
+    """``card`` (:func:`specrepro.record.scorecard.score`) with its ``registered`` column filled
+    (:func:`registration_notes`)."""
+    card = card.copy()
+    card["registered"] = registration_notes(card)
+    return card
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from specrepro.files import atomic_write_files, hold_record_lock_for, read_noted, repo_root
+from specrepro.record.registry import with_registration
 from specrepro.record.results import (
     STANDARD,
     figures_dir,
@@ -573,7 +574,7 @@ def render_targets(profile: str = STANDARD) -> str:
 def write_scorecard(profile: str = STANDARD, device: str = "cpu", claims: pd.DataFrame | None = None) -> pd.DataFrame:
     """Score every claim for ``profile`` (:func:`specrepro.record.scorecard.score`), save it as the ``scorecard`` table (CSV
     + provenance) and its markdown as ``scorecard.md`` beside it; returns the scorecard."""
-    card = score(profile, claims)
+    card = with_registration(score(profile, claims))
     save_table(card, "scorecard", profile=profile, device=device,
                companions={"scorecard.md": render_markdown(card, profile)})
     return card
@@ -617,7 +618,7 @@ def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None =
         ValueError: ``name`` is not a generated block.
     """
     if name == "scorecard":
-        return render_summary(score(profile) if card is None else card, profile, base)
+        return render_summary(with_registration(score(profile)) if card is None else card, profile, base)
     if name == "figures":
         return render_figures(profile, base)
     if name == "bench":
@@ -758,7 +759,7 @@ def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
         if home.get(name) != pages[0]:
             raise ValueError(f"expected one <!-- {name}:start --> before one <!-- {name}:end --> in {pages[0].name}")
     if "scorecard" in home and card is None:
-        card = score(profile)
+        card = with_registration(score(profile))
     out = {}
     for p, old in texts.items():
         new = old

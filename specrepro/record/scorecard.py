@@ -290,35 +290,8 @@ def score(profile: str = STANDARD, claims: pd.DataFrame | None = None, tables: T
     card = pd.DataFrame([score_claim(c, tables) for _, c in claims.iterrows()], columns=CARD_COLUMNS)
     notes = stability_notes(tables)
     card["stability"] = [notes.get(i, "") for i in card["id"]]
-    card["registered"] = registration_notes(card)
+    card["registered"] = ""  # filled by specrepro.record.registry.with_registration (the registry reads the claims)
     return card
-
-
-def registration_notes(card: pd.DataFrame) -> list[str]:
-    """Per card row: whether the way its claim is judged today (its latest registration in
-    ``data/claims_registry.csv``, :mod:`specrepro.record.registry`) was registered before the data it judges: "before
-    its data" when the registration's commit is an ancestor of the commit that wrote the claim's table, "after its
-    data (registered <date>)" otherwise, "" for a claim with no table or no registration matching today's
-    judging."""
-    import subprocess
-
-    from specrepro.record.registry import load_registry, pending
-
-    registry = load_registry()
-    stale = set(pending(registry=registry)["id"])
-    latest = registry.groupby("id", sort=False).tail(1).set_index("id")
-    out = []
-    for _, r in card.iterrows():
-        commit = str(r.get("commit") or "").removesuffix("-dirty")
-        if r["id"] in stale or r["id"] not in latest.index or not commit:
-            out.append("")
-            continue
-        reg = latest.loc[r["id"]]
-        before = subprocess.run(["git", "merge-base", "--is-ancestor", reg["registered_commit"], commit],
-                                cwd=repo_root(), capture_output=True).returncode == 0
-        out.append("before its data" if before and reg["registered_commit"][:12] != commit[:12]
-                   else f"after its data (registered {reg['registered_date']})")
-    return out
 
 
 def stability_notes(tables: Tables) -> dict[str, str]:
