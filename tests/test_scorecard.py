@@ -1111,3 +1111,13 @@ def test_register_appends_only_what_changed_and_keeps_every_earlier_row(tmp_path
     again = registry.register(path, commit="c3", date="2026-01-03")
     assert list(again["id"]) == [reg.iloc[0]["id"]] and path.read_text().startswith(before)
     assert registry.load_registry(path).iloc[-1]["registered_commit"] == "c3"
+
+
+def test_every_rule_names_how_its_interval_is_computed():
+    """The card names each row's interval method (a referee recomputing it needs the method, not only the level);
+    a rule whose reading is a test or an exact comparison names none."""
+    assert set(sc.RULE_INTERVALS) == set(sc.RULES)
+    card = sc.score("standard", tables=sc.Tables("standard", dirs=[record_dir("results")]))
+    with_ci = card[card["ours_lo"].notna()]
+    assert len(with_ci) > 10 and with_ci["interval"].astype(bool).all()
+    assert (card.loc[card["rule"] == "grows_linearly", "interval"].str.contains("t-interval")).all()

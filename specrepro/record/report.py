@@ -152,8 +152,8 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
     head = f"Profile **{profile}**" + (f" on {machines}" if machines else "")
     if commits:
         head += f", tables from commit{'s' if len(commits) > 1 else ''} " + ", ".join(f"`{c}`" for c in commits)
-    head += (f". {_card_head(card, profile)}. Intervals are 95% "
-             f"bootstrap intervals over prompts (or problems).")
+    head += (f". {_card_head(card, profile)}. Intervals are 95%; each row names how its interval is computed "
+             f"(most are percentile bootstraps over prompts or problems).")
     lines = [head, "", _definitions_note().rstrip("\n")]
     for group, rows in _groups(card):
         lines += ["", f"### {group_counts(rows, group or 'ungrouped')}", "",
@@ -170,6 +170,8 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
                 ran = "; ".join(x for x in (f"ran on {r['hardware']}" if r.get("hardware") else "",
                                             f"tables of commit {r['commit']}" if r.get("commit") else "") if x)
                 ours += f"<br><sub>{_cell(r['our_setting'])}" + (f"; {_cell(ran)}" if ran else "") + "</sub>"
+            if r.get("interval"):
+                ours += f"<br><sub>interval: {_cell(r['interval'])}</sub>"
             why = _cell(r["reason"]) + (f"<br><sub>{_cell(r['stability'])}</sub>" if r.get("stability") else "")
             if r.get("registered"):
                 why += f"<br><sub>rule {_cell(r['registered'])}</sub>"
@@ -236,7 +238,8 @@ def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | 
     link = _rel(full, base)
     lines = [f"Profile **{profile}**: {_card_head(card, profile)}. Each claim's setting, ours, the hardware and "
              f"commit of the table that measured it and the reason for its verdict: [`{link}`]({link}) "
-             f"(and `scorecard.csv` beside it). Intervals are 95% bootstrap intervals over prompts (or problems).",
+             f"(and `scorecard.csv` beside it). Intervals are 95%; most are percentile bootstraps over prompts (or "
+             f"problems), and the full card names each row's method.",
              "", _definitions_note().rstrip("\n")]
     for group, rows in _groups(card):
         lines += ["", f"**{group_counts(rows, group or 'ungrouped')}**", "",

@@ -161,7 +161,23 @@ CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_va
                  "params", "our_table", "notebook", "our_setting", "caveat")
 CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "ours",
                 "ours_value", "ours_lo", "ours_hi", "n", "n_unit", "our_setting", "hardware", "profile", "commit", "verdict",
-                "reason", "rule", "our_table", "stability", "margin", "registered"]
+                "reason", "rule", "our_table", "stability", "margin", "registered", "interval"]
+
+_BOOT = "percentile bootstrap over prompts (9,999 resamples, rows sorted first)"
+#: rule -> how its 95% interval is computed (the card names it on every row; "" where the rule's reading is a test or
+#: an exact comparison, not an interval)
+RULE_INTERVALS = {
+    "printed_precision": "", "exact_sampler": "", "all_identical": "", "typical_shifts": "", "not_testable": "",
+    "identical_up_to_ties": "Clopper-Pearson (exact binomial) interval of the share of departures",
+    "paired_ratio": _BOOT, "needs_precondition": _BOOT, "computed_speedup": _BOOT, "value_in_interval": _BOOT,
+    "close_to_prediction": _BOOT, "quality_unchanged": _BOOT.replace("prompts", "problems"), "row_order": _BOOT,
+    "increases": _BOOT + "; on summary points, Fisher's z interval of Spearman's ρ",
+    "decreases": _BOOT + "; on summary points, Fisher's z interval of Spearman's ρ",
+    "grows_linearly": "t-interval of the least-squares slope",
+    "speedup_peaks": "percentile bootstrap over prompts, rows sorted first (the ratio: 9,999 resamples; the best K: "
+                     "2,000)",
+    "falls_with_head": "Newcombe's interval of a difference of two proportions",
+}
 
 
 # ------------------------------------------------------------------------------------------------------ claims
@@ -278,7 +294,8 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
             out = Outcome(NOT_RUN, e.ours, None, str(e))
         out = _judged_draft(claim, tables, names, out)
     row.update(verdict=out.verdict, ours=out.ours, ours_value=out.value, ours_lo=out.lo, ours_hi=out.hi, n=out.n,
-               n_unit=n_unit(out), reason=out.reason, margin=fmt_margin(parse_margin(params_of(claim).get("margin"))))
+               n_unit=n_unit(out), reason=out.reason, margin=fmt_margin(parse_margin(params_of(claim).get("margin"))),
+               interval=RULE_INTERVALS.get(claim["rule"], "") if out.lo is not None or out.n else "")
     return row
 
 
