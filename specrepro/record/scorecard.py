@@ -305,10 +305,34 @@ def score(profile: str = STANDARD, claims: pd.DataFrame | None = None, tables: T
     claims = load_claims() if claims is None else claims
     tables = Tables(profile) if tables is None else tables
     card = pd.DataFrame([score_claim(c, tables) for _, c in claims.iterrows()], columns=CARD_COLUMNS)
-    notes = stability_notes(tables)
-    card["stability"] = [notes.get(i, "") for i in card["id"]]
+    notes, earlier = stability_notes(tables), earlier_rule_notes(tables, claims)
+    card["stability"] = ["; ".join(x for x in (notes.get(i, ""), earlier.get(i, "")) if x) for i in card["id"]]
     card["registered"] = ""  # filled by specrepro.record.registry.with_registration (the registry reads the claims)
     return card
+
+
+def earlier_rule_notes(tables: Tables, claims: pd.DataFrame) -> dict[str, str]:
+    """Claim id -> what an earlier rule said, for every claim whose rule changed after it had judged a table and
+    whose verdict changed with it: the latest reading of the verdict history (``verdict_history``) under another
+    rule than today's, when it gave a judged verdict other than the claim's latest
+    reading's (e.g. "under its earlier rule paired_ratio (read at 35a878247632): not reproduced, 0.92× ..."), so a
+    rule changed after its data is shown beside the verdict it replaced. Empty without the table."""
+    hist = tables.get("verdict_history")
+    if hist is None or hist.empty:
+        return {}
+    hist = hist.astype(object).fillna("")
+    out = {}
+    for _, c in claims.iterrows():
+        mine = hist[hist["claim"] == c["id"]]
+        if mine.empty:
+            continue
+        now = mine.iloc[-1]["verdict"]
+        other = mine[(mine["rule"] != c["rule"]) & mine["verdict"].isin(JUDGED) & (mine["verdict"] != now)]
+        if not other.empty:
+            r = other.iloc[-1]
+            out[c["id"]] = (f"under its earlier rule {r['rule']} (read at {r['commit']}): {r['verdict']}, "
+                            f"{str(r['ours']).split('; not judged')[0]}")
+    return out
 
 
 def stability_notes(tables: Tables) -> dict[str, str]:
