@@ -41,8 +41,8 @@ from typing import Callable
 
 from specrepro.files import atomic_write_text
 
-__all__ = ["cache_root", "MANIFEST", "VERIFY_ENV", "check_entry", "build_entry", "entry_lock", "locked", "CacheEntryError",
-           "entries", "entry_size", "configure_parser", "run_command"]
+__all__ = ["cache_root", "MANIFEST", "VERIFY_ENV", "check_entry", "build_entry", "entry_lock", "locked",
+           "CacheEntryError", "entries", "entry_size", "configure_parser", "run_command"]
 
 #: the manifest of a folder entry (inside it); a file entry's is ``<file>.entry.json`` beside it
 MANIFEST = "SPECREPRO_ENTRY.json"

@@ -546,20 +546,13 @@ def hold_record_lock(job: int | None = None) -> None:
         RecordBusyError: another job holds it (the message names its pid, command and start).
     """
     import datetime
-    import fcntl
     import json
 
     path = record_lock_path()
     if str(path) in _RECORD_LOCKS:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # flock(2) itself (not filelock): its lock belongs to the open file, so the background holder of
-    # hold_record_lock_for_job keeps it across fork
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = _flock_or_none(path)
+    if fd is None:
         owner = record_lock_owner() or {}
         if int(owner.get("job", -1)) in _ancestors():
             return  # our own job holds it
@@ -572,6 +565,22 @@ def hold_record_lock(job: int | None = None) -> None:
         {"pid": int(job or me), "job": int(job or me), "command": _command_line(int(job or me)),
          "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}) + "\n")
     _RECORD_LOCKS[str(path)] = fd
+
+
+def _flock_or_none(path: Path) -> int | None:
+    """An open file descriptor of ``path`` (created) holding its exclusive flock(2), or None when another process
+    holds it. flock itself, not filelock: the lock belongs to the open file, so the background holder of
+    :func:`hold_record_lock_for_job` keeps it across fork, and the kernel releases it when the last holder dies."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 _RECORD_PARTS = ("data/results", "data/checkpoints", "figures", "notebooks/executed/standard",
@@ -627,18 +636,11 @@ def _hold_checkpoint(path: Path) -> None:
     Raises:
         RecordBusyError: another process holds it.
     """
-    import fcntl
-
     key = str(path.resolve())
     if key in _CHECKPOINT_LOCKS:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = path.with_name(path.name + ".lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = _flock_or_none(path.with_name(path.name + ".lock"))
+    if fd is None:
         raise RecordBusyError(f"the checkpoint {path} is being filled by another process; let it finish (or stop "
                               f"it), then run this again to resume from it") from None
     _CHECKPOINT_LOCKS[key] = fd

@@ -47,17 +47,22 @@ def _git(root, *args):
                         "GIT_COMMITTER_EMAIL": "t@t"})
 
 
-def test_a_reading_is_one_distinct_pair_of_table_bytes_and_rule_version_not_one_commit(tmp_path):
-    """Three commits of a record: the second changes another table only (the claim's evidence is the same: one
-    reading, two states), the third changes the claim's table (a second reading, on other data)."""
+def _one_identity_claim(root):
+    """A record under ``root`` with one asserted-identity claim ``g`` on table ``t``; returns t's all-identical rows."""
     from specrepro.record.scorecard import CLAIM_COLUMNS
 
-    (tmp_path / "data" / "results").mkdir(parents=True)
+    (root / "data" / "results").mkdir(parents=True)
     row = {c: "" for c in CLAIM_COLUMNS}
     row.update(id="g", paper="P", arxiv="0000.00000v1", source="Table 1", claim="identical", paper_value="identical",
                paper_kind="asserted", group="correctness", rule="all_identical", params="value=same", our_table="t")
-    pd.DataFrame([row]).to_csv(tmp_path / "data" / "claims.csv", index=False)
-    table = pd.DataFrame({"prompt": ["a", "b"], "method": "sd", "same": [True, True]})
+    pd.DataFrame([row]).to_csv(root / "data" / "claims.csv", index=False)
+    return pd.DataFrame({"prompt": ["a", "b"], "method": "sd", "same": [True, True]})
+
+
+def test_a_reading_is_one_distinct_pair_of_table_bytes_and_rule_version_not_one_commit(tmp_path):
+    """Three commits of a record: the second changes another table only (the claim's evidence is the same: one
+    reading, two states), the third changes the claim's table (a second reading, on other data)."""
+    table = _one_identity_claim(tmp_path)
     _git(tmp_path, "init", "-q")
     for i, (name, df) in enumerate((("t", table), ("u", table), ("t", table.assign(same=[True, False])))):
         df.to_csv(tmp_path / "data" / "results" / f"{name}.csv", index=False)
@@ -75,14 +80,7 @@ def test_the_tables_on_disk_that_no_commit_holds_yet_are_the_last_reading(tmp_pa
     """A run rewrites the claim's table and has not committed it: the history's last reading is that table
     ("uncommitted"); once committed, the same evidence is one reading at its commit, and a record as committed adds
     no state of its own."""
-    from specrepro.record.scorecard import CLAIM_COLUMNS
-
-    (tmp_path / "data" / "results").mkdir(parents=True)
-    row = {c: "" for c in CLAIM_COLUMNS}
-    row.update(id="g", paper="P", arxiv="0000.00000v1", source="Table 1", claim="identical", paper_value="identical",
-               paper_kind="asserted", group="correctness", rule="all_identical", params="value=same", our_table="t")
-    pd.DataFrame([row]).to_csv(tmp_path / "data" / "claims.csv", index=False)
-    table = pd.DataFrame({"prompt": ["a", "b"], "method": "sd", "same": [True, True]})
+    table = _one_identity_claim(tmp_path)
     table.to_csv(tmp_path / "data" / "results" / "t.csv", index=False)
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "data")
@@ -107,7 +105,10 @@ def test_the_rule_version_changes_with_the_rule_code_and_its_inputs(monkeypatch)
     # the rule's source, and the helpers and clauses it reaches, are part of it
     src = history.rule_source("paired_ratio")
     assert "def paired_ratio(" in src and "def judge_reading(" in src and "def judge_interval(" in src
-    assert "holds the paper's number" in src  # INTERVAL_CLAUSES, through judge_interval
+    assert "within the paper's number (or range) ± the equivalence margin" in src  # INTERVAL_CLAUSES' text
+    # code only: a docstring or the layout of a line is not a new version
+    assert '"""' not in src and history._code_only(
+        'def f(x):\n    """Doc."""\n    return (x +\n            1)\n') == history._code_only("def f(x):\n    return x + 1\n")
 
     def paired_ratio(claim, tables):  # same name, other code
         return None

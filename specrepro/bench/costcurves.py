@@ -62,7 +62,8 @@ def run_cost_curves(models: list[str], device: str = "cpu", dtype: str = "auto",
     Raises:
         ValueError: no models, ``cuda_graphs`` on a device that is not CUDA (or CUDA unavailable), impossible sizes.
     """
-    from specrepro.files import atomic_write_text, hold_record_lock_for, code_fingerprint, cpu_description, device_description, git_commit
+    from specrepro.files import (atomic_write_text, code_fingerprint, cpu_description, device_description, git_commit,
+                                 hold_record_lock_for)
     from specrepro.measure.cost import measure_cost_table, measure_cost_table_static
     from specrepro.models import load_model, random_weights_model, resolve_dtype
 

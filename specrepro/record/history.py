@@ -74,10 +74,26 @@ SCORECARD_MODULES = ("specrepro.record.scorecard", "specrepro.record.verdicts", 
 RULE_MODULES = SCORECARD_MODULES + ("specrepro.stats", "specrepro.measure.harness")
 
 
+def _code_only(source: str) -> str:
+    """A function's source as its code alone: docstrings dropped and the layout normalised (``ast.unparse``), so a
+    reworded docstring or a rewrapped line is not a new version of a rule, while any change to what it computes is."""
+    import ast
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(source))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
 def rule_source(rule: str) -> str:
     """The source of today's code of rule ``rule``: the rule function and every function or clause table of the
-    scorecard's modules (:data:`RULE_MODULES`) that it reaches by name (transitively), in a fixed order; "" for a
-    rule unknown today."""
+    scorecard's modules (:data:`RULE_MODULES`) that it reaches by name (transitively), in a fixed order, functions
+    as code without their docstrings (:func:`_code_only`); "" for a rule unknown today."""
     fn = RULES.get(rule)
     if fn is None:
         return ""
@@ -88,7 +104,7 @@ def rule_source(rule: str) -> str:
             continue
         seen.add(id(obj))
         if inspect.isfunction(obj):
-            parts.append((obj.__name__, inspect.getsource(obj)))
+            parts.append((obj.__name__, _code_only(inspect.getsource(obj))))
             codes = [obj.__code__]
             while codes:
                 code = codes.pop()

@@ -7,8 +7,9 @@ parameters, the paper's number or kind, the statistic its rule computes, :data:`
 ``rule_version``, :func:`specrepro.record.history.rule_version`, a hash of the rule function's source and of every
 scorecard function and clause it reaches, with the claim's parameters and paper number); a row is never edited or
 removed, so the registry shows when each way of judging a claim was fixed, before or after the tables it judged. A
-column added later is empty in the rows written before it (``rule_version`` in the first registrations). :func:`register` appends the registrations that ``data/claims.csv`` needs, stamped with the commit they were
-made on (``git rev-parse HEAD``: the parent of the commit that adds them) and the date;
+column added later is empty in the rows written before it (``rule_version`` in the first registrations).
+:func:`register` appends the registrations that ``data/claims.csv`` needs, stamped with the commit they were made
+on (``git rev-parse HEAD``: the parent of the commit that adds them) and the date;
 ``python -m specrepro.record.registry`` runs it.
 
 What it is not: the claims (``data/claims.csv``, :mod:`specrepro.record.scorecard`) or a verdict.

@@ -225,7 +225,8 @@ def explain_gap(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tabl
     steps, base_steps = (step_counts(method_rows), step_counts(base_rows)) if counted else (np.array([np.nan]),) * 2
     tok = as_array(method_rows[tokens_column(method_rows)]) if counted else None
     base_tok = as_array(base_rows[tokens_column(base_rows)]) if counted else None
-    if counted and np.isfinite(steps).all() and np.isfinite(base_steps).all() and steps.sum() > 0 and base_steps.sum() > 0:
+    if (counted and np.isfinite(steps).all() and np.isfinite(base_steps).all() and steps.sum() > 0
+            and base_steps.sum() > 0):
         tps, base_tps = tok.sum() / steps.sum(), base_tok.sum() / base_steps.sum()
         step_ratio = ((as_array(method_rows["seconds"]).sum() / steps.sum())
                       / (as_array(base_rows["seconds"]).sum() / base_steps.sum()))

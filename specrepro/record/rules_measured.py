@@ -307,8 +307,9 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
         b_lo, b_hi = margin_bounds(paper, margin)
         verdict = judge_margin(lo, hi, (b_lo, b_hi))
         band = f"the paper's gap {pv} {fmt_margin(margin)} [{b_lo:+.2f}, {b_hi:+.2f}]"
-        why = {EXACT: "", NOT_REPRODUCED: f"the gap's interval lies wholly outside {band}",
-               INCONCLUSIVE: f"the gap's interval reaches out of {band}" if has_ci(lo, hi) else "no gap interval"}[verdict]
+        reach = f"the gap's interval reaches out of {band}" if has_ci(lo, hi) else "no gap interval"
+        outside = f"the gap's interval lies wholly outside {band}"
+        why = {EXACT: "", NOT_REPRODUCED: outside, INCONCLUSIVE: reach}[verdict]
     if not math.isnan(rho):
         why = "; ".join(s for s in (why, f"ρ beside, not judged: {rho:.2f}") if s)
     return Outcome(verdict, text, est, why, lo, hi, n)

@@ -213,8 +213,9 @@ def speedup_peaks(claim, tables: Tables) -> Outcome:
     bootstrap interval; its null is 1 + ``tolerance`` (default 0.05: still a gain past k), the paper's side below it
     (a plateau or a regression). The paper's number k is held if the whole 95% bootstrap interval (over prompts) of
     our best K (highest median paired speedup over AR) lies within k ± the registered ``margin`` (in K; an
-    equivalence test). Reproduced exactly if both; trend reproduced if the interval lies below the null only; not reproduced if it lies above it (the speedup still grows past k);
-    inconclusive otherwise, and always for a summary-only table (no per-prompt rows: no interval).
+    equivalence test). Reproduced exactly if both; trend reproduced if the interval lies below the null only; not
+    reproduced if it lies above it (the speedup still grows past k); inconclusive otherwise, and always for a
+    summary-only table (no per-prompt rows: no interval).
     """
     p = params_of(claim)
     df = claim_rows(claim, tables, p)

@@ -159,8 +159,8 @@ def meets_range(lo, hi, paper: tuple[float, float]) -> bool:
 
 
 def parse_margin(text) -> tuple[str, float] | None:
-    """A claim's equivalence margin (its ``margin`` parameter): ``"10%"`` is relative (the paper's number × (1 ± 0.10)),
-    ``"0.05"`` absolute (± 0.05 on the paper's scale); empty or None: no margin.
+    """A claim's equivalence margin (its ``margin`` parameter): ``"10%"`` is relative (the paper's number
+    × (1 ± 0.10)), ``"0.05"`` absolute (± 0.05 on the paper's scale); empty or None: no margin.
 
     Raises:
         ValueError: text that is neither, or a negative margin.

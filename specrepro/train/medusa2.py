@@ -313,7 +313,8 @@ def get_or_train_medusa2(base, heads: MedusaHeads, train_seqs, config: Medusa2Co
             h.save(d / "heads")
             atomic_write_text(d / "losses.csv", losses.to_csv(index=False))
             atomic_write_text(d / "medusa2.json", json.dumps(
-                {"format_version": FORMAT_VERSION, "base_name": base_name(base), "base_fingerprint": base_fingerprint(base),
+                {"format_version": FORMAT_VERSION, "base_name": base_name(base),
+                 "base_fingerprint": base_fingerprint(base),
                  "config": asdict(config), "train_s": train_s, "n_train_sequences": len(train_seqs)},
                 indent=1, sort_keys=True) + "\n")
         return {"tuned": tuned, "heads": h, "losses": losses, "train_s": train_s, "cached": False, "directory": d}
