@@ -75,16 +75,22 @@ help:  ## list the targets
 	@echo "  variables: PROFILE=$(PROFILE) (quick|standard|full|humaneval164), VENV=$(VENV), PYTHON=$(PYTHON) (3.11-3.14),"
 	@echo "             TORCH_INDEX=$(TORCH_INDEX) (torch's CPU build; empty: the default index)"
 
-# llama.cpp (llama-cpp-python, requirements-llamacpp.txt) is built from its source distribution with portable flags
-# (AVX2, no -march=native, no AVX-512, no AMX: runs on every x86-64 machine the project meets, AMX-advertising VMs
-# included): 4-14 min on 2 cores, once per machine. The wheel is kept in the user cache under a key of the pin and the
-# flags (LLAMA_WHEELS, under SPECREPRO_WHEELS: default the model cache's wheels/ folder; CI keeps it apart from the model
-# cache it empties), so every later environment, a fresh clone's included, installs it in seconds; pip's own wheel
-# cache is not used for it (--no-cache-dir), since it does not key on the flags. Two makes at once build it once: the
-# second waits on the folder's lock (flock) and finds the wheel.
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON \
-    -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+# llama.cpp (llama-cpp-python, requirements-llamacpp.txt) is built from its source distribution the way llama.cpp
+# builds its own portable releases: every x86-64 CPU variant of its CPU backend as a loadable module (GGML_BACKEND_DL,
+# GGML_CPU_ALL_VARIANTS: x64, SSE4.2, AVX, AVX2, AVX-512 with VBMI/VNNI/BF16 (Zen 4), AMX (Sapphire Rapids), ...),
+# installed beside the package's libraries (GGML_BACKEND_DIR); at run time specrepro.backends.llamacpp loads the one
+# llama.cpp scores best for this CPU, leaving out the AMX variant where the kernel does not grant AMX to the process
+# (VMs that advertise it: its kernels would die with SIGILL). Once per machine (about half an hour on 2 cores): the
+# wheel is kept in the user cache under a key of the pin and the flags (LLAMA_WHEELS, under SPECREPRO_WHEELS: default
+# the model cache's wheels/ folder; CI keeps it apart from the model cache it empties), so every later environment, a
+# fresh clone's included, installs it in seconds; pip's own wheel cache is not used for it (--no-cache-dir), since it
+# does not key on the flags. Two makes at once build it once: the second waits on the folder's lock (flock) and finds
+# the wheel. LLAMA_CMAKE_ARGS_PORTABLE is the former build (AVX2 only), kept for the side-by-side comparison.
+LLAMA_CMAKE_ARGS := -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DGGML_BACKEND_DIR=llama_cpp/lib \
     -DLLAMA_OPENSSL=OFF -DLLAVA_BUILD=OFF
+LLAMA_CMAKE_ARGS_PORTABLE := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON \
+    -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+    -DGGML_AMX_BF16=OFF -DLLAMA_OPENSSL=OFF -DLLAVA_BUILD=OFF
 LLAMA_PIN    := $(shell grep -E '^llama-cpp-python==' requirements-llamacpp.txt)
 SPECREPRO_WHEELS ?= $(or $(SPECREPRO_CACHE),$(HOME)/.cache/specrepro)/wheels
 LLAMA_WHEELS := $(SPECREPRO_WHEELS)/llama-cpp-python-$(shell printf '%s %s %s %s' \
@@ -99,7 +105,7 @@ $(STAMP): requirements.txt requirements-llamacpp.txt pyproject.toml
 	$(PY) -m pip install -q -r requirements.txt
 	@mkdir -p $(dir $(LLAMA_WHEELS)) && exec 9>$(LLAMA_WHEELS).lock && flock 9 && \
 	if ! ls $(LLAMA_WHEELS)/*.whl >/dev/null 2>&1; then \
-	    echo "building llama.cpp ($(LLAMA_PIN)) for the CPU with portable flags: a few minutes on 2 cores, once"; \
+	    echo "building llama.cpp ($(LLAMA_PIN)) for the CPU, every CPU variant: about half an hour on 2 cores, once per machine"; \
 	    rm -rf $(LLAMA_WHEELS).partial && mkdir -p $(LLAMA_WHEELS).partial && \
 	    CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) MAKEFLAGS=-j$(JOBS) \
 	        $(PY) -m pip wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python -w $(LLAMA_WHEELS).partial \

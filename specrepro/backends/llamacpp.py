@@ -18,8 +18,13 @@ without it.
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import logging
 import os
+import platform
+import shutil
+import tempfile
 import weakref
 from pathlib import Path
 from typing import Sequence
@@ -27,9 +32,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["LlamaCppLM", "LlamaCppError", "load_zoo", "llama_cpp_available", "llama_cpp_build"]
+__all__ = ["LlamaCppLM", "LlamaCppError", "load_zoo", "llama_cpp_available", "llama_cpp_build", "load_cpu_backend",
+           "cpu_variants", "amx_granted", "AMX_VARIANTS"]
 
 _BACKEND_READY = False
+#: the CPU variants of llama.cpp's all-variants build that run AMX tile instructions (ggml/src/CMakeLists.txt)
+AMX_VARIANTS = ("sapphirerapids",)
+_CPU_VARIANT: str | None = None
+_CPU_LOADED = False
 
 
 class LlamaCppError(RuntimeError):
@@ -45,6 +55,80 @@ def llama_cpp_available() -> tuple[bool, str]:
     return True, ""
 
 
+def amx_granted() -> bool:
+    """Whether the kernel grants AMX tile data to this process: ``arch_prctl(ARCH_REQ_XCOMP_PERM,
+    XFEATURE_XTILEDATA)``, the request llama.cpp's AMX code makes itself, succeeds. False off x86-64 Linux and on VMs
+    whose CPUID advertises AMX without the kernel granting it (there an AMX kernel dies with SIGILL)."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18
+    return libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
+
+
+def cpu_variants() -> list[Path]:
+    """The CPU backend modules (``libggml-cpu-<variant>.so``) installed beside llama_cpp's libraries: one per CPU
+    variant of a ``GGML_BACKEND_DL``/``GGML_CPU_ALL_VARIANTS`` build (the Makefile's), none for a build that links its
+    CPU backend in (the earlier portable AVX2 build).
+
+    Raises:
+        ImportError: llama_cpp is not installed.
+    """
+    import llama_cpp
+
+    return sorted((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu-*.so"))
+
+
+def load_cpu_backend() -> str | None:
+    """Load the CPU variant llama.cpp scores best for this CPU (``ggml_backend_load_all_from_path`` over
+    :func:`cpu_variants`, llama.cpp's own choice by CPUID), once per process, before any model is opened; the AMX
+    variants (:data:`AMX_VARIANTS`) are left out where :func:`amx_granted` says no. Returns the variant that runs
+    (e.g. ``"zen4"``, ``"haswell"``), or None for a build with its CPU backend linked in.
+
+    Raises:
+        ImportError: llama_cpp is not installed.
+        LlamaCppError: the build has variants and none could be loaded.
+    """
+    global _CPU_VARIANT, _CPU_LOADED
+    if _CPU_LOADED:
+        return _CPU_VARIANT
+    variants = cpu_variants()
+    if not variants:
+        _CPU_LOADED = True
+        return None
+    libdir = variants[0].parent
+    ggml = ctypes.CDLL(str(libdir / "libggml.so"))
+    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    search = libdir
+    if not amx_granted():
+        keep = [v for v in variants if not any(v.name == f"libggml-cpu-{a}.so" for a in AMX_VARIANTS)]
+        search = Path(tempfile.mkdtemp(prefix="specrepro-ggml-cpu-"))
+        atexit.register(shutil.rmtree, search, True)
+        for v in keep:
+            (search / v.name).symlink_to(v)
+    if int(ggml.ggml_backend_reg_count()) == 0:
+        ggml.ggml_backend_load_all_from_path(str(search).encode())
+    _CPU_VARIANT = _loaded_variant()
+    if _CPU_VARIANT is None:
+        raise LlamaCppError(f"llama.cpp loaded none of its CPU variants from {search} ({len(variants)} installed)")
+    _CPU_LOADED = True
+    return _CPU_VARIANT
+
+
+def _loaded_variant() -> str | None:
+    """The ``libggml-cpu-<variant>.so`` mapped into this process (/proc/self/maps), as ``<variant>``."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        name = line.rsplit("/", 1)[-1]
+        if name.startswith("libggml-cpu-") and name.endswith(".so"):
+            return name[len("libggml-cpu-"):-len(".so")]
+    return None
+
+
 def _lib(verbose: bool):
     global _BACKEND_READY
     import llama_cpp
@@ -52,6 +136,7 @@ def _lib(verbose: bool):
     # llama-cpp-python prints every llama.cpp log line through this logger unless its level is raised
     logging.getLogger("llama-cpp-python").setLevel(logging.DEBUG if verbose else logging.ERROR)
     if not _BACKEND_READY:
+        load_cpu_backend()
         llama_cpp.llama_backend_init()
         _BACKEND_READY = True
     return llama_cpp
@@ -273,8 +358,9 @@ def load_zoo(name: str, **kwargs) -> LlamaCppLM:
 
 def llama_cpp_build() -> dict:
     """Which llama.cpp runs here, for a results file: ``version`` (``llama_cpp.__version__``, the llama-cpp-python
-    release that pins its llama.cpp), ``system_info`` (``llama_print_system_info()``: the CPU features the build
-    uses, e.g. AVX2, OPENMP), and ``omp_wait_policy`` (the ``OMP_WAIT_POLICY`` environment variable, None when unset;
+    release that pins its llama.cpp), ``cpu_variant`` (the CPU variant that runs, :func:`load_cpu_backend`: e.g.
+    ``"zen4"``; ``"static"`` for a build with one CPU backend linked in), ``system_info``
+    (``llama_print_system_info()``: the CPU features the running variant uses, e.g. AVX512_BF16, OPENMP), and ``omp_wait_policy`` (the ``OMP_WAIT_POLICY`` environment variable, None when unset;
     see :class:`LlamaCppLM` on threads).
 
     Raises:
@@ -282,10 +368,11 @@ def llama_cpp_build() -> dict:
     """
     import llama_cpp
 
+    variant = load_cpu_backend()
     info = getattr(llama_cpp, "llama_print_system_info", None)
     text = info() if info is not None else None
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
-    return {"version": getattr(llama_cpp, "__version__", None),
+    return {"version": getattr(llama_cpp, "__version__", None), "cpu_variant": variant or "static",
             "system_info": text.strip() if isinstance(text, str) else None,
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}

@@ -675,6 +675,27 @@ def chain(x):
 
 import llama_cpp  # noqa: E402
 
+
+def load_cpu_backend():
+    """An all-variants llama.cpp build (GGML_BACKEND_DL) loads its best CPU variant itself only in its own programs:
+    load it here, leaving out the AMX variant where the kernel does not grant AMX (its kernels would die with SIGILL)."""
+    import ctypes
+    import platform
+    import tempfile
+    lib = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    found = [f for f in os.listdir(lib) if f.startswith("libggml-cpu-") and f.endswith(".so")]
+    if not found:
+        return
+    search = lib
+    if platform.machine() == "x86_64" and ctypes.CDLL(None).syscall(158, 0x1023, 18) != 0:  # arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) refused
+        search = tempfile.mkdtemp()
+        for f in found:
+            if f != "libggml-cpu-sapphirerapids.so":
+                os.symlink(os.path.join(lib, f), os.path.join(search, f))
+    ctypes.CDLL(os.path.join(lib, "libggml.so")).ggml_backend_load_all_from_path(search.encode())
+
+
+load_cpu_backend()
 llm = llama_cpp.Llama(TARGET, n_ctx=256, n_threads=1, logits_all=True, verbose=False,
                       kv_overrides={{"tokenizer.ggml.add_space_prefix": False}})
 V = llm.n_vocab()

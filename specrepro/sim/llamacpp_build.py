@@ -34,7 +34,8 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["LLAMA_CPP_PYTHON_VERSION", "PROGRAMS", "SERVER_PROGRAMS", "CMAKE_FLAGS", "BuildError", "default_root",
+__all__ = ["LLAMA_CPP_PYTHON_VERSION", "PROGRAMS", "SERVER_PROGRAMS", "CMAKE_FLAGS", "CMAKE_FLAGS_DL", "cmake_flags",
+           "link_cpu_variants", "program_cpu_variant", "BuildError", "default_root",
            "speculative_programs", "build_speculative_programs", "build_llama_programs", "build_llama_server",
            "llama_server_program", "exit_wait_library"]
 
@@ -55,6 +56,55 @@ CMAKE_FLAGS = (
     "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
 )
+#: with an all-variants llama-cpp-python (the Makefile's GGML_BACKEND_DL/GGML_CPU_ALL_VARIANTS build): the programs
+#: are built as loaders (shared libraries, no CPU backend of their own) and run the CPU variants the package built
+#: (:func:`link_cpu_variants`: the same source and compiler), so llama.cpp's programs and our loops run the same kernels
+CMAKE_FLAGS_DL = (
+    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU=OFF",
+    "-DGGML_NATIVE=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+)
+
+
+def cmake_flags() -> tuple[str, ...]:
+    """:data:`CMAKE_FLAGS_DL` where the installed llama-cpp-python holds CPU variants, else :data:`CMAKE_FLAGS`."""
+    try:
+        from specrepro.backends.llamacpp import cpu_variants
+
+        return CMAKE_FLAGS_DL if cpu_variants() else CMAKE_FLAGS
+    except ImportError:
+        return CMAKE_FLAGS
+
+
+def link_cpu_variants(bindir: str | os.PathLike) -> list[str]:
+    """Link the installed package's CPU variant modules into the programs' folder ``bindir`` (where llama.cpp's
+    ``ggml_backend_load_all`` looks first, beside the executable), leaving out the AMX variants where this machine
+    does not grant AMX (:func:`specrepro.backends.llamacpp.amx_granted`); earlier links are replaced. Returns the
+    variants linked (e.g. ``["haswell", ..., "zen4"]``); llama.cpp picks the best of them at each start."""
+    from specrepro.backends.llamacpp import AMX_VARIANTS, amx_granted, cpu_variants
+
+    bindir = Path(bindir)
+    for old in bindir.glob("libggml-cpu-*.so"):
+        if old.is_symlink():
+            old.unlink()
+    skip = () if amx_granted() else tuple(f"libggml-cpu-{a}.so" for a in AMX_VARIANTS)
+    out = []
+    for mod in cpu_variants():
+        if mod.name in skip:
+            continue
+        (bindir / mod.name).symlink_to(mod)
+        out.append(mod.name[len("libggml-cpu-"):-len(".so")])
+    return out
+
+
+def program_cpu_variant(log_text: str) -> str:
+    """The CPU variant a llama.cpp program reports loading in its log (``load_backend: loaded CPU backend from
+    .../libggml-cpu-<variant>.so``); ``"static"`` when it reports none (a build with its CPU backend linked in)."""
+    import re
+
+    found = re.findall(r"loaded CPU backend from \S*libggml-cpu-([A-Za-z0-9_.]+)\.so", log_text)
+    return found[-1] if found else "static"
 
 
 class BuildError(RuntimeError):
@@ -188,12 +238,15 @@ def build_llama_programs(programs=PROGRAMS, root: str | os.PathLike | None = Non
     src = _source(root, version, log)
     bld = root / "cmake-build"
     t0 = time.monotonic()
-    if _cache_mismatch(bld / "CMakeCache.txt", CMAKE_FLAGS):
+    flags = cmake_flags()
+    if _cache_mismatch(bld / "CMakeCache.txt", flags):
         gen = ["-G", "Ninja"] if shutil.which("ninja") and not (bld / "CMakeCache.txt").is_file() else []
-        _run(["cmake", "-S", str(src), "-B", str(bld), *gen, *CMAKE_FLAGS], log)
+        _run(["cmake", "-S", str(src), "-B", str(bld), *gen, *flags], log)
     t1 = time.monotonic()
     _run(["cmake", "--build", str(bld), "-j", str(int(jobs)), "--target", *programs], log)
     t2 = time.monotonic()
+    if flags is CMAKE_FLAGS_DL:
+        link_cpu_variants(bld / "bin")
     with open(root / "build-times.jsonl", "a") as fh:
         fh.write(json.dumps({"targets": list(programs), "jobs": int(jobs), "configure_s": round(t1 - t0, 1),
                              "build_s": round(t2 - t1, 1), "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
