@@ -78,7 +78,8 @@ help:  ## list the targets
 # llama.cpp (llama-cpp-python, requirements-llamacpp.txt) is built from its source distribution the way llama.cpp
 # builds its own portable releases: every x86-64 CPU variant of its CPU backend as a loadable module (GGML_BACKEND_DL,
 # GGML_CPU_ALL_VARIANTS: x64, SSE4.2, AVX, AVX2, AVX-512 with VBMI/VNNI/BF16 (Zen 4), AMX (Sapphire Rapids), ...),
-# installed beside the package's libraries (GGML_BACKEND_DIR); at run time specrepro.backends.llamacpp loads the one
+# installed beside the package's libraries (GGML_BACKEND_DIR, typed STRING: as a PATH CMake would make it absolute
+# under the build folder, outside the wheel); at run time specrepro.backends.llamacpp loads the one
 # llama.cpp scores best for this CPU, leaving out the AMX variant where the kernel does not grant AMX to the process
 # (VMs that advertise it: its kernels would die with SIGILL). Once per machine (about half an hour on 2 cores): the
 # wheel is kept in the user cache under a key of the pin and the flags (LLAMA_WHEELS, under SPECREPRO_WHEELS: default
@@ -86,7 +87,7 @@ help:  ## list the targets
 # fresh clone's included, installs it in seconds; pip's own wheel cache is not used for it (--no-cache-dir), since it
 # does not key on the flags. Two makes at once build it once: the second waits on the folder's lock (flock) and finds
 # the wheel. LLAMA_CMAKE_ARGS_PORTABLE is the former build (AVX2 only), kept for the side-by-side comparison.
-LLAMA_CMAKE_ARGS := -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DGGML_BACKEND_DIR=llama_cpp/lib \
+LLAMA_CMAKE_ARGS := -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DGGML_BACKEND_DIR:STRING=llama_cpp/lib \
     -DLLAMA_OPENSSL=OFF -DLLAVA_BUILD=OFF
 LLAMA_CMAKE_ARGS_PORTABLE := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON \
     -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
@@ -111,7 +112,7 @@ $(STAMP): requirements.txt requirements-llamacpp.txt pyproject.toml
 	        $(PY) -m pip wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python -w $(LLAMA_WHEELS).partial \
 	        "$(LLAMA_PIN)" && rm -rf $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).partial $(LLAMA_WHEELS); \
 	fi
-	$(PY) -m pip install -q --no-deps --no-index --find-links $(LLAMA_WHEELS) "$(LLAMA_PIN)"
+	$(PY) -m pip install -q --no-deps --no-index --force-reinstall --find-links $(LLAMA_WHEELS) "$(LLAMA_PIN)"
 	$(PY) -m pip install -q -r requirements-llamacpp.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@

@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("specrepro.bench", "time decoding methods (ours and transformers') side by side on a workload"),
     "cost-curves": ("specrepro.bench.costcurves", "time models' forward passes over n new tokens: eager, static cache "
                                                   "and CUDA graphs (random weights: architectures only)"),
+    "formats": ("specrepro.bench.formats", "re-encode a GGUF target into llama.cpp's weight formats and time each: "
+                                           "cost curve, draft cost, free-draft bound and predicted speedup"),
     "scorecard": ("specrepro.record.cli", "score every headline claim of the papers against a profile's result tables"),
     "audit": ("specrepro.record.audit", "run transformers' assisted generation and prompt lookup through the exactness "
                                         "battery (tiny random models, exact distributions, stated power)"),

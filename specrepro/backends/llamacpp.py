@@ -97,7 +97,7 @@ def load_cpu_backend() -> str | None:
         _CPU_LOADED = True
         return None
     libdir = variants[0].parent
-    ggml = ctypes.CDLL(str(libdir / "libggml.so"))
+    ggml = ctypes.CDLL(_loaded_ggml(libdir))
     ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
     ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
     search = libdir
@@ -114,6 +114,22 @@ def load_cpu_backend() -> str | None:
         raise LlamaCppError(f"llama.cpp loaded none of its CPU variants from {search} ({len(variants)} installed)")
     _CPU_LOADED = True
     return _CPU_VARIANT
+
+
+def _loaded_ggml(libdir: Path) -> str:
+    """The path of the libggml that llama_cpp's libllama has loaded (/proc/self/maps): a wheel stores the library's
+    symlinks as copies, and each copy dlopen'ed under another name is a registry of its own, so the backends must be
+    loaded into the very file libllama linked (``libggml.so.0`` by its soname where the maps cannot be read)."""
+    import llama_cpp  # noqa: F401  (loads libllama and, with it, libggml)
+
+    try:
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            path = line.split(maxsplit=5)[-1] if len(line.split()) >= 6 else ""
+            if Path(path).parent == libdir and Path(path).name.startswith("libggml.so"):
+                return path
+    except OSError:
+        pass
+    return str(libdir / "libggml.so.0")
 
 
 def _loaded_variant() -> str | None:

@@ -150,3 +150,169 @@ def format_predictions(costs: dict, alpha: float, max_gamma: int = 15) -> dict:
     g_best, g_free = max(pred, key=pred.get), max(free, key=free.get)
     return {"gamma_best": int(g_best), "predicted": float(pred[g_best]), "gamma_free": int(g_free),
             "free_draft_bound": float(free[g_free]), "block_ratio": {g: t[g + 1] / t[1] for g in gammas}}
+
+
+def bench_alpha(path: str | Path, method: str) -> tuple[float, float, float, int]:
+    """The acceptance rate α of ``method`` in a bench JSON (its ``summary`` row): ``(alpha, alpha_lo, alpha_hi,
+    runs)``.
+
+    Raises:
+        KeyError: the file has no row for ``method`` or the row has no α.
+    """
+    import json
+
+    for row in json.loads(Path(path).read_text())["summary"]:
+        if row.get("method") == method and row.get("alpha") is not None:
+            return float(row["alpha"]), float(row["alpha_lo"]), float(row["alpha_hi"]), int(row["runs"])
+    raise KeyError(f"{path} has no acceptance rate for {method!r}")
+
+
+def formats_table(target: str, draft: str, formats=FORMATS, *, alpha: float, ns=range(1, 17), prefix_len: int = 128,
+                  repeats: int = 7, seed: int = 0, progress: bool = True):
+    """One row per weight format of ``target`` (:func:`format_gguf`; the draft stays its shipped file): the cost
+    curve t(k) with 95% intervals (:func:`format_costs`), the draft's c, the block-cost ratios t(5)/t(1) and
+    t(8)/t(1), and the chain's free-draft bound and hardware-aware prediction at acceptance rate ``alpha``
+    (:func:`format_predictions`). Formats are timed one after another in one process (each its own round-robin over
+    k); the CPU variant that ran is in every row.
+
+    Returns:
+        pandas DataFrame (ms; ratios unitless).
+    """
+    import sys
+
+    import pandas as pd
+
+    from specrepro.backends.llamacpp import llama_cpp_build
+    from specrepro.models import fetch_gguf
+
+    build = llama_cpp_build()
+    draft_path = fetch_gguf(draft)
+    rows = []
+    for fmt in formats:
+        path = format_gguf(target, fmt)
+        costs = format_costs(path, draft_path, ns=ns, prefix_len=prefix_len, repeats=repeats, seed=seed)
+        pred = format_predictions(costs, alpha)
+        t = dict(zip(costs["ns"], costs["t_ms"]))
+        row = {"format": fmt, "file": path.name, "file_mib": round(path.stat().st_size / 2**20, 1),
+               "cpu_variant": build["cpu_variant"], "threads": costs["threads"], "prefix_len": prefix_len,
+               "rounds": repeats, "draft_t1_ms": costs["draft_t1_ms"], "draft_t1_ms_low": costs["draft_t1_ms_low"],
+               "draft_t1_ms_high": costs["draft_t1_ms_high"], "c": costs["c"],
+               "ratio_t5_t1": t[5] / t[1], "ratio_t8_t1": t[8] / t[1], "alpha": alpha,
+               "gamma_best": pred["gamma_best"], "predicted_speedup": pred["predicted"],
+               "gamma_free": pred["gamma_free"], "free_draft_bound": pred["free_draft_bound"]}
+        for k, ms, lo, hi in zip(costs["ns"], costs["t_ms"], costs["t_ms_low"], costs["t_ms_high"]):
+            row[f"t{k}_ms"], row[f"t{k}_ms_low"], row[f"t{k}_ms_high"] = ms, lo, hi
+        rows.append(row)
+        if progress:
+            print(f"[formats] {fmt:7s} t(1) {t[1]:7.1f} ms  t(5)/t(1) {t[5] / t[1]:.2f}  t(8)/t(1) {t[8] / t[1]:.2f}  "
+                  f"c {costs['c']:.3f}  bound {pred['free_draft_bound']:.2f}x  predicted {pred['predicted']:.2f}x "
+                  f"(gamma {pred['gamma_best']})", file=sys.stderr, flush=True)
+    return pd.DataFrame(rows)
+
+
+def configure_parser(p) -> None:
+    """Options of ``python -m specrepro formats``."""
+    p.add_argument("--target", default="qwen2.5-coder-1.5b", help="zoo name of the target (default: %(default)s)")
+    p.add_argument("--draft", default="qwen2.5-coder-0.5b", help="zoo name of the draft (default: %(default)s)")
+    p.add_argument("--formats", default=",".join(FORMATS), help="weight formats (default: %(default)s)")
+    p.add_argument("--alpha-from", required=True, metavar="BENCH_JSON",
+                   help="a llama.cpp bench JSON whose acceptance rate the predictions use")
+    p.add_argument("--alpha-method", default="llama-sd@4", help="its method row (default: %(default)s)")
+    p.add_argument("--prefix-len", type=int, default=128, help="cached prefix tokens (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=7, help="timed round-robin rounds (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the random token ids (default: %(default)s)")
+    p.add_argument("--csv", metavar="OUT", help="write the table and its provenance sidecar OUT.provenance.json")
+
+
+def run_command(args, parser=None) -> int:
+    """Run ``formats``: the table on stdout, and with ``--csv`` the table and its sidecar written in one step."""
+    import datetime
+    import json
+
+    import torch
+
+    from specrepro.files import (atomic_write_files, code_fingerprint, cpu_description, git_commit, hold_record_lock,
+                                 sha256_bytes)
+
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise FormatError(f"unknown weight formats {unknown}; known: {', '.join(FORMATS)}")
+    alpha, lo, hi, runs = bench_alpha(args.alpha_from, args.alpha_method)
+    if args.csv:
+        hold_record_lock()
+        if git_commit().endswith("-dirty") and Path(args.csv).resolve().parent.name == "results":
+            raise FormatError(f"refusing to write {args.csv} from a dirty tree ({git_commit()}): commit the code first")
+    df = formats_table(args.target, args.draft, formats, alpha=alpha, prefix_len=args.prefix_len,
+                       repeats=args.repeats, seed=args.seed)
+    print(df[["format", "cpu_variant", "t1_ms", "ratio_t5_t1", "ratio_t8_t1", "c", "free_draft_bound",
+              "predicted_speedup", "gamma_best"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if args.csv:
+        out = Path(args.csv)
+        data = df.to_csv(index=False).encode()
+        prov = {"commit": git_commit(), "date": datetime.date.today().isoformat(), "cpu": cpu_description(),
+                "torch": torch.__version__, "code": code_fingerprint(["specrepro.bench.formats"]),
+                "command": "python -m specrepro formats " + " ".join(
+                    f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                    if k in ("target", "draft", "formats", "alpha_from", "alpha_method", "prefix_len", "repeats",
+                             "seed")),
+                "alpha": {"value": alpha, "low": lo, "high": hi, "runs": runs, "from": str(args.alpha_from),
+                          "method": args.alpha_method},
+                "sha256": {out.name: sha256_bytes(data)}}
+        sidecar = out.with_suffix(".provenance.json")
+        atomic_write_files({out: data, sidecar: (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()})
+        print(f"wrote {out} and {sidecar.name}")
+    return 0
+
+
+def compare_builds(pythons: dict, target: str, draft: str, formats=("Q4_K_M", "BF16"), ns=(1, 5, 8), *,
+                   prefix_len: int = 128,
+                   repeats: int = 7, alternations: int = 2, seed: int = 0):
+    """llama.cpp builds side by side: for each label in ``pythons`` (``{label: python executable}``, each an
+    environment with its own llama-cpp-python, e.g. the portable AVX2 build and the all-variants one), a subprocess
+    times t(k) of each format (:func:`format_costs`, the draft's t(1) beside) and reports the CPU variant it ran; the
+    labels alternate ``alternations`` times (A B A B), so that drift on a shared machine falls on both alike.
+
+    Returns:
+        pandas DataFrame, one row per (alternation, label, format): ``build``, ``cpu_variant``, ``t{k}_ms`` (with
+        ``_low``/``_high``), ``draft_t1_ms``.
+
+    Raises:
+        RuntimeError: a subprocess failed (its stderr's end).
+    """
+    import json
+    import subprocess
+
+    import pandas as pd
+
+    for fmt in formats:  # re-encode once, before any timing
+        format_gguf(target, fmt)
+    rows = []
+    for a in range(int(alternations)):
+        for label, python in pythons.items():
+            code = ("import json, sys; from specrepro.bench.formats import _build_costs; "
+                    f"print(json.dumps(_build_costs({target!r}, {draft!r}, {list(formats)!r}, {list(ns)!r}, {prefix_len}, "
+                    f"{repeats}, {seed})))")
+            r = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"{label} ({python}) failed: {r.stderr[-2000:]}")
+            for row in json.loads(r.stdout.strip().splitlines()[-1]):
+                rows.append({"alternation": a, "build": label, **row})
+    return pd.DataFrame(rows)
+
+
+def _build_costs(target: str, draft: str, formats, ns, prefix_len: int, repeats: int, seed: int) -> list[dict]:
+    """One process's part of :func:`compare_builds`: the rows of its build."""
+    from specrepro.backends.llamacpp import llama_cpp_build
+
+    build = llama_cpp_build()
+    draft = format_gguf(draft, "Q4_K_M")
+    out = []
+    for fmt in formats:
+        costs = format_costs(format_gguf(target, fmt), draft, ns=ns, prefix_len=prefix_len, repeats=repeats,
+                             seed=seed)
+        row = {"format": fmt, "cpu_variant": build["cpu_variant"], "draft_t1_ms": costs["draft_t1_ms"]}
+        for k, ms, lo, hi in zip(costs["ns"], costs["t_ms"], costs["t_ms_low"], costs["t_ms_high"]):
+            row[f"t{k}_ms"], row[f"t{k}_ms_low"], row[f"t{k}_ms_high"] = ms, lo, hi
+        out.append(row)
+    return out

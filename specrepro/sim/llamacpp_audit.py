@@ -692,7 +692,8 @@ def load_cpu_backend():
         for f in found:
             if f != "libggml-cpu-sapphirerapids.so":
                 os.symlink(os.path.join(lib, f), os.path.join(search, f))
-    ctypes.CDLL(os.path.join(lib, "libggml.so")).ggml_backend_load_all_from_path(search.encode())
+    # libggml.so.0, the soname libllama linked: the wheel's other copies (libggml.so) would be registries of their own
+    ctypes.CDLL(os.path.join(lib, "libggml.so.0")).ggml_backend_load_all_from_path(search.encode())
 
 
 load_cpu_backend()

@@ -6,11 +6,13 @@ version (``pip download --no-binary :all:``, the release requirements-llamacpp.t
 llama.cpp under ``build/llama.cpp/src`` and builds only the two speculative examples, ``llama-speculative-simple``
 (a draft model proposes, the target's own sampler decides: a draft token is kept only when it equals the token the
 target samples) and ``llama-speculative`` (drafts a tree from a draft model and verifies it stochastically), with
-CMake and the project's portable CPU flags (AVX2, no -march=native, no AVX-512, no AMX: see
-requirements-llamacpp.txt). :func:`speculative_programs` finds them once built. They are the black boxes of the
+CMake. Where the installed llama-cpp-python is the Makefile's all-variants build (requirements-llamacpp.txt), the
+programs are built as loaders without a CPU backend of their own (:data:`CMAKE_FLAGS_DL`) and the package's CPU variant
+modules are linked beside them (:func:`link_cpu_variants`), so llama.cpp's programs run the same kernels, chosen the
+same way, as our loops; else with the former portable flags (AVX2, no AVX-512, no AMX: :data:`CMAKE_FLAGS`). :func:`speculative_programs` finds them once built. They are the black boxes of the
 llama.cpp audit (:mod:`specrepro.sim.llamacpp_audit`). :func:`build_llama_server` builds ``llama-server`` (its
 tools/server, the HTTP server whose own speculation the bench's ``llama-server-*`` methods time,
-:mod:`specrepro.bench.llamaserver`) the same way, in the same CMake build folder and with the same CPU flags;
+:mod:`specrepro.bench.llamaserver`) the same way, in the same CMake build folder and with the same flags;
 :func:`llama_server_program` finds it. :func:`build_llama_programs` builds any list of the tree's CMake targets.
 
 What it is not: part of the project's set-up (``make setup`` builds only the Python package; the continuous
