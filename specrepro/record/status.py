@@ -38,8 +38,9 @@ import pandas as pd
 from specrepro.files import cpu_description, repo_root, sha256_bytes
 from specrepro.record.nbrun import code_drift, recorded_inputs, run_facts
 
-__all__ = ["Shard", "SHARDS", "BENCH_PARTS", "STATES", "shard_status", "notebook_status", "figure_status", "input_changes",
-           "forward_costs", "measure_forward_ms", "SHARD_BOUND_MIN", "expected_settings", "status_table", "configure_parser", "run_command"]
+__all__ = ["Shard", "SHARDS", "OTHER_SHARDS", "record_shards", "BENCH_PARTS", "STATES", "shard_status",
+           "notebook_status", "figure_status", "input_changes", "forward_costs", "measure_forward_ms",
+           "SHARD_BOUND_MIN", "expected_settings", "status_table", "configure_parser", "run_command"]
 
 #: the states an artifact can be in
 STATES = ("current", "stale", "missing")
@@ -72,9 +73,9 @@ def _csv(*names: str) -> Shard:
 #: shard of its own (a sitting), the merged file another
 BENCH_PARTS = {"bench_qwen_drafts": 4, "bench_qwen_nucleus": 4, "bench_qwen_chat": 4}
 
-#: every shard of the record: each is one Makefile rule (tests/test_status.py checks that every Makefile rule writing
-#: data/results outside a notebook is here)
-SHARDS: tuple[Shard, ...] = (
+#: the shards of the record outside notebooks 03-06: each is one Makefile rule (tests/test_status.py checks that every
+#: Makefile rule writing data/results outside a notebook is here or among :func:`record_shards`' notebook shards)
+OTHER_SHARDS: tuple[Shard, ...] = (
     *(_bench(n) for n in ("bench_qwen_greedy", "bench_qwen_nucleus", "bench_qwen_t1_trees", "bench_qwen_t1_block",
                           "bench_qwen_dynamic_probe", "bench_qwen_medusa", "bench_qwen_verifiers_t1",
                           "bench_qwen_verifiers_nucleus", "bench_qwen_drafts", "bench_qwen_chat", "bench_qwen_bf16",
@@ -83,68 +84,43 @@ SHARDS: tuple[Shard, ...] = (
                           "bench_qwen_heldout_chat", *(f"{n}.p{i}" for n, k in BENCH_PARTS.items() for i in range(k)))),
     _csv("greedy_equality_humaneval"),
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
-    _csv("divergences_bench_qwen_bf16"),
-    _csv("divergences_bench_llamacpp_greedy"),
-    _csv("divergences_bench_llamacpp_spec"),
-    _csv("divergences_bench_llamacpp_chat"),
+    *(_csv(f"divergences_{n}") for n in ("bench_qwen_bf16", "bench_llamacpp_greedy", "bench_llamacpp_spec",
+                                         "bench_llamacpp_chat")),
     _csv("audit_transformers"),
     _csv("audit_llamacpp"),
     _csv("verdict_history"),
-    *(_csv(f"leviathan_table3_runs_{w}_t{t}") for w in ("humaneval", "pydoc") for t in (0, 1)),
-    *(_csv(n) for n in ("cost_curves", *(f"leviathan_table2_runs_t{t}_p{k}" for t in (0, 1) for k in range(4)))),
-    _csv("specinfer_table3_runs"),
-    _csv("specinfer_tree_costs"),
-    *(_csv(f"specinfer_tree_speed_p{k}") for k in range(2)),
-    *(_csv(f"specinfer_table2_width_{s}") for s in ("greedy", "t1_r0", "t1_r1", "t1_r2")),
-    *(_csv(n) for n in ("medusa_training_loss", "medusa_head_accuracy", "medusa_draft_kl", "medusa_greedy_runs",
-                        "medusa_tree_size_runs", "medusa_sampling_runs", "medusa_large_head_accuracy",
-                        "medusa_large_tree_ablation", "medusa2_quality", "medusa2_runs")),
 )
+
+
+def _standard_groups(root: Path | None = None) -> dict:
+    """:func:`specrepro.record.shards.shard_groups` of the standard profile (``profiles/standard.yaml``)."""
+    import yaml
+
+    from specrepro.record.shards import shard_groups
+
+    return shard_groups(yaml.safe_load(((root or repo_root()) / "profiles/standard.yaml").read_text()))
+
+
+def record_shards() -> tuple[Shard, ...]:
+    """Every shard of the record: :data:`OTHER_SHARDS`, then notebooks 03-06's shards of the standard profile, as
+    :func:`specrepro.record.shards.shard_groups` describes them (also ``SHARDS``)."""
+    return OTHER_SHARDS + tuple(_csv(n) for n in _standard_groups())
+
+
+def __getattr__(name: str):
+    if name == "SHARDS":
+        return record_shards()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
     """What a notebook-03, 04, 05 or 06 shard's sidecar must record to be the measurement the standard profile asks
-    for today (:class:`specrepro.record.shards.AlphaShards`; :class:`specrepro.record.shards.Table2Shards`, the T = 1
-    parts' methods, which follow the greedy parts, not compared; :class:`specrepro.record.shards.MSSShard`; :class:`specrepro.record.shards.TreeSpeedShards`,
-    a timing part's tree and chain compared with the choice the recorded cost curves and root runs make;
-    :class:`specrepro.record.shards.MedusaShards`, a tree from an accuracy table compared when that table is
-    recorded under its own settings); None for other shards."""
-    import yaml
-
-    from specrepro.lab import table2
-    from specrepro.record.shards import AlphaShards, MedusaShards, MSSShard, TreeSpeedShards, WidthShards
-
+    for today (the group's ``expected``: :class:`specrepro.record.shards.Table2Shards`' T = 1 parts' methods, which
+    follow the greedy parts, are not compared; a tree-speed part's tree and chain, and a Medusa shard's tree from an
+    accuracy table, are compared with the choice the recorded tables make); None for other shards."""
     root = root or repo_root()
-    params = yaml.safe_load((root / "profiles/standard.yaml").read_text())
-    if shard.name == MSSShard.name:
-        return MSSShard(params).settings()
-    alphas = AlphaShards(params)
-    if shard.name in alphas.names():
-        return alphas.settings(shard.name)
-    widths = WidthShards(params)
-    if shard.name in widths.names():
-        return widths.settings(shard.name)
-    medusa = MedusaShards(params)
-    if shard.name in medusa.names():  # a tree from an accuracy table is compared when that table is recorded
-        trees = medusa.recorded_trees(shard.name, root / "data" / "results")
-        return medusa.settings(shard.name, {} if trees is None else trees)
-    trees = TreeSpeedShards(params)
-    if shard.name == trees.cost_name:
-        return trees.cost_settings()
-    if shard.name.startswith(trees.part_prefix):  # the choice is compared when the tables it comes from are recorded
-        k = int(shard.name.removeprefix(trees.part_prefix))
-        if k >= len(trees.slices()):
-            return None
-        return trees.part_settings(k, trees.recorded_picks(root / "data" / "results") or {})
-    setting = table2.Table2Setting.from_params(params)
-    if shard.name not in table2.shard_names(setting):
-        return None
-    want = {"shard": shard.name, **setting.settings()}
-    if shard.name != "cost_curves":
-        t, k = (int(x[1:]) for x in shard.name.removeprefix("leviathan_table2_runs_").split("_"))
-        start, stop = table2.part_slices(setting)[k]
-        want.update(temperature=float(t), part_prompts=[start, stop])
-    return want
+    group = _standard_groups(root).get(shard.name)
+    return None if group is None else group.expected(shard.name, root / "data" / "results")
 
 
 def input_changes(inputs: dict[str, str], root: Path | None = None) -> list[str]:
@@ -444,7 +420,7 @@ def status_table(root: Path | None = None, here_ms: float | None = None, profile
     costs = forward_costs(root)
     if here_ms is None:
         here_ms = costs.get(cpu_description())
-    rows = [shard_status(s, root, None if recipes is None else recipes.get(s.target, [])) for s in SHARDS]
+    rows = [shard_status(s, root, None if recipes is None else recipes.get(s.target, [])) for s in record_shards()]
     for source in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         rows.append(notebook_status(source, root / "notebooks/executed" / profile / source.name, root))
     for sidecar in sorted((root / "figures").glob("*.provenance.json")):
