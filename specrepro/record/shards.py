@@ -1,26 +1,19 @@
-"""Notebooks 03's, 04's, 05's and 06's measurements as shards of the record: each one ``make`` target, one table and
-its sidecar.
+"""Notebooks 03-06's measurements as shards of the record: each one ``make`` target, one table and its sidecar.
 
-What this file is: ``python -m specrepro shard NAME --profile profiles/standard.yaml`` (the Makefile runs one
-target per shard before the notebook), :class:`Table2Shards`, which notebook 04 uses to read its shards and to
-run, in the same process, any that are missing (the quick profile in CI; a run by hand), notebook 03's α table
-(:class:`AlphaShards`, one shard per workload and temperature), and notebook 05's shards
-likewise: :class:`MSSShard` (naive sampling vs MSS, SpecInfer Table 3), :class:`TreeSpeedShards` (the tree
-verification cost curves, and the tree-vs-chain timing in parts of a few prompts) and :class:`WidthShards`
-(SpecInfer Table 2, tokens per step vs tree width, one shard per decoding and pass), and notebook 06's
-:class:`MedusaShards` (Medusa's training, accuracy, timed runs, tree ablation and Medusa-2, measured by
-:mod:`specrepro.lab.medusa_parts`). Notebook 04's shards are defined in :mod:`specrepro.lab.table2`.
+What this file is: ``python -m specrepro shard NAME --profile profiles/standard.yaml`` (the Makefile runs one target
+per shard before the notebook), :func:`shard_groups` (every shard -> the object that reads or measures it; the one
+list that the command, ``status`` and the expected settings share), :func:`read_or_measure`, notebook 03's
+:class:`AlphaShards` (one per workload and temperature) and notebook 04's :class:`Table2Shards` (defined in
+:mod:`specrepro.lab.table2`), which a notebook also uses to run in-process any shard that is missing (the quick
+profile in CI; a run by hand). Notebook 05's groups are in :mod:`specrepro.record.shards_trees`, notebook 06's in
+:mod:`specrepro.record.shards_medusa` (both importable from here).
 
-Each shard's table is saved with :func:`specrepro.record.results.save_table`; its sidecar records the setting
-(models, workload slice, sizes, methods), the sitting's wall time (``seconds``), the CPU (every provenance does), how
-many of its (pass, prompt) blocks were timed while other processes or the hypervisor took the CPU
-(``blocks_under_load``; :func:`specrepro.files.machine_state`), and the sha256 of the table. A shard that exists
-under the same setting is read, not measured again; one under another setting is measured afresh.
-
-While a shard is timed, every finished (pass, prompt) block is kept in a checkpoint: under ``data/checkpoints/`` for
-the record (so that the partial blocks can be committed, and a later sitting on the same CPU model, code and setting
-resumes them; on another CPU the checkpoint is set aside and the shard starts afresh, so a table never mixes
-machines), under ``build/checkpoints/`` otherwise. It is deleted once the table is saved.
+A shard's sidecar (:func:`specrepro.record.results.save_table`) records the setting, the sittings' wall time
+(``seconds``), the CPU, how many (pass, prompt) blocks were timed under load (``blocks_under_load``;
+:func:`specrepro.files.machine_state`) and the table's sha256. A shard that exists under the same setting is read;
+one under another setting is measured afresh. While timed, finished blocks are kept in a checkpoint
+(``data/checkpoints/`` for the record, committable, resumed only on the same CPU model, code and setting, so a table
+never mixes machines; ``build/checkpoints/`` otherwise), deleted once the table is saved.
 
 What it is not: the notebooks' summaries and figures, or the bench files' shards (``make``).
 """

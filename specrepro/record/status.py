@@ -220,6 +220,16 @@ def _merged_from_parts(row: dict, parts: list[dict], folder: Path) -> list[str]:
     return reasons
 
 
+def _add_note(row: dict, text: str) -> None:
+    row["note"] = "; ".join(filter(None, [row.get("note"), text]))
+
+
+def _hash_reasons(digests: dict | None, folder: Path) -> list[str]:
+    """The files of a sidecar's ``sha256`` (``{file name: digest}``, under ``folder``) missing or not those bytes."""
+    return [f"{name} differs from its sidecar's sha256" for name, digest in sorted((digests or {}).items())
+            if not (folder / name).is_file() or sha256_bytes((folder / name).read_bytes()) != digest]
+
+
 def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | None = None) -> dict:
     """One shard's state (:data:`STATES`), the reasons, and its last run (minutes, CPU) where recorded.
 
@@ -252,16 +262,14 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
         if bench and not parts:
             reasons += bench_setting_changes(config, _recipe_settings(bench[0]))
         if config.get("blocks_under_load"):
-            row["note"] = "; ".join(filter(None, [row.get("note"), f"{config['blocks_under_load']} of "
-                                                  f"{config.get('blocks')} blocks timed under load"]))
+            _add_note(row, f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load")
         sidecar = path.with_suffix(".provenance.json")
         if sidecar.is_file():
             digest = (json.loads(sidecar.read_text()).get("sha256") or {}).get(path.name)
             if digest != sha256_bytes(path.read_bytes()):
                 reasons.append(f"{path.name} differs from its sidecar's sha256")
         else:
-            row["note"] = "; ".join(filter(None, [row.get("note"), "no sha256 sidecar (written before the bench "
-                                                                   "wrote one)"]))
+            _add_note(row, "no sha256 sidecar (written before the bench wrote one)")
     else:
         sidecar = path.with_suffix(".provenance.json")
         if not sidecar.is_file():
@@ -273,10 +281,7 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
                 reasons += _merged_from_parts(row, prov["parts"], path.parent)
             elif prov.get("seconds") is not None:
                 row["minutes"] = round(float(prov["seconds"]) / 60, 1)
-            for fname, digest in sorted((prov.get("sha256") or {}).items()):
-                f = sidecar.parent / fname
-                if not f.is_file() or sha256_bytes(f.read_bytes()) != digest:
-                    reasons.append(f"{fname} differs from its sidecar's sha256")
+            reasons += _hash_reasons(prov.get("sha256"), sidecar.parent)
             want = expected_settings(shard, root)
             if want is not None:
                 differ = sorted(k for k, v in json.loads(json.dumps(want)).items() if prov.get(k) != v)
@@ -286,7 +291,7 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
                                    + " --profile profiles/standard.yaml` measures it afresh (make skips a file"
                                    " that exists)")
     if math.isfinite(row["minutes"]) and row["minutes"] > SHARD_BOUND_MIN:
-        row["note"] = "; ".join(filter(None, [row.get("note"), f"one sitting took over {SHARD_BOUND_MIN} min"]))
+        _add_note(row, f"one sitting took over {SHARD_BOUND_MIN} min")
     if reasons:
         return {**row, "state": "stale", "why": "; ".join(reasons)}
     return row
