@@ -1,13 +1,15 @@
 """The bench-file blocks of the record's pages: the benchmark of record (:func:`render_bench`, with the divergences
 from greedy AR explained and the chat workload's categories), the performance targets checked on it
 (:func:`targets_table`, :func:`render_targets`, :func:`prediction_gaps`), and the markdown helpers every block
-shares (:func:`cell`, :func:`rel`, :func:`profile_results`, :func:`provenance_note`).
+shares (:func:`cell`, :func:`rel`, :func:`profile_results`, :func:`provenance_note`, :func:`render_template`: the
+prose and table heads of the blocks are templates, ``specrepro/record/templates/*.md.j2``).
 
 What it is not: the scorecard or the pages that hold the blocks (:mod:`specrepro.record.report`).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -20,7 +22,7 @@ import pandas as pd
 from specrepro.files import read_noted, repo_root
 from specrepro.record.results import STANDARD, record_dir, results_dir
 
-__all__ = ["cell", "rel", "profile_results", "provenance_note", "bench_files", "render_bench", "targets_table",
+__all__ = ["cell", "rel", "profile_results", "render_template", "provenance_note", "bench_files", "render_bench", "targets_table",
            "prediction_gaps", "render_targets"]
 
 
@@ -44,6 +46,20 @@ def profile_results(profile: str) -> Path:
     """The tables the pages show for ``profile``: the committed record for the standard profile, whoever renders
     it, else :func:`specrepro.record.results.results_dir`."""
     return record_dir("results") if profile == STANDARD else results_dir(profile)
+
+
+@functools.cache
+def _templates():
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.PackageLoader("specrepro.record", "templates"), autoescape=False,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                              undefined=jinja2.StrictUndefined)
+
+
+def render_template(name: str, **context) -> str:
+    """The package's template ``templates/<name>.md.j2`` rendered with ``context`` (a missing name raises)."""
+    return _templates().get_template(f"{name}.md.j2").render(**context)
 
 
 def provenance_note(path: Path) -> str:

@@ -1,87 +1,39 @@
-"""Shared figure style: one call, :func:`setup`, at the top of each notebook. Headless-safe (Agg outside Jupyter).
+"""The record's figures: Leviathan's (notebooks 02 and 04) here, the others in :mod:`specrepro.record.plots_papers`,
+and the shared style and helpers of :mod:`specrepro.record.plotkit` (:func:`setup`, one call at the top of each
+notebook); all importable from here.
 
 What it is not: the saving of figures (that is :func:`specrepro.record.results.save_figure`, which adds provenance).
 """
 
 from __future__ import annotations
 
-import os
+from specrepro.record.plotkit import (  # noqa: F401 - re-exported: the notebooks call them as plots.<name>
+    PAPER_STYLE,
+    READABLE,
+    integer_ticks,
+    interval_errorbar,
+    readable,
+    setup,
+    unique_handles,
+)
+from specrepro.record.plots_papers import (  # noqa: F401 - re-exported: notebooks 05-07 and 09's figures
+    add_caption,
+    fig_chen_k_sweep,
+    fig_medusa_dense_vs_sparse,
+    fig_medusa_tokens_per_s,
+    fig_specinfer_tree_width,
+    fig_verifier_node_budget,
+    legend_below,
+)
 
-__all__ = ["setup", "PAPER_STYLE", "integer_ticks", "interval_errorbar", "readable",
+__all__ = ["setup", "PAPER_STYLE", "integer_ticks", "interval_errorbar", "readable", "READABLE", "unique_handles",
            # Leviathan figures (notebooks 02 and 04)
            "LADDER", "leviathan_table2", "legend_outside", "fig_optimal_gamma_vs_alpha",
            "fig_speedup_and_operations_vs_alpha", "fig_speedup_vs_gamma_closed_form", "fig_forward_cost_vs_tokens",
-           "fig_speedup_vs_gamma_measured", "fig_limit_ladder"]
-
-PAPER_STYLE = {"marker": "s", "linestyle": "--", "color": "0.35"}  # how the papers' numbers are drawn beside ours
-
-
-def setup(context: str = "notebook"):
-    """Seaborn whitegrid theme, colorblind palette, 150 dpi; returns the ``matplotlib.pyplot`` module."""
-    import matplotlib
-
-    if "JPY_PARENT_PID" not in os.environ and "ipykernel" not in os.environ.get("MPLBACKEND", ""):
-        try:
-            get_ipython()  # noqa: F821 - defined inside IPython kernels
-        except NameError:
-            matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(context=context, style="whitegrid", palette="colorblind")
-    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "figure.figsize": (6.4, 4.0)})
-    return plt
-
-
-def integer_ticks(ax, axis: str = "x"):
-    """Only integer ticks on ``axis`` ("x", "y" or "both") of ``ax`` (γ, K, tree width, head: integer axes must not
-    get fractional ticks). Returns ``ax``."""
-    from matplotlib.ticker import MaxNLocator
-
-    for name in ("x", "y") if axis == "both" else (axis,):
-        getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(integer=True))
-    return ax
-
-
-def interval_errorbar(ax, x, estimate, low, high, **kwargs):
-    """Points at ``estimate`` with asymmetric error bars from a 95% interval ``[low, high]`` (e.g. the harness's
-    ``speedup``, ``speedup_lo``, ``speedup_hi`` columns). Where an interval is missing (NaN: one prompt, or a
-    summary-only table) the point is drawn without a bar, never with a zero-length one that would look exact.
-
-    Args:
-        x, estimate, low, high: 1-D array-likes of equal length (floats; NaN allowed in low/high).
-        kwargs: passed to ``ax.errorbar`` (label, color, marker, ...; ``capsize`` defaults to 3).
-
-    Returns:
-        the ErrorbarContainer.
-
-    Raises:
-        ValueError: the arrays differ in length, or an interval does not contain its estimate.
-    """
-    import numpy as np
-
-    x, est, lo, hi = (np.asarray(v, dtype=float) for v in (x, estimate, low, high))
-    if not (x.shape == est.shape == lo.shape == hi.shape):
-        raise ValueError("x, estimate, low and high must have the same length")
-    known = np.isfinite(lo) & np.isfinite(hi)
-    if np.any(known & ((lo > est + 1e-12) | (hi < est - 1e-12))):
-        raise ValueError("an interval does not contain its estimate")
-    yerr = np.vstack([np.where(known, est - lo, np.nan), np.where(known, hi - est, np.nan)])
-    kwargs.setdefault("capsize", 3)
-    kwargs.setdefault("fmt", "o")
-    return ax.errorbar(x, est, yerr=yerr, **kwargs)
-
-
-#: code names that figures show as words
-READABLE = {"no_residual": "no residual (control)", "resample_from_q": "resample from q (control)",
-            "raw_q": "raw q ratio (control)", "speculative": "speculative sampling", "ar": "AR",
-            "tokens_per_step": "tokens per step", "tokens_per_s": "tokens/s", "accepted_fraction": "accepted / (K + 1)",
-            "loop_ms": "ms per loop"}
-
-
-def readable(name: str) -> str:
-    """A label for a code name (``no_residual`` -> "no residual (control)"; unknown names: underscores to spaces)."""
-    return READABLE.get(name, str(name).replace("_", " "))
+           "fig_speedup_vs_gamma_measured", "fig_limit_ladder",
+           # SpecInfer, Medusa, Chen and verifier figures (notebooks 05-07 and 09: specrepro.record.plots_papers)
+           "legend_below", "add_caption", "fig_chen_k_sweep", "fig_specinfer_tree_width", "fig_medusa_dense_vs_sparse",
+           "fig_medusa_tokens_per_s", "fig_verifier_node_budget"]
 
 
 # Leviathan figures (notebooks 02 and 04)
@@ -105,15 +57,6 @@ def leviathan_table2():
     from specrepro.lab.papers import paper_table
 
     return paper_table("leviathan_table2")
-
-
-def unique_handles(axes) -> tuple[list, list]:
-    """The legend entries of every axes in ``axes``, each label once (its first handle): ``(handles, labels)``."""
-    pairs = {}
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            pairs.setdefault(lab, h)
-    return list(pairs.values()), list(pairs)
 
 
 def legend_outside(target, handles=None, labels=None, **kwargs):
@@ -411,16 +354,3 @@ def fig_limit_ladder(limits, draft_col: str = "draft", title: str = ""):
     fig.tight_layout()
     legend_outside(fig)
     return fig
-
-
-#: the figures of notebooks 05-07 and 09, defined in :mod:`specrepro.record.plots_papers` and importable from here
-_PAPERS = ("legend_below", "add_caption", "fig_chen_k_sweep", "fig_specinfer_tree_width", "fig_medusa_dense_vs_sparse", "fig_medusa_tokens_per_s", "fig_verifier_node_budget")
-__all__ += list(_PAPERS)
-
-
-def __getattr__(name: str):
-    if name in _PAPERS:
-        from specrepro.record import plots_papers
-
-        return getattr(plots_papers, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""SpecInfer, Medusa, Chen and verifier figures (notebooks 05-07 and 09), in the style of :mod:`specrepro.record.plots`
+"""SpecInfer, Medusa, Chen and verifier figures (notebooks 05-07 and 09), in the style of :mod:`specrepro.record.plotkit`
 (importable from there).
 
 Each function takes the summary table its notebook saves and returns a Figure: our estimates with error bars from
@@ -9,7 +9,7 @@ where the paper's numbers come from or why there are none. save_figure's footer 
 
 from __future__ import annotations
 
-from specrepro.record.plots import PAPER_STYLE, integer_ticks, interval_errorbar, readable, unique_handles
+from specrepro.record.plotkit import PAPER_STYLE, integer_ticks, interval_errorbar, readable, unique_handles
 
 __all__ = ["legend_below", "add_caption", "fig_chen_k_sweep", "fig_specinfer_tree_width", "fig_medusa_dense_vs_sparse", "fig_medusa_tokens_per_s", "fig_verifier_node_budget"]
 

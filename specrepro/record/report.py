@@ -30,6 +30,7 @@ from specrepro.record.bench_blocks import (  # noqa: F401 - re-exported: the blo
     prediction_gaps,
     profile_results,
     render_bench,
+    render_template,
     render_targets,
     targets_table,
 )
@@ -382,23 +383,15 @@ def render_llama_audit(profile: str = STANDARD) -> str:
     def num(x, fmt):
         return format(float(x), fmt) if pd.notna(x) and math.isfinite(float(x)) else "—"
 
-    lines = [f"{_provenance_note(path)}; level {num(df['level'].iloc[0], 'g')}; llama.cpp of llama-cpp-python "
-             f"{df['llama_cpp_python'].iloc[0]}; prompt ids of `{df['prompt'].iloc[0]}`, {int(df['length'].iloc[0])} "
-             f"tokens, γ = {int(df['gamma'].iloc[0])}.", "",
-             "| setting | sampler | role | n | TV (an exact sampler's mean at this n) | p (χ²) | p (G) | "
-             "TV detected at 90% power | verdict | acceptance: llama.cpp / ours |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in df.itertuples():
-        acc = f"{num(r.llamacpp_accept_rate, '.2f')} / {num(r.specrepro_accept_rate, '.2f')}"
-        null = getattr(r, "tv_null_mean", float("nan"))
-        tv = num(r.tv, '.3f') + (f" ({num(null, '.3f')})" if pd.notna(null) else "")
-        lines.append(f"| {r.setting} | `{r.implementation}` | {r.role} | {int(r.n)} | {tv} | "
-                     f"{num(r.p_value, '.2g')} | {num(r.g_test_p, '.2g')} | {num(r.min_detectable_tv_90, '.3f')} | "
-                     f"**{r.verdict}** | {acc} |")
-    lines += ["", "The empirical TV of an exact sampler does not fall to 0 at finite n (its mean is in brackets: many "
-              "outcomes, few samples each); the verdict is the test's, at the stated level, whose power is the "
-              "TV column beside it (the smallest tilt away from the exact law it detects 90% of the time)."]
-    return "\n".join(lines) + "\n"
+    rows = [(r.setting, f"`{r.implementation}`", r.role, int(r.n),
+             num(r.tv, ".3f") + (f" ({num(null, '.3f')})" if pd.notna(null := getattr(r, "tv_null_mean", math.nan))
+                                 else ""),
+             num(r.p_value, ".2g"), num(r.g_test_p, ".2g"), num(r.min_detectable_tv_90, ".3f"), f"**{r.verdict}**",
+             f"{num(r.llamacpp_accept_rate, '.2f')} / {num(r.specrepro_accept_rate, '.2f')}") for r in df.itertuples()]
+    first = df.iloc[0]
+    return render_template("llamaaudit", prov=_provenance_note(path), level=num(first["level"], "g"),
+                           version=first["llama_cpp_python"], prompt=first["prompt"], length=int(first["length"]),
+                           gamma=int(first["gamma"]), rows=rows)
 
 
 def render_ar_cost(profile: str = STANDARD) -> str:
@@ -415,19 +408,11 @@ def render_ar_cost(profile: str = STANDARD) -> str:
     def num(x):
         return f"{x:.0f}" if isinstance(x, (int, float)) and math.isfinite(x) else "—"
 
-    lines = ["| bench file | CPU | dtype | n prompts | AR ms per token | AR target forward per step, ms | "
-             "cost model t(1) before / after, ms | blocks under load |", "|---|---|---|---|---|---|---|---|"]
-    for r in df.itertuples():
-        load = (f"{int(r.blocks_under_load)} of {int(r.blocks)}" if r.blocks is not None and r.blocks == r.blocks
-                else "not recorded")
-        lines.append(f"| `{r.file}` | {_cell(r.cpu)} | {r.dtype} | {r.n_prompts} | "
-                     f"{ci(r.ar_ms_per_token, r.ar_ms_lo, r.ar_ms_hi)} | "
-                     f"{ci(r.ar_forward_ms, r.ar_forward_lo, r.ar_forward_hi)} | "
-                     f"{num(r.t1_before_ms)} / {num(r.t1_after_ms)} | {load} |")
-    return ("Our AR baseline in each bench file of record, beside what the same file measured of its machine "
-            "(medians over prompts with 95% bootstrap intervals over prompts; the cost model's forward is the mean "
-            "of its rounds, before and after the timed passes, on a prefix of the file's prompt length; "
-            "`ar_cost_table` in `specrepro/record/report.py`):\n\n" + "\n".join(lines) + "\n")
+    rows = [(f"`{r.file}`", _cell(r.cpu), r.dtype, r.n_prompts, ci(r.ar_ms_per_token, r.ar_ms_lo, r.ar_ms_hi),
+             ci(r.ar_forward_ms, r.ar_forward_lo, r.ar_forward_hi), f"{num(r.t1_before_ms)} / {num(r.t1_after_ms)}",
+             f"{int(r.blocks_under_load)} of {int(r.blocks)}" if r.blocks is not None and r.blocks == r.blocks
+             else "not recorded") for r in df.itertuples()]
+    return render_template("arcost", rows=rows)
 
 
 def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
@@ -494,38 +479,22 @@ def render_battery(profile: str = STANDARD) -> str:
     standard error, over the null experiments) and the smallest TV deviation it detects with 90% power, and the
     published-bug registry's count of negative controls caught and look-alikes passed. A missing table is named."""
     rdir = profile_results(profile)
-    parts = []
     power_path, bugs_path = rdir / "exactness_power_false_alarm.csv", rdir / "exactness_bug_registry.csv"
+    context = {"profile": profile, "rows": None, "bugs": None}
     if power_path.exists():
         power = pd.read_csv(io.BytesIO(read_noted(power_path)))
-        prov = _provenance_note(power_path)
-        ok = int(power["within_level"].astype(bool).sum())
-        parts.append(f"Goodness-of-fit tests of the battery ({len(power)}; {prov}): {ok}/{len(power)} at or under "
-                     f"their level (+3 binomial s.e.).\n")
-        lines = ["| test | n | level | false alarms (± s.e.) | smallest TV detected (90% power) |",
-                 "|---|---|---|---|---|"]
-        for r in power.itertuples():
-            tv = f"{r.min_tv_detected_90:.3f}" if math.isfinite(r.min_tv_detected_90) else "—"
-            lines.append(f"| {_cell(r.test)} | {int(r.n)} | {r.level:g} | {r.false_alarm:.2%} ± {r.false_alarm_se:.2%} "
-                         f"| {tv} |")
-        parts.append("\n".join(lines) + "\n")
-        if not power["min_tv_detected_90"].map(math.isfinite).all():
-            parts.append("— : even the largest deviation along the tested direction (a random tilt of the exact "
-                         "distribution) is detected less than 90% of the time at this n (few, nearly deterministic "
-                         "outcomes); those controls are caught by their own larger deviation or by exact "
-                         "enumeration.\n")
-    else:
-        parts.append(f"No power / false-alarm table for profile {profile} yet: notebook 01 writes "
-                     f"`exactness_power_false_alarm`.\n")
+        context.update(prov=_provenance_note(power_path), ok=int(power["within_level"].astype(bool).sum()),
+                       undetected=not power["min_tv_detected_90"].map(math.isfinite).all(),
+                       rows=[(_cell(r.test), int(r.n), f"{r.level:g}", f"{r.false_alarm:.2%} ± {r.false_alarm_se:.2%}",
+                              f"{r.min_tv_detected_90:.3f}" if math.isfinite(r.min_tv_detected_90) else "—")
+                             for r in power.itertuples()])
     if bugs_path.exists():
         bugs = pd.read_csv(io.BytesIO(read_noted(bugs_path)))
         neg, pos = bugs[bugs["negative"].astype(bool)], bugs[~bugs["negative"].astype(bool)]
-        cited = int((neg["thread"].astype(str) != "(not tied to a thread)").sum())
-        parts.append(f"Published bugs replayed through the decoding loop (`specrepro.sim.controls`): "
-                     f"**{int(neg['detected'].astype(bool).sum())}/{len(neg)} negative controls caught** ({cited} with "
-                     f"a cited thread), {int((~pos['detected'].astype(bool)).sum())}/{len(pos)} look-alike positive "
-                     f"controls passed as exact.\n")
-    return "\n".join(parts)
+        context["bugs"] = {"caught": int(neg["detected"].astype(bool).sum()), "negative": len(neg),
+                           "cited": int((neg["thread"].astype(str) != "(not tied to a thread)").sum()),
+                           "passed": int((~pos["detected"].astype(bool)).sum()), "positive": len(pos)}
+    return render_template("battery", **context)
 
 
 #: the committed executed notebooks whose run times the ``runtimes`` block lists (nbval's quick references are not a
@@ -546,8 +515,7 @@ def render_runtimes(executed: Path | None = None, sources: Path | None = None) -
 
     root = Path(executed) if executed is not None else repo_root() / "notebooks" / "executed"
     sources = Path(sources) if sources is not None else repo_root() / "notebooks"
-    lines = ["| notebook | profile | run time (min) | commit | CPU | date | code as in `notebooks/` today |",
-             "|---|---|---|---|---|---|---|"]
+    lines = []
     missing = stale = 0
     for prof in RUNTIME_PROFILES:
         for nb in sorted((root / prof).glob("[0-9][0-9]_*.ipynb")):
@@ -559,25 +527,12 @@ def render_runtimes(executed: Path | None = None, sources: Path | None = None) -
             same = ("no source" if drift is None else "yes" if not drift else
                     f"**no**: code cell{'s' if len(drift) > 1 else ''} {', '.join(map(str, drift))} changed since")
             run = run_facts(nb)
-            if run is None:
-                missing += 1
-                lines.append(f"| `{nb.stem}` | {prof} | not recorded | | | | {same} |")
-            else:
-                lines.append(f"| `{nb.stem}` | {run.get('profile', prof)} | {float(run['minutes']):.1f} | "
-                             f"`{run.get('commit', '?')}` | {_cell(run.get('cpu', '?'))} | {run.get('date', '?')} | "
-                             f"{same} |")
-    note = ("Wall-clock minutes of each committed executed notebook's own run, stamped into the notebook by the run "
-            "(`specrepro.record.nbrun`); a notebook whose tables were reused from an earlier run (resumed) took less "
-            "than a run from scratch. On a shared machine a run beside another CPU-heavy job takes several times "
-            f"longer. `{SCORECARD_NOTEBOOK}` is not listed: it renders this table, so its own run ends after the table "
-            "is written (it only reads the other notebooks' tables).")
-    if missing:
-        note += (f" {missing} notebook(s) were executed before run times were stamped: \"not recorded\" until "
-                 "their next standard run.")
-    note += (" The last column compares each executed notebook's code cells with its source in `notebooks/`: "
-             + (f"{stale} executed notebook(s) show code that their source has since changed; their outputs are "
-                "those of the older code until their next run." if stale else "every one shows its source's code."))
-    return note + "\n\n" + "\n".join(lines) + "\n"
+            missing += run is None
+            lines.append(f"| `{nb.stem}` | {prof} | not recorded | | | | {same} |" if run is None else
+                         f"| `{nb.stem}` | {run.get('profile', prof)} | {float(run['minutes']):.1f} | "
+                         f"`{run.get('commit', '?')}` | {_cell(run.get('cpu', '?'))} | {run.get('date', '?')} | {same} |")
+    return render_template("runtimes", lines=lines, missing=missing, stale=stale,
+                           scorecard_notebook=SCORECARD_NOTEBOOK)
 
 
 def plot_verdicts(card: pd.DataFrame, ax=None):

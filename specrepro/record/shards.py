@@ -2,18 +2,18 @@
 
 What this file is: ``python -m specrepro shard NAME --profile profiles/standard.yaml`` (the Makefile runs one target
 per shard before the notebook), :func:`shard_groups` (every shard -> the object that reads or measures it; the one
-list that the command, ``status`` and the expected settings share), :func:`read_or_measure`, notebook 03's
-:class:`AlphaShards` (one per workload and temperature) and notebook 04's :class:`Table2Shards` (defined in
-:mod:`specrepro.lab.table2`), which a notebook also uses to run in-process any shard that is missing (the quick
-profile in CI; a run by hand). Notebook 05's groups are in :mod:`specrepro.record.shards_trees`, notebook 06's in
-:mod:`specrepro.record.shards_medusa` (both importable from here).
+list that the command, ``status`` and the expected settings share), notebook 03's :class:`AlphaShards` (one per
+workload and temperature) and notebook 04's :class:`Table2Shards` (defined in :mod:`specrepro.lab.table2`), which a
+notebook also uses to run in-process any shard that is missing (the quick profile in CI; a run by hand). Notebook
+05's groups are in :mod:`specrepro.record.shards_trees`, notebook 06's in :mod:`specrepro.record.shards_medusa`
+(both importable from here).
 
-A shard's sidecar (:func:`specrepro.record.results.save_table`) records the setting, the sittings' wall time
-(``seconds``), the CPU, how many (pass, prompt) blocks were timed under load (``blocks_under_load``;
-:func:`specrepro.files.machine_state`) and the table's sha256. A shard that exists under the same setting is read;
-one under another setting is measured afresh. While timed, finished blocks are kept in a checkpoint
-(``data/checkpoints/`` for the record, committable, resumed only on the same CPU model, code and setting, so a table
-never mixes machines; ``build/checkpoints/`` otherwise), deleted once the table is saved.
+A shard is read or measured by :func:`specrepro.record.shardkit.read_or_measure`; its sidecar records the setting,
+the sittings' wall time (``seconds``), the CPU, how many (pass, prompt) blocks were timed under load
+(``blocks_under_load``; :func:`specrepro.files.machine_state`) and the table's sha256. A shard that exists under the
+same setting is read; one under another setting is measured afresh. While timed, finished blocks are kept in a
+checkpoint (``data/checkpoints/`` for the record, committable, resumed only on the same CPU model, code and setting,
+so a table never mixes machines; ``build/checkpoints/`` otherwise), deleted once the table is saved.
 
 What it is not: the notebooks' summaries and figures, or the bench files' shards (``make``).
 """
@@ -21,148 +21,21 @@ What it is not: the notebooks' summaries and figures, or the bench files' shards
 from __future__ import annotations
 
 import argparse
-import signal
-import time
 from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import checkpoint_file, hold_record_lock, repo_root
 from specrepro.lab import table2
-from specrepro.record.results import STANDARD, load_table, save_table, writes_record
+from specrepro.record.results import STANDARD
+from specrepro.record.shardkit import ShardGroup, read_or_measure, shard_checkpoint  # noqa: F401 - re-exported
+from specrepro.record.shards_medusa import MedusaShards
+from specrepro.record.shards_trees import MSSShard, TreeSpeedShards, WidthShards
 
 __all__ = ["Table2Shards", "AlphaShards", "MSSShard", "TreeSpeedShards", "WidthShards", "MedusaShards",
            "read_or_measure", "shard_checkpoint", "shard_groups", "configure_parser", "run_command"]
 
-#: the shard groups defined beside this module (they build on :class:`_ShardGroup`), importable from here
-_ELSEWHERE = {"MSSShard": "shards_trees", "TreeSpeedShards": "shards_trees", "WidthShards": "shards_trees",
-              "MedusaShards": "shards_medusa"}
 
-
-def __getattr__(name: str):
-    if name in _ELSEWHERE:
-        import importlib
-
-        return getattr(importlib.import_module(f"specrepro.record.{_ELSEWHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def shard_checkpoint(name: str, profile: str) -> Path:
-    """Where a shard keeps its finished blocks while it is timed: ``data/checkpoints/<name>.<profile>.json`` when
-    this run writes the record (committable), else :func:`specrepro.files.checkpoint_file`."""
-    if writes_record(profile):
-        hold_record_lock()  # before the hour of timing, not after: one job writes the record at a time
-        return repo_root() / "data" / "checkpoints" / f"{name}.{profile}.json"
-    return checkpoint_file(name, profile)
-
-
-def read_or_measure(name: str, profile: str, device: str, settings: dict, measure) -> pd.DataFrame:
-    """The shard ``name``: read when its table exists under ``settings``, else ``measure(checkpoint)`` now and saved
-    with its sidecar (the settings, the run time, the machine's load before and after, and, for timed tables with an
-    ``under_load`` column, how many (pass, prompt) blocks ran under load), its checkpoint deleted.
-
-    The run time of a shard resumed over several sittings is their sum: a sitting that ends without its table (an
-    exception, Ctrl-C or SIGTERM; not a kill -9) adds its seconds to ``<checkpoint>.sittings.json`` beside the checkpoint, and
-    the sidecar records ``seconds`` (every sitting's), ``sittings`` and ``seconds_this_sitting``.
-
-    Returns the table as a later reader gets it (the CSV's types); ``attrs["measured"]`` says which happened."""
-    import json
-
-    found = load_table(name, profile, **settings)
-    if found is not None:
-        return found
-    from specrepro.files import atomic_write_text, machine_snapshot, machine_state
-
-    t0, snap = time.monotonic(), machine_snapshot()
-    ckpt = shard_checkpoint(name, profile)
-    log = ckpt.with_name(ckpt.name + ".sittings.json")
-    try:
-        earlier = [float(x) for x in json.loads(log.read_text())] if ckpt.exists() and log.exists() else []
-    except (OSError, ValueError, TypeError):
-        earlier = []
-    previous = _exit_on_sigterm()
-    try:
-        df = measure(ckpt)
-    except BaseException:
-        if ckpt.exists():  # blocks were kept: the next sitting resumes them, and adds this one's time
-            atomic_write_text(log, json.dumps([*earlier, round(time.monotonic() - t0, 1)]) + "\n")
-        raise
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    state = machine_state(snap, machine_snapshot())
-    now = round(time.monotonic() - t0, 1)
-    extra = {"seconds": round(now + sum(earlier), 1), "sittings": len(earlier) + 1, "seconds_this_sitting": now,
-             "load_before": state["load_before"], "load_after": state["load_after"]}
-    if "under_load" in df.columns:
-        blocks = df.drop_duplicates(["repeat", "prompt_index"])
-        extra.update(blocks=int(len(blocks)), blocks_under_load=int((blocks["under_load"] == True).sum()))  # noqa: E712
-    else:
-        extra.update(steal_pct=state["steal_pct"], other_cpu_pct=state["other_cpu_pct"])
-    save_table(df, name, profile=profile, device=device, **settings, **extra)
-    ckpt.unlink(missing_ok=True)
-    log.unlink(missing_ok=True)
-    out = load_table(name, profile, **settings)
-    out.attrs["measured"] = True
-    return out
-
-
-def _exit_on_sigterm():
-    """While a shard measures: SIGTERM (``kill``, a job scheduler's stop) raises SystemExit in the main thread, so the
-    sitting's time is logged as for Ctrl-C. Returns the handler it replaced (None off the main thread)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def stop(signum, frame):
-        raise SystemExit(128 + signum)
-
-    return signal.signal(signal.SIGTERM, stop)
-
-
-class _ShardGroup:
-    """What a group of shards sharing models has in common: ``profile``, ``device`` and ``measured`` (the shards
-    this object measured; the others were read), :meth:`_get` (one shard read or measured, noted in ``measured``)
-    and :meth:`table` (every shard of :meth:`names`, concatenated)."""
-
-    profile: str
-    measured: list[str]
-    #: what a shard of the group is called in the error for a name that is not one
-    what = "a shard of this group"
-
-    @property
-    def device(self) -> str:
-        return self.params["device"]
-
-    def names(self) -> list[str]:
-        raise NotImplementedError
-
-    def run(self, name: str) -> pd.DataFrame:
-        raise NotImplementedError
-
-    def _require(self, name: str) -> None:
-        """Raises KeyError (naming the group's shards) unless ``name`` is one of :meth:`names`."""
-        if name not in self.names():
-            raise KeyError(f"{name!r} is not {self.what} under this profile; its shards: {self.names()}")
-
-    def _get(self, name: str, settings: dict, measure) -> pd.DataFrame:
-        out = read_or_measure(name, self.profile, self.device, settings, measure)
-        if out.attrs.get("measured"):
-            self.measured.append(name)
-        return out
-
-    def table(self) -> pd.DataFrame:
-        """Every shard's rows, concatenated in :meth:`names`' order."""
-        return pd.concat([self.run(name) for name in self.names()], ignore_index=True)
-
-    def expected(self, name: str, folder: Path) -> dict:
-        """What shard ``name``'s sidecar must record to be the measurement these parameters ask for, measuring
-        nothing (a choice made from other tables is taken from those tables as recorded in ``folder``)."""
-        return self.settings(name)
-
-
-class AlphaShards(_ShardGroup):
+class AlphaShards(ShardGroup):
     """Notebook 03's α table (Leviathan Table 3 analogue, :func:`specrepro.lab.leviathan.alpha_table`) as shards,
     one per workload and temperature: ``leviathan_table3_runs_<workload>_t<0|1>``, each ``alpha_prompts`` prompts ×
     ``alpha_tokens`` teacher-forced positions for every draft (unigram, bigram, prompt lookup, the draft model).
@@ -239,7 +112,7 @@ class AlphaShards(_ShardGroup):
         return self._get(name, s, measure)
 
 
-class Table2Shards(_ShardGroup):
+class Table2Shards(ShardGroup):
     """Notebook 04's shards for one setting (:class:`specrepro.lab.table2.Table2Setting`): each method returns a
     shard's table, read from the record (or ``build/<profile>/``) when it exists under the same setting, else
     measured now and saved. The models load only when something must be measured.
@@ -351,13 +224,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list", action="store_true", help="print the shards' names and exit")
 
 
-def shard_groups(params: dict, profile: str = STANDARD) -> dict[str, _ShardGroup]:
+def shard_groups(params: dict, profile: str = STANDARD) -> dict[str, ShardGroup]:
     """Every shard of notebooks 03-06, in notebook order (each group's in the order they can run) -> the object that
     reads or measures it: the one description of the shards that ``python -m specrepro shard``, ``status`` and the
     sidecars' expected settings share."""
-    from specrepro.record.shards_medusa import MedusaShards
-    from specrepro.record.shards_trees import MSSShard, TreeSpeedShards, WidthShards
-
     groups = (AlphaShards(params, profile), Table2Shards(params, profile), MSSShard(params, profile),
               TreeSpeedShards(params, profile), WidthShards(params, profile), MedusaShards(params, profile))
     return {name: g for g in groups for name in g.names()}

@@ -1,5 +1,5 @@
 """Notebook 06's measurements (Medusa, Cai et al. 2024) as shards of the record: :class:`MedusaShards`, measured by
-:mod:`specrepro.lab.medusa_parts`, each read or measured as :func:`specrepro.record.shards.read_or_measure` says.
+:mod:`specrepro.lab.medusa_parts`, each read or measured as :func:`specrepro.record.shardkit.read_or_measure` says.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.record.results import STANDARD, table_at
-from specrepro.record.shards import _ShardGroup
+from specrepro.record.shardkit import ShardGroup
 
 __all__ = ["MedusaShards"]
 
 
-class MedusaShards(_ShardGroup):
+class MedusaShards(ShardGroup):
     """Notebook 06's measurements (Medusa, Cai et al. 2024) as shards, in the order they can run
     (:mod:`specrepro.lab.medusa_parts` measures each):
 

@@ -1,7 +1,7 @@
 """Notebook 05's measurements (SpecInfer, Miao et al. 2024) as shards of the record: :class:`MSSShard` (naive
 sampling vs MSS, SpecInfer Table 3), :class:`TreeSpeedShards` (the tree verification cost curves, and the tree-vs-chain
 timing in parts of a few prompts) and :class:`WidthShards` (SpecInfer Table 2, tokens per step vs tree width, one
-shard per decoding and pass). Each is read or measured as :func:`specrepro.record.shards.read_or_measure` says.
+shard per decoding and pass). Each is read or measured as :func:`specrepro.record.shardkit.read_or_measure` says.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.record.results import STANDARD, load_table, save_table, table_at
-from specrepro.record.shards import _ShardGroup
+from specrepro.record.shardkit import ShardGroup
 
 __all__ = ["MSSShard", "TreeSpeedShards", "WidthShards"]
 
@@ -39,7 +39,7 @@ def _tree_models(shard):
     return shard.models
 
 
-class MSSShard(_ShardGroup):
+class MSSShard(ShardGroup):
     """Notebook 05's naive-vs-MSS table (SpecInfer Table 3, :func:`specrepro.lab.specinfer.naive_vs_mss_table`) as
     the shard ``specinfer_table3_runs``: ``mss_prompts`` HumanEval prompts × ``mss_repeats`` passes ×
     ``mss_tokens`` tokens, trees ⟨w, 1, ..., 1⟩ with w the largest of ``widths`` and depth ``tree_depth``, T = 1.
@@ -91,7 +91,7 @@ class MSSShard(_ShardGroup):
         return self._get(self.name, s, measure)
 
 
-class TreeSpeedShards(_ShardGroup):
+class TreeSpeedShards(ShardGroup):
     """Notebook 05's hardware-aware tree choice and its tree-vs-chain timing as shards.
 
     * ``specinfer_tree_costs``: the verification cost curves (:func:`specrepro.lab.specinfer.tree_cost_table`): one
@@ -263,7 +263,7 @@ class TreeSpeedShards(_ShardGroup):
         return self.part_settings(int(name.removeprefix(self.part_prefix)), self.recorded_picks(folder) or {})
 
 
-class WidthShards(_ShardGroup):
+class WidthShards(ShardGroup):
     """SpecInfer Table 2 (verified tokens per step vs tree width) at the size a verdict needs, as shards:
     ``width_prompts`` HumanEval prompts × ``width_tokens`` tokens on SpecInfer's trees ⟨1,1,w,1,...,1⟩ of depth
     ``tree_depth`` for every width of ``widths`` (:func:`specrepro.lab.specinfer.tree_width_table`, shape "paper").
