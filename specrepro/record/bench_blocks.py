@@ -351,23 +351,13 @@ def render_targets(profile: str = STANDARD) -> str:
     the method (best of several by the median, said so), the prompts and the file."""
     table = targets_table(profile)
     counts = table["status"].value_counts()
-    head = (f"{len(table)} targets: " + " · ".join(f"{int(counts.get(s, 0))} {s}" for s in
-                                                  ("met", "met on the median", "missed", "not run")) + ". "
-            "**met**: the whole 95% interval over prompts clears the target; **met on the median**: the median does, "
-            "the interval does not rule out a miss; a prediction ratio has no interval, so it is judged on the median.")
-    lines = [head, "", "| target | status | measured [95% CI] | method | prompts | bench file |",
-             "|---|---|---|---|---:|---|"]
-    for r in table.to_dict(orient="records"):
-        n = r["n_prompts"]
-        status = r["status"] if r["status"] != "missed" else "**missed**"
-        lines.append(f"| {cell(r['target'])} | {status} | {cell(r['measured'])} | {cell(r['method'])} | "
-                     f"{'' if n is None or n != n else int(n)} | `{r['file']}.json` |")
-    why = [r for r in table.to_dict(orient="records") if r.get("why")]
-    if why:
-        lines += ["", "Why, for each target not clearly met (from the run's cost model and step timings; "
-                  "`specrepro.bench.targets.prediction_gap`, notebook 08):", ""]
-        lines += [f"- *{r['target']}*: {r['why']}" for r in why]
-    return "\n".join(lines) + "\n"
+    records = table.to_dict(orient="records")
+    rows = [(cell(r["target"]), r["status"] if r["status"] != "missed" else "**missed**", cell(r["measured"]),
+             cell(r["method"]), "" if r["n_prompts"] is None or r["n_prompts"] != r["n_prompts"] else
+             int(r["n_prompts"]), f"`{r['file']}.json`") for r in records]
+    return render_template("targets", rows=rows, why=[(r["target"], r["why"]) for r in records if r.get("why")],
+                           counts=" · ".join(f"{int(counts.get(s, 0))} {s}"
+                                             for s in ("met", "met on the median", "missed", "not run")))
 
 
 def bench_files(directory: Path) -> list[Path]:

@@ -126,11 +126,6 @@ def _card_head(card: pd.DataFrame, profile: str) -> str:
     return head
 
 
-def _definitions_note() -> str:
-    return ("Verdicts, as `specrepro/record/verdicts.py` defines them (`VERDICT_DEFINITIONS`, rendered from the same "
-            "clauses the rules evaluate):\n\n" + verdict_definitions())
-
-
 def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
     """The full scorecard (``scorecard.md``): a line naming the profile, each machine with the number of claims
     measured on it, the commits, the number of distinct claims (one per statement of a paper) and the count of each
@@ -148,11 +143,9 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
         head += f", tables from commit{'s' if len(commits) > 1 else ''} " + ", ".join(f"`{c}`" for c in commits)
     head += (f". {_card_head(card, profile)}. Intervals are 95%; each row names how its interval is computed "
              f"(most are percentile bootstraps over prompts or problems).")
-    lines = [head, "", _definitions_note().rstrip("\n")]
+    groups = []
     for group, rows in _groups(card):
-        lines += ["", f"### {group_counts(rows, group or 'ungrouped')}", "",
-                  "| paper · where | claim (the paper's setting) | paper | ours (our setting) | verdict | why |",
-                  "|---|---|---|---|---|---|"]
+        cells = []
         for _, r in rows.iterrows():
             where = f"{r['paper']} · {r['source']}" + (f" (arXiv {r['arxiv']})" if r.get("arxiv") else "")
             claim = _cell(r["claim"]) + (f"<br><sub>{_cell(r['setting'])}</sub>" if r["setting"] else "")
@@ -169,8 +162,9 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
             why = _cell(r["reason"]) + (f"<br><sub>{_cell(r['stability'])}</sub>" if r.get("stability") else "")
             if r.get("registered"):
                 why += f"<br><sub>rule {_cell(r['registered'])}</sub>"
-            lines.append("| " + " | ".join((_cell(where), claim, paper, ours, f"**{r['verdict']}**", why)) + " |")
-    return "\n".join(lines) + "\n"
+            cells.append((_cell(where), claim, paper, ours, f"**{r['verdict']}**", why))
+        groups.append((group_counts(rows, group or "ungrouped"), cells))
+    return render_template("scorecard", head=head, definitions=verdict_definitions().rstrip("\n"), groups=groups)
 
 
 _N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"),
@@ -222,28 +216,19 @@ def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | 
     profile = profile or next((p for p in card["profile"] if p), STANDARD)
     full = profile_results(profile) / "scorecard.md"
     link = _rel(full, base)
-    lines = [f"Profile **{profile}**: {_card_head(card, profile)}. Each claim's setting, ours, the hardware and "
-             f"commit of the table that measured it and the reason for its verdict: [`{link}`]({link}) "
-             f"(and `scorecard.csv` beside it). Intervals are 95%; most are percentile bootstraps over prompts (or "
-             f"problems), and the full card names each row's method.",
-             "", _definitions_note().rstrip("\n")]
+    groups = []
     for group, rows in _groups(card):
-        lines += ["", f"**{group_counts(rows, group or 'ungrouped')}**", "",
-                  "| claim | paper | ours [95% CI] | n | verdict |", "|---|---|---|---|---|"]
+        cells = []
         for _, r in rows.iterrows():
             ours, n_cell = _short_ours(r)
             claim = f"{_cell(r['claim'])} <sub>{_cell(_paper_short(str(r['paper'])))} · `{_cell(r['id'])}`</sub>"
             marks = (" · unstable" if r.get("stability") else "") + (" · uncommitted code" if _dirty(r) else "")
-            lines.append("| " + " | ".join((claim, _cell(r["paper_value"]), _cell(ours), _cell(n_cell),
-                                             f"**{r['verdict']}**" + marks)) + " |")
-    if card.get("stability", pd.Series(dtype=str)).astype(bool).any():
-        lines += ["", "*unstable*: the verdict history (`verdict_stability.csv`) read another verdict from other evidence "
-                      "(another committed version of the claim's tables, or of its rule); both readings are in the full card."]
-    if any(_dirty(r) for _, r in card.iterrows()):
-        lines += ["", "*uncommitted code*: the table behind the row was written from a working tree whose code "
-                      "differed from its commit (the card's commit ends in `-dirty`), so no commit holds the exact "
-                      "code that measured it; its notebook's next standard run replaces it."]
-    return "\n".join(lines) + "\n"
+            cells.append((claim, _cell(r["paper_value"]), _cell(ours), _cell(n_cell), f"**{r['verdict']}**" + marks))
+        groups.append((group_counts(rows, group or "ungrouped"), cells))
+    return render_template("summary", profile=profile, card_head=_card_head(card, profile), link=link,
+                           definitions=verdict_definitions().rstrip("\n"), groups=groups,
+                           unstable=card.get("stability", pd.Series(dtype=str)).astype(bool).any(),
+                           dirty=any(_dirty(r) for _, r in card.iterrows()))
 
 
 def render_figures(profile: str = STANDARD, base: Path | None = None) -> str:
