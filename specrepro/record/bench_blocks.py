@@ -22,8 +22,8 @@ import pandas as pd
 from specrepro.files import read_noted, repo_root
 from specrepro.record.results import STANDARD, record_dir, results_dir
 
-__all__ = ["cell", "rel", "profile_results", "render_template", "provenance_note", "bench_files", "render_bench", "targets_table",
-           "prediction_gaps", "render_targets"]
+__all__ = ["cell", "rel", "profile_results", "render_template", "provenance_note", "bench_files", "render_bench",
+           "targets_table", "prediction_gaps", "render_targets"]
 
 
 def cell(text) -> str:
@@ -80,7 +80,7 @@ def _bf16_note(cfg: dict) -> str:
     return " (native: AVX-512 BF16 or AMX)" if cfg["cpu_bf16"] else " (emulated: this CPU has no AVX-512 BF16 or AMX)"
 
 
-def _benchcell(v, digits: int = 2) -> str:
+def _bench_cell(v, digits: int = 2) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "—"
     if isinstance(v, bool):
@@ -95,12 +95,12 @@ def _fin_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _ratiocell(row: dict, key: str) -> str:
+def _ratio_cell(row: dict, key: str) -> str:
     """A value with its 95% bootstrap interval over prompts when the JSON has one (``key_lo``/``key_hi``): a paired
     speedup (:func:`specrepro.measure.harness.paired_speedup`) or a pooled rate, α or tokens per step
     (:func:`specrepro.bench.run.rate_intervals`); bench JSON written before intervals existed shows the value only."""
     v, lo, hi = row.get(key), row.get(f"{key}_lo"), row.get(f"{key}_hi")
-    cell = _benchcell(v)
+    cell = _bench_cell(v)
     if cell == "—" or lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
         return cell
     return f"{cell} [{lo:.2f}, {hi:.2f}]"
@@ -161,7 +161,7 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                    f" · draft as loaded {'kept (a method drafts with it)' if cfg['float_draft_kept'] else 'released'}"
                    " before timing")
                 + f" · [`{link}`]({link})")
-        # transformers baselines beyond hf-assisted get a column only where the file has them
+        # transformers' and llama.cpp's baselines beyond hf-assisted get a column only where the file has them
         extra = [(key, title) for key, title in (("speedup_vs_hf_ar", "× HF AR [95% CI]"),
                                                  ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"),
                                                  ("speedup_vs_hf_assisted_int8_pruned",
@@ -174,46 +174,48 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
         # greedy runs with llama.cpp's AR: whether each output equals its greedy tokens too
         llama_eq = [b for b in ("llama-server-ar", "llama-ar") if greedy and any(
             f"greedy_equal_to_{b.replace('-', '_')}" in r for r in summary)]
-        predicted = any(r.get("predicted_speedup") is not None for r in summary)
         prefill = any(r.get("predicted_speedup_with_prefill") is not None for r in summary)
-        in_run = any(r.get("predicted_speedup_in_run") is not None for r in summary)
-        memory = any(_fin_number(r.get("peak_rss_mb")) for r in summary)
-        pred_head = ((" draft ms per drafted token (cost model) | predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "")
-                      + ") | free-draft bound | measured / predicted |"
-                      + (" predicted from the run's own costs | measured / that |" if in_run else ""))
-                     if predicted else "")
-        lines = [head, "", "| method | tokens/s | ms/token | × our AR [95% CI] | × HF assisted [95% CI] |"
-                 + "".join(f" {title} |" for _, title in extra) + " α [95% CI] | tokens/step [95% CI] | per-position acceptance |"
-                 + pred_head + (" peak resident GB |" if memory else "") + (" equal to greedy AR |" if greedy else "")
-                 + "".join(f" equal to greedy {b} |" for b in llama_eq),
-                 "|---|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---|"
-                 + ("---:|" * (6 if in_run else 4) if predicted else "") + ("---:|" if memory else "")
-                 + ("---|" if greedy else "") + "---|" * len(llama_eq)]
-        for r in summary:
-            row = [f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),
-                   _benchcell(r.get("tokens_per_s")), _benchcell(r.get("ms_per_token"), 0),
-                   _ratiocell(r, "speedup_vs_ar"), _ratiocell(r, "speedup_vs_hf_assisted"),
-                   *[_ratiocell(r, key) for key, _ in extra],
-                   _ratiocell(r, "alpha"), _ratiocell(r, "tokens_per_step"),
-                   _benchcell(r.get("per_position_acceptance"))]
-            if predicted:
-                pred = _benchcell(r.get("predicted_speedup"))
-                if prefill and r.get("predicted_speedup_with_prefill") is not None:
-                    pred += " / " + _benchcell(r.get("predicted_speedup_with_prefill"))
-                row += [_benchcell(r.get("draft_ms_per_token"), 1), pred, _benchcell(r.get("free_draft_bound")),
-                        _benchcell(r.get("measured_over_predicted"))]
-                if in_run:
-                    row += [_benchcell(r.get("predicted_speedup_in_run")),
-                            _benchcell(r.get("measured_over_predicted_in_run"))]
-            if memory:  # the largest resident high-water mark of the method's calls (MiB in the JSON), 10^9 bytes
-                row.append(_benchcell(r["peak_rss_mb"] * 2**20 / 1e9, 1) if _fin_number(r.get("peak_rss_mb"))
-                           else "—")
-            if greedy:
-                row.append(r.get("equal_to_ar_runs") or _benchcell(r.get("greedy_equal_to_ar")))
-            for b in llama_eq:
-                key = b.replace("-", "_")
-                row.append(r.get(f"equal_to_{key}_runs") or _benchcell(r.get(f"greedy_equal_to_{key}")))
-            lines.append("| " + " | ".join(row) + " |")
+
+        def pred(r):
+            with_prefill = r.get("predicted_speedup_with_prefill")
+            return _bench_cell(r.get("predicted_speedup")) + (
+                " / " + _bench_cell(with_prefill) if prefill and with_prefill is not None else "")
+
+        def equal(r, b):
+            return r.get(f"equal_to_{b}_runs") or _bench_cell(r.get(f"greedy_equal_to_{b}"))
+
+        def has(key):
+            return any(r.get(key) is not None for r in summary)
+
+        # (title, alignment, cell of a summary row): one description of each column, None where the file lacks it
+        columns = [("method", "---", lambda r: f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)")),
+                   ("tokens/s", "---:", lambda r: _bench_cell(r.get("tokens_per_s"))),
+                   ("ms/token", "---:", lambda r: _bench_cell(r.get("ms_per_token"), 0)),
+                   ("× our AR [95% CI]", "---:", lambda r: _ratio_cell(r, "speedup_vs_ar")),
+                   ("× HF assisted [95% CI]", "---:", lambda r: _ratio_cell(r, "speedup_vs_hf_assisted")),
+                   *[(title, "---:", lambda r, key=key: _ratio_cell(r, key)) for key, title in extra],
+                   ("α [95% CI]", "---:", lambda r: _ratio_cell(r, "alpha")),
+                   ("tokens/step [95% CI]", "---:", lambda r: _ratio_cell(r, "tokens_per_step")),
+                   ("per-position acceptance", "---", lambda r: _bench_cell(r.get("per_position_acceptance"))),
+                   *([("draft ms per drafted token (cost model)", "---:",
+                       lambda r: _bench_cell(r.get("draft_ms_per_token"), 1)),
+                      ("predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "") + ")",
+                       "---:", pred),
+                      ("free-draft bound", "---:", lambda r: _bench_cell(r.get("free_draft_bound"))),
+                      ("measured / predicted", "---:", lambda r: _bench_cell(r.get("measured_over_predicted")))]
+                     if has("predicted_speedup") else []),
+                   *([("predicted from the run's own costs", "---:",
+                       lambda r: _bench_cell(r.get("predicted_speedup_in_run"))),
+                      ("measured / that", "---:", lambda r: _bench_cell(r.get("measured_over_predicted_in_run")))]
+                     if has("predicted_speedup") and has("predicted_speedup_in_run") else []),
+                   # the largest resident high-water mark of the method's calls (MiB in the JSON), in 10^9 bytes
+                   *([("peak resident GB", "---:", lambda r: _bench_cell(r["peak_rss_mb"] * 2**20 / 1e9, 1)
+                       if _fin_number(r.get("peak_rss_mb")) else "—")]
+                     if any(_fin_number(r.get("peak_rss_mb")) for r in summary) else []),
+                   *([("equal to greedy AR", "---", lambda r: equal(r, "ar"))] if greedy else []),
+                   *[(f"equal to greedy {b}", "---", lambda r, b=b: equal(r, b.replace("-", "_"))) for b in llama_eq]]
+        lines = [head, "", "| " + " | ".join(c[0] for c in columns) + " |", "|" + "".join(c[1] + "|" for c in columns),
+                 *("| " + " | ".join(c[2](r) for c in columns) + " |" for r in summary)]
         parts.append("\n".join(lines) + "\n")
         if is_llama_run(data):  # llama.cpp's cost model with its intervals and each method's limit ladder
             parts.append(ladder_markdown(data))
@@ -315,7 +317,7 @@ def _render_groups(runs) -> str:
                 cells.append("—")
                 continue
             r = r.iloc[0].to_dict()
-            cell = _ratiocell({"x": r["speedup"], "x_lo": r["speedup_lo"], "x_hi": r["speedup_hi"]}, "x")
+            cell = _ratio_cell({"x": r["speedup"], "x_lo": r["speedup_lo"], "x_hi": r["speedup_hi"]}, "x")
             cell += "×" if cell != "—" else ""
             if math.isfinite(r["tokens_per_step"]):
                 cell += f"; {r['tokens_per_step']:.2f}"
