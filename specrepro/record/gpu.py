@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from specrepro.files import read_noted, repo_root
-from specrepro.record.bench_blocks import profile_results
+from specrepro.record.bench_blocks import profile_results, render_template
 from specrepro.record.results import STANDARD
 
 __all__ = ["GPU_ALPHA_METHOD", "gpu_dir", "gpu_files", "write_gpu_sidecars", "render_gpu"]
@@ -80,71 +80,53 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
     from specrepro.theory import CostCurve, free_draft_bound, hardware_aware_speedup, optimal_gamma_hardware
 
     gdir = gpu_dir() if gdir is None else Path(gdir)
-    parts = []
     bench = profile_results(profile) / "bench_qwen_greedy.json"
     alpha = alpha_n = None
     if bench.exists():
         for row in json.loads(read_noted(bench))["summary"]:
             if row["method"] == GPU_ALPHA_METHOD and row.get("alpha") is not None:
                 alpha, alpha_n = float(row["alpha"]), f"{row['n_prompts']} prompts x {row['runs'] // row['n_prompts']} passes"
+    files = []
     for path in gpu_files(gdir, "cost_curves_"):
         res = json.loads(read_noted(path))
         cfg, models = res["config"], res["models"]
-        ns = cfg["ns"]
-        names = list(models)
+        ns, names, modes = cfg["ns"], list(models), ("eager", "static", "graphs")
         short = {m: Path(m).name for m in names}
-        with_ci = any(models[m].get(f"{mode}_ms_low") is not None for m in names for mode in ("eager", "static", "graphs"))
-        parts.append(f"`{path.name}`: {cfg['device_description']}, {cfg['dtype']}, "
-                     f"{'random weights, ' if cfg.get('random_weights') else ''}torch {cfg['torch']}, transformers "
-                     f"{cfg['transformers']}, commit `{cfg['commit']}`, {cfg['date']}; one forward of n new tokens "
-                     f"after a {cfg['prefix_len']}-token prefix, median of {cfg['repeats']} round-robin rounds (ms)"
-                     + (" [95% interval of the median]" if with_ci else
-                        "; this file keeps no per-round times, so its medians carry no interval") + ".\n")
-        lines = ["| model | mode | " + " | ".join(f"t({n})" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
+        times = []
         for m in names:
-            for mode in ("eager", "static", "graphs"):
+            for mode in modes:
                 ms = models[m].get(f"{mode}_ms")
                 if ms is None:
                     continue
                 low = models[m].get(f"{mode}_ms_low") or [None] * len(ms)
                 high = models[m].get(f"{mode}_ms_high") or [None] * len(ms)
-                cells = [f"{v:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
-                         for v, lo, hi in zip(ms, low, high)]
-                lines.append(f"| {short[m]} | {mode} | " + " | ".join(cells) + " |")
-        parts.append("\n".join(lines) + "\n")
+                times.append([short[m], mode, *(f"{v:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None
+                                                             else "") for v, lo, hi in zip(ms, low, high))])
         diffs = {short[m]: models[m].get("graphs_max_abs_logit_diff") for m in names}
-        if any(d is not None for d in diffs.values()):
-            parts.append("Largest |logit| difference between a graph replay and the eager forward: " +
-                         ", ".join(f"{k} {v:g}" for k, v in diffs.items() if v is not None) + ".\n")
+        f = {"name": path.name, "cfg": cfg, "times": times, "predictions": [],
+             "with_ci": any(models[m].get(f"{mode}_ms_low") is not None for m in names for mode in modes),
+             "diffs": ", ".join(f"{k} {v:g}" for k, v in diffs.items() if v is not None)}
         if len(names) == 2 and alpha is not None:
             target, draft = names
-            lines = [f"| mode | c | γ = 4 | best γ | free draft, γ = 4 |", "|---|---|---|---|---|"]
-            for mode in ("eager", "static", "graphs"):
+            f.update(target=short[target], draft=short[draft])
+            for mode in modes:
                 t_ms, d_ms = models[target].get(f"{mode}_ms"), models[draft].get(f"{mode}_ms")
                 if t_ms is None or d_ms is None:
                     continue
                 t_curve, d_curve = CostCurve(ns, t_ms), CostCurve(ns, d_ms)
                 g = optimal_gamma_hardware(alpha, t_curve, d_curve, max_gamma=max(ns) - 1)
-                lines.append(f"| {mode} | {d_curve(1) / t_curve(1):.2f} | "
-                             f"{hardware_aware_speedup(alpha, 4, t_curve, d_curve):.2f}x | "
-                             f"{hardware_aware_speedup(alpha, g, t_curve, d_curve):.2f}x (γ = {g}) | "
-                             f"{free_draft_bound(alpha, 4, t_curve):.2f}x |")
-            parts.append(f"Predicted speedup over AR of the chain with {short[draft]} drafting for {short[target]}, "
-                         f"at α = {alpha:.3f} (`{GPU_ALPHA_METHOD}` in `{bench.name}`, float32 on the CPU, "
-                         f"{alpha_n}); c = t_draft(1) / t_target(1). A prediction from measured costs, not a measured "
-                         f"speedup:\n")
-            parts.append("\n".join(lines) + "\n")
+                f["predictions"].append((mode, f"{d_curve(1) / t_curve(1):.2f}",
+                                         f"{hardware_aware_speedup(alpha, 4, t_curve, d_curve):.2f}x",
+                                         f"{hardware_aware_speedup(alpha, g, t_curve, d_curve):.2f}x (γ = {g})",
+                                         f"{free_draft_bound(alpha, 4, t_curve):.2f}x"))
+        files.append(f)
+    tests = []
     for meta_path in gpu_files(gdir, "test_cuda_"):
         meta = json.loads(meta_path.read_text())
         log = meta_path.with_suffix(".log")
         text = log.read_text() if log.exists() else ""
         passed, failed = text.count(" PASSED"), text.count(" FAILED") + text.count(" ERROR")
-        reached = passed + failed + text.count(" SKIPPED")
-        parts.append(f"`tests/test_cuda.py` on {meta['device']} (commit `{meta['commit']}`, torch {meta['torch']}, "
-                     f"transformers {meta['transformers']}, {meta['date']}): **{passed} passed, {failed} failed** of "
-                     f"{meta['collected']} collected"
-                     + (f"; {meta['collected'] - reached} not reached within the run's {meta['time_limit_s']} s"
-                        if reached < meta["collected"] else "") + f" (`{log.name}`).\n")
-    if not parts:
-        parts.append("No GPU measurements under `data/gpu/` yet.\n")
-    return "\n".join(parts)
+        tests.append({**meta, "passed": passed, "failed": failed, "log": log.name,
+                      "unreached": max(0, meta["collected"] - (passed + failed + text.count(" SKIPPED")))})
+    return render_template("gpu", files=files, tests=tests, alpha=alpha, alpha_n=alpha_n, bench=bench.name,
+                           alpha_method=GPU_ALPHA_METHOD)
