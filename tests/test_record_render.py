@@ -52,3 +52,15 @@ def test_status_finds_the_record_current():
     stale = df[df["state"] != "current"]
     assert stale.empty, stale[["name", "state", "why"]].to_string()
     assert set(df["kind"]) == {"shard", "notebook", "figure"}
+
+
+def test_the_block_templates_are_package_data():
+    """A non-editable install carries every template the blocks render from (pyproject's package-data)."""
+    import fnmatch
+    import tomllib
+    from importlib.resources import files
+
+    patterns = tomllib.loads((repo_root() / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    templates = [p.name for p in files("specrepro.record").joinpath("templates").iterdir() if p.name.endswith(".j2")]
+    assert templates
+    assert all(any(fnmatch.fnmatch(f"templates/{t}", pat) for pat in patterns["specrepro.record"]) for t in templates)
