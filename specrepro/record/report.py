@@ -68,8 +68,13 @@ __all__ = ["KEY_FIGURES", "VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_co
            "prediction_gaps", "write_scorecard", "replace_block", "block_names", "record_pages", "render_block",
            "render_pages", "update_readme", "plot_verdicts"]
 
+#: every generated block but the scorecard (rendered from the card): name -> (profile, directory of its page) -> markdown
+_RENDERERS = {"figures": lambda p, base: render_figures(p, base), "bench": lambda p, base: render_bench(p, base),
+              "targets": lambda p, base: render_targets(p), "battery": lambda p, base: render_battery(p),
+              "runtimes": lambda p, base: render_runtimes(), "gpu": lambda p, base: render_gpu(p),
+              "arcost": lambda p, base: render_ar_cost(p), "llamaaudit": lambda p, base: render_llama_audit(p)}
 #: the generated blocks, each rendered into whichever page (README.md or docs/*.md) holds its markers
-BLOCKS = ("scorecard", "figures", "bench", "targets", "battery", "runtimes", "gpu", "arcost", "llamaaudit")
+BLOCKS = ("scorecard", *_RENDERERS)
 #: the blocks that must be in README.md itself (its first screen)
 README_BLOCKS = ("scorecard", "figures")
 
@@ -297,25 +302,11 @@ def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None =
     Raises:
         ValueError: ``name`` is not a generated block.
     """
+    if name not in BLOCKS:
+        raise ValueError(f"unknown generated block {name!r}; known: {list(BLOCKS)}")
     if name == "scorecard":
         return render_summary(with_registration(score(profile)) if card is None else card, profile, base)
-    if name == "figures":
-        return render_figures(profile, base)
-    if name == "bench":
-        return render_bench(profile, base)
-    if name == "targets":
-        return render_targets(profile)
-    if name == "battery":
-        return render_battery(profile)
-    if name == "runtimes":
-        return render_runtimes()
-    if name == "gpu":
-        return render_gpu(profile)
-    if name == "arcost":
-        return render_ar_cost(profile)
-    if name == "llamaaudit":
-        return render_llama_audit(profile)
-    raise ValueError(f"unknown generated block {name!r}; known: {list(BLOCKS)}")
+    return _RENDERERS[name](profile, base)
 
 
 def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
