@@ -220,6 +220,17 @@ def _merged_from_parts(row: dict, parts: list[dict], folder: Path) -> list[str]:
     return reasons
 
 
+def _run_time(row: dict, meta: dict, folder: Path) -> list[str]:
+    """``row``'s CPU and minutes from what a run recorded (``meta``: a bench file's config or a table's sidecar): the
+    whole run's seconds, or the longest part's of a table merged from parts (then the reasons it is stale)."""
+    row["cpu"] = meta.get("cpu") or ""
+    if meta.get("parts"):  # merged from parts (bench, greedy-equality or pass-at-1 --merge)
+        return _merged_from_parts(row, meta["parts"], folder)
+    if meta.get("seconds") is not None:
+        row["minutes"] = round(float(meta["seconds"]) / 60, 1)
+    return []
+
+
 def _add_note(row: dict, text: str) -> None:
     row["note"] = "; ".join(filter(None, [row.get("note"), text]))
 
@@ -246,14 +257,10 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
     path = root / shard.target
     if path.suffix == ".json":
         config = json.loads(path.read_text()).get("config", {})
-        row["cpu"] = config.get("cpu") or ""
         parts = config.get("parts") or []
-        if parts:  # merged from parts (bench --merge)
-            reasons += _merged_from_parts(row, parts, path.parent)
-        elif config.get("seconds") is not None:
-            row["minutes"] = round(float(config["seconds"]) / 60, 1)
-        else:  # written before the bench recorded its run time: the timed calls alone (loading and cost model not
-            # included, so a lower bound)
+        reasons += _run_time(row, config, path.parent)
+        if not parts and config.get("seconds") is None:  # written before the bench recorded its run time: the
+            # timed calls alone (loading and cost model not included, so a lower bound)
             timed = sum(float(r.get("seconds") or 0.0) for r in json.loads(path.read_text()).get("runs", []))
             row["minutes"] = round(timed / 60, 1) if timed else math.nan
             row["note"] = "run time of its timed calls alone (a lower bound)"
@@ -276,11 +283,7 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
             reasons.append("no provenance sidecar")
         else:
             prov = json.loads(sidecar.read_text())
-            row["cpu"] = prov.get("cpu") or ""
-            if prov.get("parts"):  # merged from parts (greedy-equality or pass-at-1 --merge)
-                reasons += _merged_from_parts(row, prov["parts"], path.parent)
-            elif prov.get("seconds") is not None:
-                row["minutes"] = round(float(prov["seconds"]) / 60, 1)
+            reasons += _run_time(row, prov, path.parent)
             reasons += _hash_reasons(prov.get("sha256"), sidecar.parent)
             want = expected_settings(shard, root)
             if want is not None:
