@@ -693,6 +693,7 @@ def test_int8_tree_and_transformers_baselines_in_one_bench(tiny_with_tokenizer, 
 def test_render_bench_shows_predictions_and_extra_baselines(tmp_path, monkeypatch):
     import json
 
+    import specrepro.record.bench_blocks as bench_blocks
     import specrepro.record.report as report
 
     summary = [
@@ -706,7 +707,7 @@ def test_render_bench_shows_predictions_and_extra_baselines(tmp_path, monkeypatc
     ]
     (tmp_path / "bench_x.json").write_text(json.dumps({"config": {"temperature": 0.8, "top_p": 0.95},
                                                        "summary": summary}))
-    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(bench_blocks, "results_dir", lambda profile: tmp_path)
     text = report.render_bench("quick")
     assert "× HF AR [95% CI]" in text and "1.02 [0.99, 1.05]" in text
     assert "free-draft bound" in text and "| 18.1 | 3.20 | 4.10 | 0.94 |" in text
@@ -717,6 +718,7 @@ def test_render_bench_shows_predictions_and_extra_baselines(tmp_path, monkeypatc
 def test_render_bench_gives_peak_memory_and_whether_the_draft_was_released(tmp_path, monkeypatch):
     import json
 
+    import specrepro.record.bench_blocks as bench_blocks
     import specrepro.record.report as report
 
     gb = 1e9 / 2**20  # MiB per GB
@@ -729,7 +731,7 @@ def test_render_bench_gives_peak_memory_and_whether_the_draft_was_released(tmp_p
         (tmp_path / "bench_m.json").write_text(json.dumps({"config": {"temperature": 0, "dtype": "bfloat16",
                                                                       "float_draft_kept": kept},
                                                            "summary": summary}))
-        monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+        monkeypatch.setattr(bench_blocks, "results_dir", lambda profile: tmp_path)
         text = report.render_bench("quick")
         assert said in text and ", bfloat16" in text
     lines = text.splitlines()
@@ -741,6 +743,7 @@ def test_render_bench_gives_peak_memory_and_whether_the_draft_was_released(tmp_p
 def test_render_bench_gives_the_chat_workload_per_category(tmp_path, monkeypatch):
     import json
 
+    import specrepro.record.bench_blocks as bench_blocks
     import specrepro.record.report as report
 
     runs = []
@@ -754,7 +757,7 @@ def test_render_bench_gives_the_chat_workload_per_category(tmp_path, monkeypatch
                 "per_position_acceptance": []}]
     (tmp_path / "bench_chat.json").write_text(json.dumps({"config": {"workload": "chat", "temperature": 0},
                                                           "summary": summary, "runs": runs}))
-    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(bench_blocks, "results_dir", lambda profile: tmp_path)
     text = report.render_bench("quick")
     assert "| method | qa (n = 4) | translation (n = 4) |" in text
     row = next(line for line in text.splitlines() if line.startswith("| `sd-hybrid-adaptive@20` | 2."))

@@ -11,7 +11,7 @@ import torch
 from conftest import PROMPT, tiny_lm
 
 from specrepro.core.decoding import generate
-from specrepro.record import equality, report
+from specrepro.record import bench_blocks, equality, report
 from specrepro.sim.real import explain_divergence, logit_spacing
 
 
@@ -91,16 +91,16 @@ def test_bench_divergences_one_row_per_method_and_prompt(tmp_path, model):
 def test_the_bench_block_says_what_explains_a_divergence(tmp_path, model, monkeypatch):
     path, tok = _bench_file(tmp_path, model, lambda ar: ar[:1] + [(ar[1] + 1) % 8] + ar[2:])
     summary = [{"method": "sd", "greedy_equal_to_ar": False}]
-    monkeypatch.setattr(report, "repo_root", lambda: tmp_path)
-    assert "not explained yet" in report._render_divergences(path, summary)
+    monkeypatch.setattr(bench_blocks, "repo_root", lambda: tmp_path)
+    assert "not explained yet" in bench_blocks._render_divergences(path, summary)
     table = equality.bench_divergences(path, model=model, tokenizer=tok)
     table.to_csv(tmp_path / "divergences_bench_tiny.csv", index=False)
     sidecar = tmp_path / "divergences_bench_tiny.provenance.json"
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     sidecar.write_text(json.dumps({"bench_sha256": sha, "tie_bound": 1e-3, "tie_spacings": 2}))
-    text = report._render_divergences(path, summary)
+    text = bench_blocks._render_divergences(path, summary)
     explained = int(pd.read_csv(tmp_path / "divergences_bench_tiny.csv")["explained"].sum())
     assert f"1 (method, prompt) pairs, {explained} of them near-ties" in text and "`sd` p1 (2/2 passes) at token 1" in text
     sidecar.write_text(json.dumps({"bench_sha256": "0" * 64}))
-    assert "explains another run" in report._render_divergences(path, summary)
-    assert report._render_divergences(path, [{"method": "sd", "greedy_equal_to_ar": True}]) == ""
+    assert "explains another run" in bench_blocks._render_divergences(path, summary)
+    assert bench_blocks._render_divergences(path, [{"method": "sd", "greedy_equal_to_ar": True}]) == ""

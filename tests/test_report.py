@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specrepro.record import report
+from specrepro.record import bench_blocks, report
 from specrepro.record import scorecard as sc
 from specrepro.record.scorecard import Tables
 
@@ -168,7 +168,7 @@ def test_blocks_are_rendered_into_whichever_page_holds_them(tmp_path, monkeypatc
     docs.mkdir()
     bench_dir = tmp_path / "results"
     bench_dir.mkdir()
-    monkeypatch.setattr(report, "results_dir", lambda profile: bench_dir)
+    monkeypatch.setattr(bench_blocks, "results_dir", lambda profile: bench_dir)
     (docs / "bench.md").write_text("# Bench\n\n<!-- bench:start -->\nold\n<!-- bench:end -->\n\ntail\n")
     (docs / "battery.md").write_text("# Battery\n\n<!-- battery:start -->\n<!-- battery:end -->\n")
     (docs / "plain.md").write_text("# no blocks\n")
@@ -184,8 +184,8 @@ def test_blocks_are_rendered_into_whichever_page_holds_them(tmp_path, monkeypatc
     assert report.update_readme("synthetic", card, readme=path, force=True) is False
     # links from docs/ go one level up
     cfg = {"target": "t", "draft": "d", "n_prompts": 1, "max_new_tokens": 8, "temperature": 0.0}
-    monkeypatch.setattr(report, "record_dir", lambda kind="results": bench_dir)
-    monkeypatch.setattr(report, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(bench_blocks, "record_dir", lambda kind="results": bench_dir)
+    monkeypatch.setattr(bench_blocks, "repo_root", lambda: tmp_path)
     (bench_dir / "bench_a.json").write_text(json.dumps({"config": cfg, "summary": [], "runs": []}))
     assert "[`../results/bench_a.json`](../results/bench_a.json)" in report.render_bench("standard", docs)
     assert "[`results/bench_a.json`](results/bench_a.json)" in report.render_bench("standard")
@@ -212,7 +212,7 @@ def test_repository_pages_hold_each_block_once_and_the_committed_scorecard():
 
 
 def test_render_bench_tabulates_each_json_and_names_unreadable_ones(tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(bench_blocks, "results_dir", lambda profile: tmp_path)
     assert "No benchmark results" in report.render_bench("synthetic")
     cfg = {"target": "t", "draft": "d", "workload": "humaneval", "n_prompts": 2, "repeats": 1, "max_new_tokens": 8,
            "temperature": 0.0, "gamma": 3, "device_description": "cpu (2 cores)", "dtype": "float32",
@@ -245,7 +245,7 @@ def test_render_bench_tabulates_each_json_and_names_unreadable_ones(tmp_path, mo
 
 def test_render_bench_gives_tokens_per_step_and_alpha_intervals_from_the_runs(tmp_path, monkeypatch):
     """A file whose summary predates the intervals gets them from its own runs (a bootstrap over prompts)."""
-    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(bench_blocks, "results_dir", lambda profile: tmp_path)
     cfg = {"target": "t", "draft": "d", "workload": "humaneval", "n_prompts": 4, "repeats": 1, "max_new_tokens": 8,
            "temperature": 1.0, "gamma": 3, "seed": 0}
     steps, terms = [2, 3, 4, 2], [[1.0, 0.5], [0.5, 0.0, 0.5], [0.0, 0.5, 0.0, 0.5], [1.0, 1.0]]
@@ -377,7 +377,7 @@ def test_the_rendered_scorecards_carry_the_verdicts_definitions_from_the_code():
 
 
 def test_the_llama_audit_block_renders_every_row_with_its_power(tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "record_dir", lambda kind="results": tmp_path)
+    monkeypatch.setattr(bench_blocks, "record_dir", lambda kind="results": tmp_path)
     assert "No llama.cpp audit" in report.render_llama_audit()
     rows = [dict(setting="T=1", implementation=impl, role=role, n=2000, tv=tv, p_value=p, g_test_p=p,
                  min_detectable_tv_90=0.069, verdict=v, llamacpp_accept_rate=acc, specrepro_accept_rate=0.72,
@@ -395,7 +395,7 @@ def test_the_llama_audit_block_renders_every_row_with_its_power(tmp_path, monkey
 
 
 def test_llama_divergences_render_counts_rule_and_each_paths_gap(tmp_path):
-    from specrepro.record.report import _render_llama_divergences
+    from specrepro.record.bench_blocks import _render_llama_divergences
 
     row = dict(method="llama-sd@4", reference="llama-ar", prompt_id="HumanEval/2", passes="3/3", diverged_at=26,
                ref_token=1, other_token=2, gap_one_token=-0.04, gap_batch=-0.12, gap_server=0.03, disagreement=0.13,

@@ -9,7 +9,7 @@ import torch
 
 from specrepro.lab import table2
 from specrepro.measure.harness import RunOutput, run_interleaved
-from specrepro.record import results, shards
+from specrepro.record import results, shardkit, shards
 
 PARAMS = dict(target="t", draft="d", table2_prompts=12, table2_tokens=8, table2_repeats=2, table2_shard_prompts=5,
               gammas=[1, 3], int8_draft=True)
@@ -183,7 +183,7 @@ def test_a_shard_resumed_over_sittings_records_their_summed_time(tmp_path, monke
     import json
 
     monkeypatch.setattr(results, "results_dir", lambda profile=results.STANDARD: tmp_path)
-    monkeypatch.setattr(shards, "shard_checkpoint", lambda name, profile: tmp_path / f"{name}.ckpt.json")
+    monkeypatch.setattr(shardkit, "shard_checkpoint", lambda name, profile: tmp_path / f"{name}.ckpt.json")
     table = pd.DataFrame({"x": [1, 2]})
 
     def interrupted(ckpt):

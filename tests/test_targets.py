@@ -95,12 +95,13 @@ def test_every_target_reads_a_bench_file_of_the_record():
 
 
 def test_render_targets_block(tmp_path, monkeypatch):
+    import specrepro.record.bench_blocks as bench_blocks
     import specrepro.record.report as report
 
     _write(tmp_path, "bench_qwen_nucleus", [_row("ar", speedup_vs_ar=1.0),
                                             _row("sd-draft-int8@4", speedup_vs_ar=1.4, speedup_vs_ar_lo=1.2,
                                                  speedup_vs_ar_hi=1.6)])
-    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(bench_blocks, "results_dir", lambda profile: tmp_path)
     text = report.render_targets("quick")
     assert "| nucleus (T = 0.8, top-p 0.95): ≥ 1.6× our AR | **missed** | 1.40 [1.20, 1.60]×" in text
     assert f"0 met · 0 met on the median · 1 missed · {len(TARGETS) - 1} not run" in text
@@ -233,10 +234,11 @@ def test_predicted_target_uses_the_forward_and_draft_times_the_runs_recorded(tmp
 
 
 def test_render_targets_lists_why_for_targets_not_clearly_met(tmp_path, monkeypatch):
+    import specrepro.record.bench_blocks as bench_blocks
     import specrepro.record.report as report
 
     _gap_run(tmp_path)
-    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(bench_blocks, "results_dir", lambda profile: tmp_path)
     text = report.render_targets("quick")
     assert "Why, for each target not clearly met" in text and "- *greedy: ≥ 1.8× our AR*: sd-draft-int8@4 drafts" in text
     gaps = report.prediction_gaps("quick")

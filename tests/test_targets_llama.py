@@ -171,15 +171,16 @@ def test_alpha_from_acceptance_rate_inverts_the_iid_acceptance(alpha, gamma):
 
 
 def test_the_bench_block_shows_the_llama_columns_and_ladder(tmp_path, monkeypatch):
+    import specrepro.record.bench_blocks as bench_blocks
     import specrepro.record.report as report
 
     (tmp_path / "bench_llamacpp_greedy.json").write_text(json.dumps(_run()))
-    monkeypatch.setattr(report, "results_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(bench_blocks, "results_dir", lambda profile: tmp_path)
     text = report.render_bench("quick")
     assert "× llama.cpp AR (llama-server-ar) [95% CI]" in text and "× llama-ar [95% CI]" in text
     assert "equal to greedy llama-ar" in text and "12/12" in text
     assert "The limit ladder" in text and "llama.cpp cost model" in text
-    monkeypatch.setattr(report, "record_dir", lambda kind="results": tmp_path)  # the record: missing files named
+    monkeypatch.setattr(bench_blocks, "record_dir", lambda kind="results": tmp_path)  # the record: missing files named
     text = report.render_bench("standard")
     assert "not in the record yet: `bench_qwen_greedy.json`" in text
     assert "`bench_llamacpp_t1.json`" in text and "(no recipe yet)" not in text  # every target's file has a recipe

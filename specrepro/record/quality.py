@@ -281,6 +281,6 @@ def _merge_command(args: argparse.Namespace) -> int:
     prov = merged_provenance(summaries)
     save_table(summary, name, profile=profile, device=args.device, **prov)
     method = next(m for m in summary["method"] if m != "ar")
-    _report(completions, method, f"{name}: {prov.get('target')} + {prov.get('draft')}, merged from {len(parts)} "
+    _report(completions, method, f"{name}: {prov.get('target')} + {prov.get('draft')}, merged from {len(summaries)} "
             "parts", float(prov["seconds"]))
     return 0

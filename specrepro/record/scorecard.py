@@ -27,7 +27,6 @@ experiment (nothing here runs a model) or a store of the papers' numbers beyond 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -53,19 +52,10 @@ from specrepro.record.verdicts import (  # noqa: F401 (re-exported)
     TREND,
     VERDICTS,
     VERDICT_DEFINITIONS,
-    all_of,
-    is_beyond,
-    clause_definitions,
-    first_clause,
-    fmt_ci,
-    has_ci,
-    judge_reading,
-    meets_range,
     parse_margin,
     margin_bounds,
     within_margin,
     fmt_margin,
-    prompt_unit,
     judge_interval,
     judge_margin,
     judge_test,
@@ -74,9 +64,7 @@ from specrepro.record.verdicts import (  # noqa: F401 (re-exported)
 )
 from specrepro.record.tables import (  # noqa: F401 (re-exported)
     Tables,
-    bench_provenance,
     hardware_of,
-    read_csv_or_none,
     read_record_table,
 )
 from specrepro.record.rulekit import (  # noqa: F401 (re-exported)
@@ -84,25 +72,11 @@ from specrepro.record.rulekit import (  # noqa: F401 (re-exported)
     GOF_LEVEL,
     RULES,
     RULE_PARAMS,
-    NUMBER_RANGE,
-    bench_cost_ratio,
-    best_of,
     cost_ratio,
-    decimals_of,
     explain_gap,
-    param_float,
-    in_run_forward_ratio,
-    matching_methods,
     param_names,
-    as_array,
     paper_range,
-    relative_cost,
-    claim_rows,
-    step_counts,
-    claim_table,
-    tokens_column,
     count_tree_nodes,
-    as_truth,
     params_of,
     rule,
 )
@@ -116,7 +90,6 @@ from specrepro.record.rules_asserted import (  # noqa: F401 (re-exported)
     typical_shifts,
 )
 from specrepro.record.rules_measured import (  # noqa: F401 (re-exported)
-    measured_and_predicted,
     close_to_prediction,
     computed_speedup,
     needs_precondition,
@@ -125,10 +98,6 @@ from specrepro.record.rules_measured import (  # noqa: F401 (re-exported)
     value_in_interval,
 )
 from specrepro.record.rules_trends import (  # noqa: F401 (re-exported)
-    best_k_interval,
-    diff_of_proportions,
-    monotone,
-    series_numbers,
     decreases,
     falls_with_head,
     grows_linearly,

@@ -38,8 +38,9 @@ import pandas as pd
 from specrepro.files import cpu_description, repo_root, sha256_bytes
 from specrepro.record.nbrun import code_drift, recorded_inputs, run_facts
 
-__all__ = ["Shard", "SHARDS", "BENCH_PARTS", "STATES", "shard_status", "notebook_status", "figure_status", "input_changes",
-           "forward_costs", "measure_forward_ms", "SHARD_BOUND_MIN", "expected_settings", "status_table", "configure_parser", "run_command"]
+__all__ = ["Shard", "SHARDS", "OTHER_SHARDS", "record_shards", "BENCH_PARTS", "STATES", "shard_status",
+           "notebook_status", "figure_status", "input_changes", "forward_costs", "measure_forward_ms",
+           "SHARD_BOUND_MIN", "expected_settings", "status_table", "configure_parser", "run_command"]
 
 #: the states an artifact can be in
 STATES = ("current", "stale", "missing")
@@ -72,9 +73,9 @@ def _csv(*names: str) -> Shard:
 #: shard of its own (a sitting), the merged file another
 BENCH_PARTS = {"bench_qwen_drafts": 4, "bench_qwen_nucleus": 4, "bench_qwen_chat": 4}
 
-#: every shard of the record: each is one Makefile rule (tests/test_status.py checks that every Makefile rule writing
-#: data/results outside a notebook is here)
-SHARDS: tuple[Shard, ...] = (
+#: the shards of the record outside notebooks 03-06: each is one Makefile rule (tests/test_status.py checks that every
+#: Makefile rule writing data/results outside a notebook is here or among :func:`record_shards`' notebook shards)
+OTHER_SHARDS: tuple[Shard, ...] = (
     *(_bench(n) for n in ("bench_qwen_greedy", "bench_qwen_nucleus", "bench_qwen_t1_trees", "bench_qwen_t1_block",
                           "bench_qwen_dynamic_probe", "bench_qwen_medusa", "bench_qwen_verifiers_t1",
                           "bench_qwen_verifiers_nucleus", "bench_qwen_drafts", "bench_qwen_chat", "bench_qwen_bf16",
@@ -83,68 +84,43 @@ SHARDS: tuple[Shard, ...] = (
                           "bench_qwen_heldout_chat", *(f"{n}.p{i}" for n, k in BENCH_PARTS.items() for i in range(k)))),
     _csv("greedy_equality_humaneval"),
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
-    _csv("divergences_bench_qwen_bf16"),
-    _csv("divergences_bench_llamacpp_greedy"),
-    _csv("divergences_bench_llamacpp_spec"),
-    _csv("divergences_bench_llamacpp_chat"),
+    *(_csv(f"divergences_{n}") for n in ("bench_qwen_bf16", "bench_llamacpp_greedy", "bench_llamacpp_spec",
+                                         "bench_llamacpp_chat")),
     _csv("audit_transformers"),
     _csv("audit_llamacpp"),
     _csv("verdict_history"),
-    *(_csv(f"leviathan_table3_runs_{w}_t{t}") for w in ("humaneval", "pydoc") for t in (0, 1)),
-    *(_csv(n) for n in ("cost_curves", *(f"leviathan_table2_runs_t{t}_p{k}" for t in (0, 1) for k in range(4)))),
-    _csv("specinfer_table3_runs"),
-    _csv("specinfer_tree_costs"),
-    *(_csv(f"specinfer_tree_speed_p{k}") for k in range(2)),
-    *(_csv(f"specinfer_table2_width_{s}") for s in ("greedy", "t1_r0", "t1_r1", "t1_r2")),
-    *(_csv(n) for n in ("medusa_training_loss", "medusa_head_accuracy", "medusa_draft_kl", "medusa_greedy_runs",
-                        "medusa_tree_size_runs", "medusa_sampling_runs", "medusa_large_head_accuracy",
-                        "medusa_large_tree_ablation", "medusa2_quality", "medusa2_runs")),
 )
+
+
+def _standard_groups(root: Path | None = None) -> dict:
+    """:func:`specrepro.record.shards.shard_groups` of the standard profile (``profiles/standard.yaml``)."""
+    import yaml
+
+    from specrepro.record.shards import shard_groups
+
+    return shard_groups(yaml.safe_load(((root or repo_root()) / "profiles/standard.yaml").read_text()))
+
+
+def record_shards() -> tuple[Shard, ...]:
+    """Every shard of the record: :data:`OTHER_SHARDS`, then notebooks 03-06's shards of the standard profile, as
+    :func:`specrepro.record.shards.shard_groups` describes them (also ``SHARDS``)."""
+    return OTHER_SHARDS + tuple(_csv(n) for n in _standard_groups())
+
+
+def __getattr__(name: str):
+    if name == "SHARDS":
+        return record_shards()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
     """What a notebook-03, 04, 05 or 06 shard's sidecar must record to be the measurement the standard profile asks
-    for today (:class:`specrepro.record.shards.AlphaShards`; :class:`specrepro.record.shards.Table2Shards`, the T = 1
-    parts' methods, which follow the greedy parts, not compared; :class:`specrepro.record.shards.MSSShard`; :class:`specrepro.record.shards.TreeSpeedShards`,
-    a timing part's tree and chain compared with the choice the recorded cost curves and root runs make;
-    :class:`specrepro.record.shards.MedusaShards`, a tree from an accuracy table compared when that table is
-    recorded under its own settings); None for other shards."""
-    import yaml
-
-    from specrepro.lab import table2
-    from specrepro.record.shards import AlphaShards, MedusaShards, MSSShard, TreeSpeedShards, WidthShards
-
+    for today (the group's ``expected``: :class:`specrepro.record.shards.Table2Shards`' T = 1 parts' methods, which
+    follow the greedy parts, are not compared; a tree-speed part's tree and chain, and a Medusa shard's tree from an
+    accuracy table, are compared with the choice the recorded tables make); None for other shards."""
     root = root or repo_root()
-    params = yaml.safe_load((root / "profiles/standard.yaml").read_text())
-    if shard.name == MSSShard.name:
-        return MSSShard(params).settings()
-    alphas = AlphaShards(params)
-    if shard.name in alphas.names():
-        return alphas.settings(shard.name)
-    widths = WidthShards(params)
-    if shard.name in widths.names():
-        return widths.settings(shard.name)
-    medusa = MedusaShards(params)
-    if shard.name in medusa.names():  # a tree from an accuracy table is compared when that table is recorded
-        trees = medusa.recorded_trees(shard.name, root / "data" / "results")
-        return medusa.settings(shard.name, {} if trees is None else trees)
-    trees = TreeSpeedShards(params)
-    if shard.name == trees.cost_name:
-        return trees.cost_settings()
-    if shard.name.startswith(trees.part_prefix):  # the choice is compared when the tables it comes from are recorded
-        k = int(shard.name.removeprefix(trees.part_prefix))
-        if k >= len(trees.slices()):
-            return None
-        return trees.part_settings(k, trees.recorded_picks(root / "data" / "results") or {})
-    setting = table2.Table2Setting.from_params(params)
-    if shard.name not in table2.shard_names(setting):
-        return None
-    want = {"shard": shard.name, **setting.settings()}
-    if shard.name != "cost_curves":
-        t, k = (int(x[1:]) for x in shard.name.removeprefix("leviathan_table2_runs_").split("_"))
-        start, stop = table2.part_slices(setting)[k]
-        want.update(temperature=float(t), part_prompts=[start, stop])
-    return want
+    group = _standard_groups(root).get(shard.name)
+    return None if group is None else group.expected(shard.name, root / "data" / "results")
 
 
 def input_changes(inputs: dict[str, str], root: Path | None = None) -> list[str]:
@@ -244,6 +220,27 @@ def _merged_from_parts(row: dict, parts: list[dict], folder: Path) -> list[str]:
     return reasons
 
 
+def _run_time(row: dict, meta: dict, folder: Path) -> list[str]:
+    """``row``'s CPU and minutes from what a run recorded (``meta``: a bench file's config or a table's sidecar): the
+    whole run's seconds, or the longest part's of a table merged from parts (then the reasons it is stale)."""
+    row["cpu"] = meta.get("cpu") or ""
+    if meta.get("parts"):  # merged from parts (bench, greedy-equality or pass-at-1 --merge)
+        return _merged_from_parts(row, meta["parts"], folder)
+    if meta.get("seconds") is not None:
+        row["minutes"] = round(float(meta["seconds"]) / 60, 1)
+    return []
+
+
+def _add_note(row: dict, text: str) -> None:
+    row["note"] = "; ".join(filter(None, [row.get("note"), text]))
+
+
+def _hash_reasons(digests: dict | None, folder: Path) -> list[str]:
+    """The files of a sidecar's ``sha256`` (``{file name: digest}``, under ``folder``) missing or not those bytes."""
+    return [f"{name} differs from its sidecar's sha256" for name, digest in sorted((digests or {}).items())
+            if not (folder / name).is_file() or sha256_bytes((folder / name).read_bytes()) != digest]
+
+
 def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | None = None) -> dict:
     """One shard's state (:data:`STATES`), the reasons, and its last run (minutes, CPU) where recorded.
 
@@ -260,14 +257,10 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
     path = root / shard.target
     if path.suffix == ".json":
         config = json.loads(path.read_text()).get("config", {})
-        row["cpu"] = config.get("cpu") or ""
         parts = config.get("parts") or []
-        if parts:  # merged from parts (bench --merge)
-            reasons += _merged_from_parts(row, parts, path.parent)
-        elif config.get("seconds") is not None:
-            row["minutes"] = round(float(config["seconds"]) / 60, 1)
-        else:  # written before the bench recorded its run time: the timed calls alone (loading and cost model not
-            # included, so a lower bound)
+        reasons += _run_time(row, config, path.parent)
+        if not parts and config.get("seconds") is None:  # written before the bench recorded its run time: the
+            # timed calls alone (loading and cost model not included, so a lower bound)
             timed = sum(float(r.get("seconds") or 0.0) for r in json.loads(path.read_text()).get("runs", []))
             row["minutes"] = round(timed / 60, 1) if timed else math.nan
             row["note"] = "run time of its timed calls alone (a lower bound)"
@@ -276,31 +269,22 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
         if bench and not parts:
             reasons += bench_setting_changes(config, _recipe_settings(bench[0]))
         if config.get("blocks_under_load"):
-            row["note"] = "; ".join(filter(None, [row.get("note"), f"{config['blocks_under_load']} of "
-                                                  f"{config.get('blocks')} blocks timed under load"]))
+            _add_note(row, f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load")
         sidecar = path.with_suffix(".provenance.json")
         if sidecar.is_file():
             digest = (json.loads(sidecar.read_text()).get("sha256") or {}).get(path.name)
             if digest != sha256_bytes(path.read_bytes()):
                 reasons.append(f"{path.name} differs from its sidecar's sha256")
         else:
-            row["note"] = "; ".join(filter(None, [row.get("note"), "no sha256 sidecar (written before the bench "
-                                                                   "wrote one)"]))
+            _add_note(row, "no sha256 sidecar (written before the bench wrote one)")
     else:
         sidecar = path.with_suffix(".provenance.json")
         if not sidecar.is_file():
             reasons.append("no provenance sidecar")
         else:
             prov = json.loads(sidecar.read_text())
-            row["cpu"] = prov.get("cpu") or ""
-            if prov.get("parts"):  # merged from parts (greedy-equality or pass-at-1 --merge)
-                reasons += _merged_from_parts(row, prov["parts"], path.parent)
-            elif prov.get("seconds") is not None:
-                row["minutes"] = round(float(prov["seconds"]) / 60, 1)
-            for fname, digest in sorted((prov.get("sha256") or {}).items()):
-                f = sidecar.parent / fname
-                if not f.is_file() or sha256_bytes(f.read_bytes()) != digest:
-                    reasons.append(f"{fname} differs from its sidecar's sha256")
+            reasons += _run_time(row, prov, path.parent)
+            reasons += _hash_reasons(prov.get("sha256"), sidecar.parent)
             want = expected_settings(shard, root)
             if want is not None:
                 differ = sorted(k for k, v in json.loads(json.dumps(want)).items() if prov.get(k) != v)
@@ -310,7 +294,7 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
                                    + " --profile profiles/standard.yaml` measures it afresh (make skips a file"
                                    " that exists)")
     if math.isfinite(row["minutes"]) and row["minutes"] > SHARD_BOUND_MIN:
-        row["note"] = "; ".join(filter(None, [row.get("note"), f"one sitting took over {SHARD_BOUND_MIN} min"]))
+        _add_note(row, f"one sitting took over {SHARD_BOUND_MIN} min")
     if reasons:
         return {**row, "state": "stale", "why": "; ".join(reasons)}
     return row
@@ -444,7 +428,7 @@ def status_table(root: Path | None = None, here_ms: float | None = None, profile
     costs = forward_costs(root)
     if here_ms is None:
         here_ms = costs.get(cpu_description())
-    rows = [shard_status(s, root, None if recipes is None else recipes.get(s.target, [])) for s in SHARDS]
+    rows = [shard_status(s, root, None if recipes is None else recipes.get(s.target, [])) for s in record_shards()]
     for source in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         rows.append(notebook_status(source, root / "notebooks/executed" / profile / source.name, root))
     for sidecar in sorted((root / "figures").glob("*.provenance.json")):

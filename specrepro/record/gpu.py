@@ -1,0 +1,132 @@
+"""Measurements made on a lent GPU (``data/gpu/``, not by ``make reproduce``): their provenance sidecars
+(:func:`write_gpu_sidecars`) and the ``gpu`` block of docs/gpu.md (:func:`render_gpu`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specrepro.files import read_noted, repo_root
+from specrepro.record.bench_blocks import profile_results, render_template
+from specrepro.record.results import STANDARD
+
+__all__ = ["GPU_ALPHA_METHOD", "gpu_dir", "gpu_files", "write_gpu_sidecars", "render_gpu"]
+
+
+#: the draft method of the bench of record whose α the GPU block's predictions take (the draft in its own dtype)
+GPU_ALPHA_METHOD = "sd-draft@4"
+
+
+def gpu_dir() -> Path:
+    """``data/gpu``: measurements made on a lent GPU (not by ``make reproduce``), each file naming its device,
+    commit and versions."""
+    return repo_root() / "data" / "gpu"
+
+
+def gpu_files(gdir: Path, prefix: str) -> list[Path]:
+    """The measurement files ``<prefix>*.json`` under ``gdir`` (their provenance sidecars left out), sorted."""
+    return sorted(p for p in Path(gdir).glob(f"{prefix}*.json") if not p.name.endswith(".provenance.json"))
+
+
+def write_gpu_sidecars(gdir: Path | None = None) -> list[Path]:
+    """Give each measurement under ``data/gpu`` the provenance sidecar every table of the record has,
+    ``<name>.provenance.json``: the run's commit, date, device and library versions (read from the file itself) and
+    the sha256 of the file and of its companion log (``test_cuda_<gpu>.log``; ``run_<gpu>.log`` for
+    ``cost_curves_<gpu>.json``), so that ``record_hash_mismatches`` checks them too. A sidecar already recording
+    the same bytes is left as it is. Returns the sidecars written.
+
+    Raises:
+        ValueError: a measurement file that names no commit.
+    """
+    from specrepro.files import atomic_write_text, sha256_bytes
+
+    gdir = gpu_dir() if gdir is None else Path(gdir)
+    written = []
+    for prefix in ("cost_curves_", "test_cuda_"):
+        for path in gpu_files(gdir, prefix):
+            data = json.loads(path.read_text())
+            meta = data.get("config", data)
+            if not meta.get("commit"):
+                raise ValueError(f"{path}: names no commit")
+            gpu = path.stem.removeprefix(prefix)
+            log = gdir / (f"run_{gpu}.log" if prefix == "cost_curves_" else f"{path.stem}.log")
+            files = [path] + ([log] if log.exists() else [])
+            prov = {k: meta.get(k) for k in ("commit", "date", "torch", "transformers") if meta.get(k) is not None}
+            prov["device"] = meta.get("device_description") or meta.get("device")
+            prov["what"] = ("measured on a lent GPU outside make reproduce (see docs/gpu.md); the log is the run's "
+                            "own output")
+            prov["sha256"] = {f.name: sha256_bytes(f.read_bytes()) for f in files}
+            side = path.with_name(f"{path.stem}.provenance.json")
+            text = json.dumps(prov, indent=1, sort_keys=True) + "\n"
+            if not side.exists() or side.read_text() != text:
+                atomic_write_text(side, text)
+                written.append(side)
+    return written
+
+
+def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
+    """Markdown for the ``gpu`` block of docs/gpu.md, from the files under :func:`gpu_dir`:
+
+    * each ``cost_curves_*.json`` of ``python -m specrepro cost-curves`` (a target and a draft architecture): t(n) in
+      ms per cache mode (eager dynamic cache, static cache, CUDA graphs), with the median's 95% interval where the
+      file has one (files written before the command kept per-round spreads have none, and say so), Leviathan et al.'s c = t_draft(1) /
+      t_target(1) per mode, and the hardware-aware prediction (:func:`specrepro.theory.hardware_aware_speedup`) of the
+      draft-model chain at γ = 4 and at its best γ, and of a free draft (:func:`specrepro.theory.free_draft_bound`),
+      with the α that the bench of record measured on the CPU (:data:`GPU_ALPHA_METHOD` in
+      ``bench_qwen_greedy.json``): predictions, not measured speedups;
+    * each ``test_cuda_*.json`` with its ``.log``: tests collected, passed, failed, and not reached.
+    """
+    from specrepro.theory import CostCurve, free_draft_bound, hardware_aware_speedup, optimal_gamma_hardware
+
+    gdir = gpu_dir() if gdir is None else Path(gdir)
+    bench = profile_results(profile) / "bench_qwen_greedy.json"
+    alpha = alpha_n = None
+    if bench.exists():
+        for row in json.loads(read_noted(bench))["summary"]:
+            if row["method"] == GPU_ALPHA_METHOD and row.get("alpha") is not None:
+                alpha, alpha_n = float(row["alpha"]), f"{row['n_prompts']} prompts x {row['runs'] // row['n_prompts']} passes"
+    files = []
+    for path in gpu_files(gdir, "cost_curves_"):
+        res = json.loads(read_noted(path))
+        cfg, models = res["config"], res["models"]
+        ns, names, modes = cfg["ns"], list(models), ("eager", "static", "graphs")
+        short = {m: Path(m).name for m in names}
+        times = []
+        for m in names:
+            for mode in modes:
+                ms = models[m].get(f"{mode}_ms")
+                if ms is None:
+                    continue
+                low = models[m].get(f"{mode}_ms_low") or [None] * len(ms)
+                high = models[m].get(f"{mode}_ms_high") or [None] * len(ms)
+                times.append([short[m], mode, *(f"{v:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None
+                                                             else "") for v, lo, hi in zip(ms, low, high))])
+        diffs = {short[m]: models[m].get("graphs_max_abs_logit_diff") for m in names}
+        f = {"name": path.name, "cfg": cfg, "times": times, "predictions": [],
+             "with_ci": any(models[m].get(f"{mode}_ms_low") is not None for m in names for mode in modes),
+             "diffs": ", ".join(f"{k} {v:g}" for k, v in diffs.items() if v is not None)}
+        if len(names) == 2 and alpha is not None:
+            target, draft = names
+            f.update(target=short[target], draft=short[draft])
+            for mode in modes:
+                t_ms, d_ms = models[target].get(f"{mode}_ms"), models[draft].get(f"{mode}_ms")
+                if t_ms is None or d_ms is None:
+                    continue
+                t_curve, d_curve = CostCurve(ns, t_ms), CostCurve(ns, d_ms)
+                g = optimal_gamma_hardware(alpha, t_curve, d_curve, max_gamma=max(ns) - 1)
+                f["predictions"].append((mode, f"{d_curve(1) / t_curve(1):.2f}",
+                                         f"{hardware_aware_speedup(alpha, 4, t_curve, d_curve):.2f}x",
+                                         f"{hardware_aware_speedup(alpha, g, t_curve, d_curve):.2f}x (γ = {g})",
+                                         f"{free_draft_bound(alpha, 4, t_curve):.2f}x"))
+        files.append(f)
+    tests = []
+    for meta_path in gpu_files(gdir, "test_cuda_"):
+        meta = json.loads(meta_path.read_text())
+        log = meta_path.with_suffix(".log")
+        text = log.read_text() if log.exists() else ""
+        passed, failed = text.count(" PASSED"), text.count(" FAILED") + text.count(" ERROR")
+        tests.append({**meta, "passed": passed, "failed": failed, "log": log.name,
+                      "unreached": max(0, meta["collected"] - (passed + failed + text.count(" SKIPPED")))})
+    return render_template("gpu", files=files, tests=tests, alpha=alpha, alpha_n=alpha_n, bench=bench.name,
+                           alpha_method=GPU_ALPHA_METHOD)

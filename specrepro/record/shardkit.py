@@ -1,0 +1,132 @@
+"""What every shard of the record shares: where it keeps its checkpoint (:func:`shard_checkpoint`), how it is read
+or measured and saved with its sidecar (:func:`read_or_measure`), and the base of a group of shards sharing models
+(:class:`ShardGroup`). The shards themselves are :mod:`specrepro.record.shards`'.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from specrepro.files import checkpoint_file, hold_record_lock, repo_root
+from specrepro.record.results import load_table, save_table, writes_record
+
+__all__ = ["shard_checkpoint", "read_or_measure", "ShardGroup"]
+
+
+def shard_checkpoint(name: str, profile: str) -> Path:
+    """Where a shard keeps its finished blocks while it is timed: ``data/checkpoints/<name>.<profile>.json`` when
+    this run writes the record (committable), else :func:`specrepro.files.checkpoint_file`."""
+    if writes_record(profile):
+        hold_record_lock()  # before the hour of timing, not after: one job writes the record at a time
+        return repo_root() / "data" / "checkpoints" / f"{name}.{profile}.json"
+    return checkpoint_file(name, profile)
+
+
+def read_or_measure(name: str, profile: str, device: str, settings: dict, measure) -> pd.DataFrame:
+    """The shard ``name``: read when its table exists under ``settings``, else ``measure(checkpoint)`` now and saved
+    with its sidecar (the settings, the run time, the machine's load before and after, and, for timed tables with an
+    ``under_load`` column, how many (pass, prompt) blocks ran under load), its checkpoint deleted.
+
+    The run time of a shard resumed over several sittings is their sum: a sitting that ends without its table (an
+    exception, Ctrl-C or SIGTERM; not a kill -9) adds its seconds to ``<checkpoint>.sittings.json`` beside the checkpoint, and
+    the sidecar records ``seconds`` (every sitting's), ``sittings`` and ``seconds_this_sitting``.
+
+    Returns the table as a later reader gets it (the CSV's types); ``attrs["measured"]`` says which happened."""
+    import json
+
+    found = load_table(name, profile, **settings)
+    if found is not None:
+        return found
+    from specrepro.files import atomic_write_text, machine_snapshot, machine_state
+
+    t0, snap = time.monotonic(), machine_snapshot()
+    ckpt = shard_checkpoint(name, profile)
+    log = ckpt.with_name(ckpt.name + ".sittings.json")
+    try:
+        earlier = [float(x) for x in json.loads(log.read_text())] if ckpt.exists() and log.exists() else []
+    except (OSError, ValueError, TypeError):
+        earlier = []
+    previous = _exit_on_sigterm()
+    try:
+        df = measure(ckpt)
+    except BaseException:
+        if ckpt.exists():  # blocks were kept: the next sitting resumes them, and adds this one's time
+            atomic_write_text(log, json.dumps([*earlier, round(time.monotonic() - t0, 1)]) + "\n")
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    state = machine_state(snap, machine_snapshot())
+    now = round(time.monotonic() - t0, 1)
+    extra = {"seconds": round(now + sum(earlier), 1), "sittings": len(earlier) + 1, "seconds_this_sitting": now,
+             "load_before": state["load_before"], "load_after": state["load_after"]}
+    if "under_load" in df.columns:
+        blocks = df.drop_duplicates(["repeat", "prompt_index"])
+        extra.update(blocks=int(len(blocks)), blocks_under_load=int((blocks["under_load"] == True).sum()))  # noqa: E712
+    else:
+        extra.update(steal_pct=state["steal_pct"], other_cpu_pct=state["other_cpu_pct"])
+    save_table(df, name, profile=profile, device=device, **settings, **extra)
+    ckpt.unlink(missing_ok=True)
+    log.unlink(missing_ok=True)
+    out = load_table(name, profile, **settings)
+    out.attrs["measured"] = True
+    return out
+
+
+def _exit_on_sigterm():
+    """While a shard measures: SIGTERM (``kill``, a job scheduler's stop) raises SystemExit in the main thread, so the
+    sitting's time is logged as for Ctrl-C. Returns the handler it replaced (None off the main thread)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+class ShardGroup:
+    """What a group of shards sharing models has in common: ``profile``, ``device`` and ``measured`` (the shards
+    this object measured; the others were read), :meth:`_get` (one shard read or measured, noted in ``measured``)
+    and :meth:`table` (every shard of :meth:`names`, concatenated)."""
+
+    profile: str
+    measured: list[str]
+    #: what a shard of the group is called in the error for a name that is not one
+    what = "a shard of this group"
+
+    @property
+    def device(self) -> str:
+        return self.params["device"]
+
+    def names(self) -> list[str]:
+        raise NotImplementedError
+
+    def run(self, name: str) -> pd.DataFrame:
+        raise NotImplementedError
+
+    def _require(self, name: str) -> None:
+        """Raises KeyError (naming the group's shards) unless ``name`` is one of :meth:`names`."""
+        if name not in self.names():
+            raise KeyError(f"{name!r} is not {self.what} under this profile; its shards: {self.names()}")
+
+    def _get(self, name: str, settings: dict, measure) -> pd.DataFrame:
+        out = read_or_measure(name, self.profile, self.device, settings, measure)
+        if out.attrs.get("measured"):
+            self.measured.append(name)
+        return out
+
+    def table(self) -> pd.DataFrame:
+        """Every shard's rows, concatenated in :meth:`names`' order."""
+        return pd.concat([self.run(name) for name in self.names()], ignore_index=True)
+
+    def expected(self, name: str, folder: Path) -> dict:
+        """What shard ``name``'s sidecar must record to be the measurement these parameters ask for, measuring
+        nothing (a choice made from other tables is taken from those tables as recorded in ``folder``)."""
+        return self.settings(name)

@@ -1,0 +1,209 @@
+"""Notebook 06's measurements (Medusa, Cai et al. 2024) as shards of the record: :class:`MedusaShards`, measured by
+:mod:`specrepro.lab.medusa_parts`, each read or measured as :func:`specrepro.record.shardkit.read_or_measure` says.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from specrepro.record.results import STANDARD, table_at
+from specrepro.record.shardkit import ShardGroup
+
+__all__ = ["MedusaShards"]
+
+
+class MedusaShards(ShardGroup):
+    """Notebook 06's measurements (Medusa, Cai et al. 2024) as shards, in the order they can run
+    (:mod:`specrepro.lab.medusa_parts` measures each):
+
+    * on ``medusa_target`` (SmolLM2-135M): ``medusa_training_loss`` (the Medusa-1 heads' per-step losses; trains them
+      when not cached), ``medusa_head_accuracy`` (held-out top-1..5 per head), ``medusa_draft_kl`` (the distilled
+      draft's held-out KL before and after), then, timed by the one harness with ``medusa_repeats`` passes ×
+      ``medusa_speed_prompts`` prompts × ``medusa_tokens`` tokens, ``medusa_greedy_runs`` (Medusa Table 1's methods),
+      ``medusa_tree_size_runs`` (the accuracy-driven tree of each size of ``medusa_tree_sizes``) and
+      ``medusa_sampling_runs`` (T = ``stochastic_temperature``: typical acceptance beside exact stochastic Medusa);
+    * on ``large_target``: ``medusa_large_head_accuracy`` (its stdlib-trained heads) and
+      ``medusa_large_tree_ablation`` (chain, dense and sparse trees, tokens per step counted);
+    * Medusa-2: ``medusa2_quality`` (held-out NLL change of the fine-tuned backbone) and ``medusa2_runs`` (timed).
+
+    The SmolLM2 timed shards and the ablation decode with trees built from the accuracy shards' tables as the record
+    holds them, and record those trees in their settings: new accuracies make them stale. ``medusa2_runs`` decodes
+    with the tree of its own Medusa-1 heads' held-out accuracy, which its training settings fix. Each shard is read
+    when it exists under the same setting, else measured (the models load and the heads train only then; trained
+    pieces are cached) and saved with its sidecar; the timed ones resume from their checkpoint (blocks of one pass
+    over one prompt, every method).
+
+    Args:
+        params: notebook 06's parameters (the profile's names). profile: where tables are read and written.
+        context: a :class:`specrepro.lab.medusa_parts.MedusaContext` already holding the models, else made when
+            something must be measured.
+    """
+
+    what = "a shard of notebook 06"
+
+    accuracy_name = "medusa_head_accuracy"
+    large_accuracy_name = "medusa_large_head_accuracy"
+    #: the shards decoding with a tree from the Medusa target's accuracy table, and their tree's name in the settings
+    _tree_shards = ("medusa_greedy_runs", "medusa_tree_size_runs", "medusa_sampling_runs")
+
+    def __init__(self, params: dict, profile: str = STANDARD, context=None, progress: bool = True):
+        self.params, self.profile, self.context, self.progress = dict(params), profile, context, progress
+        self.measured: list[str] = []
+
+    def names(self) -> list[str]:
+        return ["medusa_training_loss", self.accuracy_name, "medusa_draft_kl", *self._tree_shards,
+                self.large_accuracy_name, "medusa_large_tree_ablation", "medusa2_quality", "medusa2_runs"]
+
+    def ctx(self):
+        """The :class:`~specrepro.lab.medusa_parts.MedusaContext` (made on first use)."""
+        if self.context is None:
+            from specrepro.lab.medusa_parts import MedusaContext
+
+            self.context = MedusaContext(self.params, progress=self.progress)
+        return self.context
+
+    def _data(self) -> dict:
+        p = self.params
+        return {"target": p["medusa_target"], "dtype": p["dtype"], "seed": int(p["seed"]), "workload": p["workload"],
+                "eval_prompts": max(int(p["n_prompts"]), int(p["medusa_speed_prompts"])),
+                "train_prompts": int(p["n_train_prompts"]) if p.get("n_train_prompts") else "all",
+                "sd_tokens": int(p["sd_max_new_tokens"]), "max_prompt_tokens": int(p["max_prompt_tokens"])}
+
+    def _heads(self) -> dict:
+        p = self.params
+        return {"heads": int(p["medusa_heads"]), "share_lm_head": bool(p["share_lm_head"]),
+                "epochs": int(p["medusa_epochs"]), "batch_size": int(p["medusa_batch_size"]),
+                "max_steps": p.get("medusa_max_steps")}
+
+    def _draft(self) -> dict:
+        p = self.params
+        return {"distill_epochs": int(p["distill_epochs"]), "distill_max_steps": p.get("distill_max_steps")}
+
+    def _timing(self, prompts_key: str = "medusa_speed_prompts") -> dict:
+        p = self.params
+        return {"prompts": int(p[prompts_key]), "tokens": int(p["medusa_tokens"]), "repeats": int(p["medusa_repeats"])}
+
+    def _stdlib(self, target: str) -> dict:
+        p = self.params
+        return {"target": target, "dtype": p["dtype"], "seed": int(p["seed"]), "heads": int(p["medusa_heads"]),
+                "head_vocab": p.get("large_head_vocab"), "distill_tokens": int(p["large_distill_tokens"]),
+                "epochs": int(p["large_epochs"])}
+
+    def trees(self, name: str, acc: pd.DataFrame) -> dict:
+        """The trees shard ``name`` decodes with, built from the accuracy table ``acc`` (the Medusa target's for the
+        timed shards, the larger target's for the ablation): ``{"tree": choices}``, ``{"trees": {size: choices}}``
+        or ``{"trees": {name: choices}}``; ``{}`` for a shard without one."""
+        from specrepro.lab.medusa_parts import accuracy_tree, large_ablation_trees
+
+        p = self.params
+        if name in ("medusa_greedy_runs", "medusa_sampling_runs"):
+            return {"tree": accuracy_tree(acc, int(p["tree_nodes"]))}
+        if name == "medusa_tree_size_runs":
+            return {"trees": {str(int(n)): accuracy_tree(acc, int(n)) for n in p["medusa_tree_sizes"]}}
+        if name == "medusa_large_tree_ablation":
+            return {"trees": large_ablation_trees(acc, int(p["medusa_heads"]), p["large_dense_topk"],
+                                                  p["large_sparse_sizes"])}
+        return {}
+
+    def _accuracy_for(self, name: str) -> str | None:
+        if name in self._tree_shards:
+            return self.accuracy_name
+        return self.large_accuracy_name if name == "medusa_large_tree_ablation" else None
+
+    def settings(self, name: str, trees: dict | None = None) -> dict:
+        """What shard ``name``'s sidecar records and a reader must find: models, data, training configuration, sizes
+        and, for the shards decoding with a tree from an accuracy table, ``trees`` (:meth:`trees`; None: built from
+        that table, read or measured).
+
+        Raises:
+            KeyError: not one of :meth:`names`.
+        """
+        self._require(name)
+        p = self.params
+        if name in ("medusa_training_loss", self.accuracy_name):
+            s = {**self._data(), **self._heads()}
+        elif name == "medusa_draft_kl":
+            s = {**self._data(), **self._draft()}
+        elif name in self._tree_shards:
+            s = {**self._data(), **self._heads(), **self._draft(), **self._timing(),
+                 "temperature": float(p["stochastic_temperature"]) if name == "medusa_sampling_runs" else 0.0}
+            if name == "medusa_tree_size_runs":
+                s["sizes"] = [int(n) for n in p["medusa_tree_sizes"]]
+        elif name == self.large_accuracy_name:
+            s = self._stdlib(p["large_target"])
+        elif name == "medusa_large_tree_ablation":
+            s = {**self._stdlib(p["large_target"]), "workload": p["workload"],
+                 "prompts": int(p["large_ablation_prompts"]), "tokens": int(p["large_ablation_tokens"])}
+        else:  # Medusa-2: the Medusa target's stdlib heads (Medusa-1), then joint training
+            s = {**self._stdlib(p["medusa_target"]), "train_seqs": int(p["m2_train_seqs"]),
+                 "eval_seqs": int(p["m2_eval_seqs"]), "chunk_tokens": int(p["m2_chunk_tokens"]),
+                 "m2_epochs": int(p["m2_epochs"])}
+            if name == "medusa2_runs":
+                s.update(workload=p["workload"], tree_nodes=int(p["tree_nodes"]), **self._timing("m2_speed_prompts"))
+        source = self._accuracy_for(name)
+        if source is not None:
+            s.update(self.trees(name, self.run(source)) if trees is None else trees)
+        return {"shard": name, **s}
+
+    def recorded_trees(self, name: str, folder: Path) -> dict | None:
+        """:meth:`trees` of shard ``name`` from the accuracy table as recorded in ``folder`` (e.g. ``data/results``),
+        measuring nothing: None when that table is missing or was measured under other settings; ``{}`` for a shard
+        without a tree."""
+        source = self._accuracy_for(name)
+        if source is None:
+            return {}
+        acc = table_at(folder / f"{source}.csv", **self.settings(source))
+        return None if acc is None else self.trees(name, acc)
+
+    def expected(self, name: str, folder: Path) -> dict:
+        """A tree from an accuracy table is compared only when that table is recorded in ``folder`` under its own
+        settings."""
+        trees = self.recorded_trees(name, folder)
+        return self.settings(name, {} if trees is None else trees)
+
+    def run(self, name: str) -> pd.DataFrame:
+        """Shard ``name``'s table, read or measured (its accuracy table first, for a shard decoding with a tree from
+        one). A ``text`` column (decoded outputs) reads back with empty strings, not NaN."""
+        from specrepro.lab import medusa_parts as mp
+
+        s = self.settings(name)
+
+        def measure(ckpt):
+            from specrepro.core.sampling import GREEDY, SamplingConfig
+            from specrepro.files import cpu_description
+
+            c = self.ctx()
+            key = {**s, "cpu": cpu_description()}
+            if name == "medusa_training_loss":
+                return mp.training_losses(c)
+            if name == self.accuracy_name:
+                return mp.head_accuracy(c)
+            if name == "medusa_draft_kl":
+                return mp.draft_kl_table(c)
+            if name == "medusa_greedy_runs":
+                return mp.timed_runs(c, mp.greedy_methods(c, s["tree"]), c.speed_prompts, checkpoint=ckpt,
+                                     checkpoint_key=key)
+            if name == "medusa_tree_size_runs":  # the trees its settings record, in the order of their sizes
+                return mp.timed_runs(c, mp.tree_size_methods(c, s["trees"]), c.speed_prompts, checkpoint=ckpt,
+                                     checkpoint_key=key)
+            if name == "medusa_sampling_runs":
+                return mp.timed_runs(c, mp.sampling_methods(c, s["tree"]), c.speed_prompts,
+                                     sampling=SamplingConfig(temperature=s["temperature"]), baseline=None,
+                                     checkpoint=ckpt, checkpoint_key=key)
+            if name == self.large_accuracy_name:
+                return mp.large_head_accuracy(c)
+            if name == "medusa_large_tree_ablation":
+                return mp.large_tree_ablation(c, s["trees"], self.run(self.large_accuracy_name))
+            if name == "medusa2_quality":
+                return mp.medusa2_quality(c)
+            from specrepro.data import load_workload
+
+            return mp.timed_runs(c, mp.medusa2_methods(c), load_workload(s["workload"], n=s["prompts"]),
+                                 sampling=GREEDY, checkpoint=ckpt, checkpoint_key=key)
+
+        out = self._get(name, s, measure)
+        if "text" in out.columns:
+            out["text"] = out["text"].fillna("")
+        return out
