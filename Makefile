@@ -81,7 +81,7 @@ help:  ## list the targets
 # installed beside the package's libraries (GGML_BACKEND_DIR, typed STRING: as a PATH CMake would make it absolute
 # under the build folder, outside the wheel); at run time specrepro.backends.llamacpp loads the one
 # llama.cpp scores best for this CPU, leaving out the AMX variant where the kernel does not grant AMX to the process
-# (VMs that advertise it: its kernels would die with SIGILL). Once per machine (about half an hour on 2 cores): the
+# (VMs that advertise it: its kernels would die with SIGILL). Once per machine (13-15 min on 2 cores): the
 # wheel is kept in the user cache under a key of the pin and the flags (LLAMA_WHEELS, under SPECREPRO_WHEELS: default
 # the model cache's wheels/ folder; CI keeps it apart from the model cache it empties), so every later environment, a
 # fresh clone's included, installs it in seconds; pip's own wheel cache is not used for it (--no-cache-dir), since it
@@ -106,7 +106,7 @@ $(STAMP): requirements.txt requirements-llamacpp.txt pyproject.toml
 	$(PY) -m pip install -q -r requirements.txt
 	@mkdir -p $(dir $(LLAMA_WHEELS)) && exec 9>$(LLAMA_WHEELS).lock && flock 9 && \
 	if ! ls $(LLAMA_WHEELS)/*.whl >/dev/null 2>&1; then \
-	    echo "building llama.cpp ($(LLAMA_PIN)) for the CPU, every CPU variant: about half an hour on 2 cores, once per machine"; \
+	    echo "building llama.cpp ($(LLAMA_PIN)) for the CPU, every CPU variant: about a quarter of an hour on 2 cores, once per machine"; \
 	    rm -rf $(LLAMA_WHEELS).partial && mkdir -p $(LLAMA_WHEELS).partial && \
 	    CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) MAKEFLAGS=-j$(JOBS) \
 	        $(PY) -m pip wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python -w $(LLAMA_WHEELS).partial \
