@@ -487,10 +487,10 @@ def _server(ctx: BenchContext, name: str) -> LlamaServer:
                            "bench_stop_ids_the_server_does_not_stop_at":
                                None if eog is None else sorted(set(bench_eos) - set(eog))}
         srv = LlamaServer(cmd)
-        if "cpu_variant" not in note:  # the CPU variant llama.cpp loaded (all-variants build), from the server's log
-            from specrepro.sim.llamacpp_build import program_cpu_variant
+        if "cpu_variant" not in note:  # the CPU variant the server loaded (all-variants build): its memory map
+            from specrepro.sim.llamacpp_build import process_cpu_variant
 
-            note["cpu_variant"] = program_cpu_variant(srv.log_path.read_text(errors="replace"))
+            note["cpu_variant"] = process_cpu_variant(srv.pid)
         note["methods"][name] = {"command": " ".join(srv.argv), "setting_from": spec.source,
                                  "state_shared_across_requests": spec.shared_state, "log": str(srv.log_path)}
         return srv
