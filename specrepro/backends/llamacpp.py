@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 __all__ = ["LlamaCppLM", "LlamaCppError", "load_zoo", "llama_cpp_available", "llama_cpp_build", "load_cpu_backend",
-           "cpu_variants", "amx_granted", "AMX_VARIANTS"]
+           "cpu_variants", "amx_granted", "AMX_VARIANTS", "process_cpu_variant"]
 
 _BACKEND_READY = False
 #: the CPU variants of llama.cpp's all-variants build that run AMX tile instructions (ggml/src/CMakeLists.txt)
@@ -109,7 +109,7 @@ def load_cpu_backend() -> str | None:
             (search / v.name).symlink_to(v)
     if int(ggml.ggml_backend_reg_count()) == 0:
         ggml.ggml_backend_load_all_from_path(str(search).encode())
-    _CPU_VARIANT = _loaded_variant()
+    _CPU_VARIANT = process_cpu_variant()
     if _CPU_VARIANT is None:
         raise LlamaCppError(f"llama.cpp loaded none of its CPU variants from {search} ({len(variants)} installed)")
     _CPU_LOADED = True
@@ -132,10 +132,12 @@ def _loaded_ggml(libdir: Path) -> str:
     return str(libdir / "libggml.so.0")
 
 
-def _loaded_variant() -> str | None:
-    """The ``libggml-cpu-<variant>.so`` mapped into this process (/proc/self/maps), as ``<variant>``."""
+def process_cpu_variant(pid: int | str = "self") -> str | None:
+    """The CPU variant a process running llama.cpp has loaded: the ``libggml-cpu-<variant>.so`` in its memory map
+    (``/proc/<pid>/maps``; this process by default; a llama.cpp server logs its choice only at debug verbosity). None
+    when none is mapped (a build with its CPU backend linked in) or the map cannot be read."""
     try:
-        maps = Path("/proc/self/maps").read_text()
+        maps = Path(f"/proc/{pid}/maps").read_text()
     except OSError:
         return None
     for line in maps.splitlines():

@@ -488,9 +488,9 @@ def _server(ctx: BenchContext, name: str) -> LlamaServer:
                                None if eog is None else sorted(set(bench_eos) - set(eog))}
         srv = LlamaServer(cmd)
         if "cpu_variant" not in note:  # the CPU variant the server loaded (all-variants build): its memory map
-            from specrepro.sim.llamacpp_build import process_cpu_variant
+            from specrepro.backends.llamacpp import process_cpu_variant
 
-            note["cpu_variant"] = process_cpu_variant(srv.pid)
+            note["cpu_variant"] = process_cpu_variant(srv.pid) or "static"
         note["methods"][name] = {"command": " ".join(srv.argv), "setting_from": spec.source,
                                  "state_shared_across_requests": spec.shared_state, "log": str(srv.log_path)}
         return srv

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 __all__ = ["LLAMA_CPP_PYTHON_VERSION", "PROGRAMS", "SERVER_PROGRAMS", "CMAKE_FLAGS", "CMAKE_FLAGS_DL", "cmake_flags",
-           "link_cpu_variants", "program_cpu_variant", "process_cpu_variant", "BuildError", "default_root",
+           "link_cpu_variants", "program_cpu_variant", "BuildError", "default_root",
            "speculative_programs", "build_speculative_programs", "build_llama_programs", "build_llama_server",
            "llama_server_program", "exit_wait_library"]
 
@@ -98,17 +98,6 @@ def link_cpu_variants(bindir: str | os.PathLike) -> list[str]:
         (bindir / mod.name).symlink_to(mod)
         out.append(mod.name[len("libggml-cpu-"):-len(".so")])
     return out
-
-
-def process_cpu_variant(pid: int) -> str:
-    """The CPU variant a running llama.cpp process has loaded: the ``libggml-cpu-<variant>.so`` in its memory map
-    (``/proc/<pid>/maps``; a server logs its choice only at debug verbosity); ``"static"`` when none is mapped (a build
-    with its CPU backend linked in), ``"unknown"`` where the map cannot be read."""
-    try:
-        maps = Path(f"/proc/{int(pid)}/maps").read_text()
-    except OSError:
-        return "unknown"
-    return program_cpu_variant(maps.replace("libggml-cpu-", "loaded CPU backend from libggml-cpu-"))
 
 
 def program_cpu_variant(log_text: str) -> str:
