@@ -99,6 +99,16 @@ def draft_block(lm: BlockLM, cached: torch.Tensor, ids: torch.Tensor, gamma: int
     return tok, (torch.stack(probs) if probs else None), cached
 
 
+def prefill_block(lm: BlockLM, ids: torch.Tensor) -> torch.Tensor:
+    """Reset the BlockLM ``lm`` and take the prompt ``ids`` (long [L], L >= 2) into its cache, every token but the
+    last, in one ``forward_block`` with no logits; returns the tokens its cache now holds (long [L - 1], CPU), the
+    ``cached`` that :func:`draft_block` takes next."""
+    ids = ids.cpu()
+    lm.reset()
+    lm.forward_block(ids[:-1].tolist(), logits_to_keep=0)
+    return ids[:-1].clone()
+
+
 class _Proposal(NamedTuple):
     tokens: torch.Tensor
     probs: torch.Tensor | None
@@ -116,6 +126,9 @@ class _FixedLengthDraft:
     def reset(self) -> None:
         self.lm.reset()
         self.cached_ids = torch.empty(0, dtype=torch.long)
+
+    def prefill(self, ids):
+        self.cached_ids = prefill_block(self.lm, ids)
 
     def propose(self, ids, gamma, sampling, generator):
         tok, probs, self.cached_ids = draft_block(self.lm, self.cached_ids, ids, gamma, sampling, generator)

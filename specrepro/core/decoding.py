@@ -74,7 +74,8 @@ class GenerationResult:
         accepted: per verification step, number of draft tokens accepted.
         alpha_terms: per verified draft position up to and including the first rejection, sum_x min(p(x), q(x))
             (for point-mass drafts p(x_i)); their mean estimates Leviathan's alpha.
-        times: seconds per phase: 'prefill', 'draft', 'target' (target forward passes), 'verify' (logits processing
+        times: seconds per phase: 'prefill', 'draft_prefill' (the draft's own prompt, drafters with a ``prefill``
+            method), 'draft', 'target' (target forward passes), 'verify' (logits processing
             and the accept/reject rule); 'total' is the whole call.
         forward_sizes: per step, number of tokens fed to the target (g + 1), with ``target_times`` the time of that
             forward pass in seconds (a cost curve t_target(n)).
@@ -333,6 +334,10 @@ def generate(
     if ids.numel() > 1:  # the cache convention: every prompt token but the last
         lm.forward_block(ids[:-1] if takes_tensors else ids[:-1].tolist(), logits_to_keep=0)
     t = clock.stop("prefill", t_start)
+    warm = getattr(drafter, "prefill", None)
+    if warm is not None and ids.numel() > 1:  # the draft's own prompt, timed apart from its drafting steps
+        warm(ids)
+        t = clock.stop("draft_prefill", t)
 
     new: list[int] = []
     while len(new) < max_new_tokens:

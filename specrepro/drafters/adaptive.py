@@ -70,6 +70,12 @@ class AutoGammaDrafter:
         self._costs = step_costs_ms(t_target, t_draft, 8, self.overhead_ms)  # checks the costs now
         self.reset()
 
+    def prefill(self, ids) -> None:
+        """The inner drafter's prompt prefill, where it has one (:class:`~specrepro.drafters.base.Drafter`)."""
+        warm = getattr(self.drafter, "prefill", None)
+        if warm is not None:
+            warm(ids)
+
     def reset(self) -> None:
         self.drafter.reset()
         self._acc = 0.0
@@ -210,6 +216,12 @@ class AdaptiveLengthDrafter:
         self._costs = costs - t + np.maximum.accumulate(t)
         self._rate_prior = max(float(expected_tokens(self.alpha_prior, g)) / float(self._costs[g])
                                for g in range(len(self._costs)))
+
+    def prefill(self, ids) -> None:
+        """The inner drafter's prompt prefill, where it has one (:class:`~specrepro.drafters.base.Drafter`)."""
+        warm = getattr(self.drafter, "prefill", None)
+        if warm is not None:
+            warm(ids)
 
     def reset(self) -> None:
         """A new sequence: the draft's cache and the block lengths restart; the calibration and the rate λ too

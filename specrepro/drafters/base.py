@@ -39,6 +39,10 @@ class Drafter(Protocol):
       how many of the ``n_drafted`` proposed tokens verification kept (0 <= n_accepted <= n_drafted), as
       transformers' candidate generators hear ``update_candidate_strategy``. Adaptive drafters learn their α and
       lengths from it; a drafter without the method is simply not told.
+    * ``prefill(ids)`` (optional): take the prompt (long [L], L >= 2) into the draft's own KV cache before the
+      first step, every token but the last (the target's cache convention). The loop times it as its own phase,
+      ``draft_prefill``, so that the draft's time per drafted token is the drafting step alone; a drafter without
+      the method reads the prompt inside its first ``propose`` (counted as draft time).
     """
 
     name: str

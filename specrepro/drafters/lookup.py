@@ -153,6 +153,12 @@ class HybridDrafter:
         self.name = name or f"lookup + {getattr(model, 'name', 'draft model')}"
         self.reset()
 
+    def prefill(self, ids) -> None:
+        """The model drafter's prompt prefill, where it has one (:class:`~specrepro.drafters.base.Drafter`)."""
+        warm = getattr(self.model, "prefill", None)
+        if warm is not None:
+            warm(ids)
+
     def reset(self) -> None:
         self.lookup.reset()
         self.model.reset()

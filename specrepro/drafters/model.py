@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from specrepro.core.blocklm import draft_block
+from specrepro.core.blocklm import draft_block, prefill_block
 from specrepro.core.decoding import common_prefix
 from specrepro.core.kvcache import crop_cache, new_cache
 from specrepro.core.sampling import SamplingConfig, fit_width, logits_to_probs, sample
@@ -125,6 +125,11 @@ class BlockLMDrafter:
     def reset(self) -> None:
         self.lm.reset()
         self.cached_ids = torch.empty(0, dtype=torch.long)
+
+    def prefill(self, ids) -> None:
+        """Take the prompt (long [L], L >= 2) into the draft's cache, every token but the last, in one forward with
+        no logits (the loop's ``draft_prefill`` phase; see :class:`~specrepro.drafters.base.Drafter`)."""
+        self.cached_ids = prefill_block(self.lm, ids)
 
     def propose(self, ids, gamma, sampling, generator):
         dynamic = self.stop_rule is not None or self.stop_below > 0.0

@@ -58,8 +58,8 @@ class RunOutput:
         alpha_terms: per verified draft position, Σ_x min(p(x), q(x)) (Leviathan Def. 3.1); empty when unknown.
         depths: per verification step, the depth of the verified token tree (tree and Medusa decoding record it;
             empty for chains, whose depth is ``drafted``).
-        times: seconds per phase as :attr:`GenerationResult.times` ('prefill', 'draft', 'target', 'verify',
-            'total'); empty when unknown.
+        times: seconds per phase as :attr:`GenerationResult.times` ('prefill', 'draft_prefill', 'draft', 'target',
+            'verify', 'total'); empty when unknown.
     """
 
     tokens: list[int]
@@ -203,8 +203,10 @@ def run_interleaved(
         method's place in this prompt's rotated order), prompt_tokens, new_tokens, seconds (wall, prefill
         included), tokens_per_s, ms_per_token, steps (target forwards after the prefill; 0 when unknown), loop_ms
         (ms per step after the prefill; NaN when unknown), prefill_ms, target_ms (mean target forward per step,
-        NaN when unknown), draft_ms (draft time per drafted token, NaN when unknown), overhead_ms (per step, the
-        loop's time outside the prefill and the target and draft forwards; NaN when unknown), token_ids, drafted,
+        NaN when unknown), draft_ms (draft time per drafted token, the drafting steps alone where the drafter reads
+        the prompt in its own ``draft_prefill`` phase; NaN when unknown), draft_prefill_ms (that phase, ms per call;
+        NaN without it; inside ``loop_ms``), overhead_ms (per step, the loop's time outside the prefills and the
+        target and draft forwards; NaN when unknown), token_ids, drafted,
         accepted,
         alpha_terms, depths (lists per step), peak_rss_mb (the process's resident high-water mark during this call,
         MiB; :mod:`specrepro.measure.memory`: the models' weights included), rss_anon_mb / rss_file_mb (resident
@@ -279,8 +281,11 @@ def run_interleaved(
                     else float("nan"),
                     "draft_ms": 1000 * out.times["draft"] / n_draft if (n_draft and "draft" in out.times)
                     else float("nan"),
+                    "draft_prefill_ms": 1000 * out.times["draft_prefill"] if "draft_prefill" in out.times
+                    else float("nan"),
                     "overhead_ms": 1000 * (out.times["total"] - sum(out.times.get(k, 0.0) for k in
-                                                                    ("target", "draft", "prefill"))) / steps
+                                                                    ("target", "draft", "prefill",
+                                                                     "draft_prefill"))) / steps
                     if (steps and "total" in out.times) else float("nan"),
                     "token_ids": list(out.tokens), "drafted": list(out.drafted), "accepted": list(out.accepted),
                     "alpha_terms": list(out.alpha_terms), "depths": list(out.depths),
