@@ -38,7 +38,8 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
     data/results/bench_qwen_verifiers_t1.json data/results/bench_qwen_verifiers_nucleus.json data/results/bench_qwen_drafts.json \
     data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json data/results/bench_llamacpp_greedy.json \
     data/results/bench_llamacpp_spec.json data/results/bench_llamacpp_vs_ours.json data/results/bench_llamacpp_chat.json \
-    data/results/bench_llamacpp_t1.json data/results/bench_qwen_heldout_greedy.json data/results/bench_qwen_heldout_chat.json)
+    data/results/bench_llamacpp_t1.json data/results/bench_qwen_heldout_greedy.json data/results/bench_qwen_heldout_chat.json \
+    data/results/llamacpp_formats.csv)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
 # on the idle 2-core Xeon, so about 5 h there: one AR and one speculative run of 128 tokens per problem plus a
 # teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/
@@ -458,6 +459,19 @@ data/results/bench_llamacpp_t1.json: | $(STAMP)
 	    --repeats $(BENCH_REPEATS) --baseline llama-server-ar \
 	    --methods llama-server-ar,llama-ar,llama-sd@4,llama-sd-block@4,llama-sd-adaptive@20,llama-hybrid-adaptive@20 \
 	    --temperature 1 --json $@
+
+# 6. Every weight format of the target (specrepro.bench.formats): the shipped Q4_K_M file and the Q4_0, Q8_0, F16 and
+#    BF16 files llama.cpp's own quantizer re-encodes it into (the same weights, cache entries; the draft stays its
+#    shipped file). Per format, in parts beside the table (resumable): the cost curve t(1..16) after a 128-token
+#    prefix with the draft's t(1) beside it (<stem>.<format>.costs.json), then a bench of llama.cpp's AR through its
+#    server against our chain at the γ the hardware-aware prediction names best for that format, 20 HumanEval
+#    prompts x 64 tokens, BENCH_REPEATS interleaved passes (<stem>.<format>.json). The prediction uses the acceptance
+#    rate of llama-sd@4 in the greedy file and, beside it, each format's own measured α. The figure plots the
+#    speedup against the block-cost ratio t(γ+1)/t(1), measured, predicted and the free-draft bound.
+data/results/llamacpp_formats.csv: | $(STAMP)
+	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
+	$(PY) -m specrepro formats --alpha-from data/results/bench_llamacpp_greedy.json --measure --n-prompts 20 \
+	    --passes $(BENCH_REPEATS) --max-new-tokens 64 --csv $@ --figure fig_llamacpp_formats.png
 
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
 # logits, from a full forward and from AR's own cached path, against max(1e-3, 2 spacings of the dtype), fixed in

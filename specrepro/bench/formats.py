@@ -222,6 +222,13 @@ def configure_parser(p) -> None:
     p.add_argument("--repeats", type=int, default=7, help="timed round-robin rounds (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seeds the random token ids (default: %(default)s)")
     p.add_argument("--csv", metavar="OUT", help="write the table and its provenance sidecar OUT.provenance.json")
+    p.add_argument("--measure", action="store_true",
+                   help="also time each format's speedup (a bench part per format beside OUT, resumable; needs --csv)")
+    p.add_argument("--n-prompts", type=int, default=20, help="HumanEval prompts of each bench part (default: %(default)s)")
+    p.add_argument("--passes", type=int, default=3, help="timed passes of each bench part (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default: %(default)s)")
+    p.add_argument("--figure", metavar="NAME", help="with --measure: save the 'when speculation pays' figure as "
+                                                     "figures/NAME.png and .pdf (standard profile)")
 
 
 def run_command(args, parser=None) -> int:
@@ -239,14 +246,24 @@ def run_command(args, parser=None) -> int:
     if unknown:
         raise FormatError(f"unknown weight formats {unknown}; known: {', '.join(FORMATS)}")
     alpha, lo, hi, runs = bench_alpha(args.alpha_from, args.alpha_method)
+    if args.measure and not args.csv:
+        raise FormatError("--measure writes its parts beside the table: give --csv OUT")
     if args.csv:
         hold_record_lock()
         if git_commit().endswith("-dirty") and Path(args.csv).resolve().parent.name == "results":
             raise FormatError(f"refusing to write {args.csv} from a dirty tree ({git_commit()}): commit the code first")
-    df = formats_table(args.target, args.draft, formats, alpha=alpha, prefix_len=args.prefix_len,
-                       repeats=args.repeats, seed=args.seed)
-    print(df[["format", "cpu_variant", "t1_ms", "ratio_t5_t1", "ratio_t8_t1", "c", "free_draft_bound",
-              "predicted_speedup", "gamma_best"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if args.measure:
+        df = formats_shard(args.csv, args.target, args.draft, formats, alpha=alpha, n_prompts=args.n_prompts,
+                           repeats=args.passes, max_new_tokens=args.max_new_tokens, prefix_len=args.prefix_len,
+                           cost_rounds=args.repeats, seed=args.seed)
+        cols = ["format", "cpu_variant", "t1_ms", "block_ratio", "c", "free_draft_bound", "gamma_best",
+                "predicted_at_measured_alpha", "decode_speedup", "decode_speedup_lo", "decode_speedup_hi", "speedup"]
+    else:
+        df = formats_table(args.target, args.draft, formats, alpha=alpha, prefix_len=args.prefix_len,
+                           repeats=args.repeats, seed=args.seed)
+        cols = ["format", "cpu_variant", "t1_ms", "ratio_t5_t1", "ratio_t8_t1", "c", "free_draft_bound",
+                "predicted_speedup", "gamma_best"]
+    print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.csv:
         out = Path(args.csv)
         data = df.to_csv(index=False).encode()
@@ -255,13 +272,24 @@ def run_command(args, parser=None) -> int:
                 "command": "python -m specrepro formats " + " ".join(
                     f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                     if k in ("target", "draft", "formats", "alpha_from", "alpha_method", "prefix_len", "repeats",
-                             "seed")),
+                             "seed", "n_prompts", "passes", "max_new_tokens")) + (" --measure" if args.measure else ""),
                 "alpha": {"value": alpha, "low": lo, "high": hi, "runs": runs, "from": str(args.alpha_from),
                           "method": args.alpha_method},
                 "sha256": {out.name: sha256_bytes(data)}}
+        if args.measure:  # the parts the table was made from, by hash
+            prov["parts"] = {p.name: sha256_bytes(p.read_bytes()) for f in formats for p in part_paths(out, f)}
         sidecar = out.with_suffix(".provenance.json")
         atomic_write_files({out: data, sidecar: (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()})
         print(f"wrote {out} and {sidecar.name}")
+    if args.figure:
+        if not args.measure:
+            raise FormatError("--figure plots the measured table: add --measure")
+        from specrepro.files import note_read
+        from specrepro.record.results import save_figure
+
+        note_read(args.csv)  # the figure's sidecar names the table it plots
+        ax = plot_formats(df)
+        print(f"wrote {save_figure(ax.figure, args.figure)}")
     return 0
 
 
@@ -316,3 +344,196 @@ def _build_costs(target: str, draft: str, formats, ns, prefix_len: int, repeats:
             row[f"t{k}_ms"], row[f"t{k}_ms_low"], row[f"t{k}_ms_high"] = ms, lo, hi
         out.append(row)
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The shard of record: every format's costs, prediction and measured speedup in one table
+# ---------------------------------------------------------------------------------------------------------------
+#: the methods each format's bench part times: llama.cpp's own AR through its server (the baseline) and our chain
+#: (Leviathan Alg. 1, token verification) on llama.cpp's kernels at the format's predicted best γ
+BASELINE = "llama-server-ar"
+
+
+def part_paths(csv: str | Path, fmt: str) -> tuple[Path, Path]:
+    """The two parts of format ``fmt`` of the table ``csv``: its cost curve (``<stem>.<fmt>.costs.json``) and its
+    bench file (``<stem>.<fmt>.json``, with the bench's own sidecar)."""
+    csv = Path(csv)
+    return csv.with_name(f"{csv.stem}.{fmt}.costs.json"), csv.with_name(f"{csv.stem}.{fmt}.json")
+
+
+def bench_command(fmt: str, gamma: int, json_path: str | Path, *, target: str, draft: str, n_prompts: int,
+                  repeats: int, max_new_tokens: int, seed: int = 0, python: str | None = None) -> list[str]:
+    """The ``python -m specrepro bench`` command line of one format's bench part: greedy HumanEval prompts, llama.cpp's
+    AR through its server against our chain at ``gamma``, the target's file in weight format ``fmt``
+    (``--opt target_format``), the draft's shipped file; ``--no-predict``: the bench's own cost measurements are
+    left out, the shard times each format's cost curve itself (:func:`format_costs`)."""
+    import sys
+
+    return [python or sys.executable, "-m", "specrepro", "bench", "--target", target, "--draft", draft,
+            "--workload", "humaneval", "--n-prompts", str(n_prompts), "--max-new-tokens", str(max_new_tokens),
+            "--seed", str(seed), "--repeats", str(repeats), "--baseline", BASELINE,
+            "--methods", f"{BASELINE},llama-sd@{int(gamma)}", "--temperature", "0",
+            "--opt", f"target_format={fmt}", "--no-predict", "--json", str(json_path)]
+
+
+def decode_speedup(runs, method: str, baseline: str = BASELINE, seed: int = 0) -> dict:
+    """The speedup of ``method`` over ``baseline`` in decode time alone: per run, new tokens over (wall seconds − the
+    prompt's prefill: the target's, and the draft's own where the run records one, ``draft_prefill_ms``), paired per
+    (prompt, pass) and summarized as the bench's end-to-end speedup is
+    (:func:`specrepro.measure.harness.paired_speedup`: geometric mean over passes, median over prompts, 95%
+    percentile bootstrap over prompts). The end-to-end speedup, which pays both prefills, is the bench's own.
+
+    Returns:
+        ``{"speedup", "speedup_lo", "speedup_hi", "n_prompts", "repeats"}`` and each method's median decode time per
+        token (``method_ms``, ``baseline_ms``, ms) with its 95% interval over prompts.
+    """
+    import numpy as np
+
+    from specrepro.measure.harness import paired_speedup
+    from specrepro.stats import bootstrap_ci
+
+    runs = runs.copy()
+    pre = runs["prefill_ms"].astype(float)
+    if "draft_prefill_ms" in runs:
+        pre = pre + runs["draft_prefill_ms"].astype(float).fillna(0.0)
+    dec = runs["seconds"] - pre / 1000.0
+    runs["tokens_per_s"] = runs["new_tokens"] / dec.where(dec > 0)
+    out = paired_speedup(runs, method, baseline, seed=seed)
+    for key, m in (("method_ms", method), ("baseline_ms", baseline)):
+        d = runs[runs["method"] == m]
+        per_prompt = (1000.0 / d["tokens_per_s"]).groupby(d["prompt"], sort=True).median().to_numpy()
+        est, lo, hi = bootstrap_ci(np.asarray(per_prompt, dtype=float), seed=seed)
+        out[key], out[f"{key}_lo"], out[f"{key}_hi"] = est, lo, hi
+    return out
+
+
+def measured_row(bench_json: str | Path, method: str) -> dict:
+    """The measured columns of one format from its bench part: end-to-end and decode-only speedups of ``method``
+    over llama.cpp's AR (with 95% intervals and n), decode ms per token of both, α and tokens per step with their
+    intervals, the greedy equality count, and the CPU variants that ran (ours and the server's)."""
+    import json
+
+    import pandas as pd
+
+    data = json.loads(Path(bench_json).read_text())
+    runs = pd.DataFrame(data["runs"])
+    row = next(r for r in data["summary"] if r["method"] == method)
+    base = next(r for r in data["summary"] if r["method"] == BASELINE)
+    dec = decode_speedup(runs, method)
+    cfg = data["config"]
+    return {
+        "measured_gamma": int(row["gamma"]), "n_prompts": int(row["n_prompts"]), "passes": int(cfg["repeats"]),
+        "speedup": row["speedup_vs_llama_server_ar"], "speedup_lo": row["speedup_vs_llama_server_ar_lo"],
+        "speedup_hi": row["speedup_vs_llama_server_ar_hi"],
+        "decode_speedup": dec["speedup"], "decode_speedup_lo": dec["speedup_lo"],
+        "decode_speedup_hi": dec["speedup_hi"],
+        "sd_decode_ms": dec["method_ms"], "sd_decode_ms_lo": dec["method_ms_lo"], "sd_decode_ms_hi": dec["method_ms_hi"],
+        "ar_decode_ms": dec["baseline_ms"], "ar_decode_ms_lo": dec["baseline_ms_lo"],
+        "ar_decode_ms_hi": dec["baseline_ms_hi"],
+        "ar_tokens_per_s": base["tokens_per_s"], "sd_tokens_per_s": row["tokens_per_s"],
+        "sd_draft_prefill_ms": float(runs.loc[runs["method"] == method, "draft_prefill_ms"].median())
+        if "draft_prefill_ms" in runs else float("nan"),
+        "measured_alpha": row["alpha"], "measured_alpha_lo": row.get("alpha_lo"),
+        "measured_alpha_hi": row.get("alpha_hi"), "tokens_per_step": row["tokens_per_step"],
+        "tokens_per_step_lo": row.get("tokens_per_step_lo"), "tokens_per_step_hi": row.get("tokens_per_step_hi"),
+        "equal_to_ar_runs": row.get("equal_to_llama_server_ar_runs", ""),
+        "server_cpu_variant": (cfg.get("llama_server") or {}).get("cpu_variant"),
+        "bench_file": Path(bench_json).name,
+    }
+
+
+def formats_shard(csv: str | Path, target: str, draft: str, formats=FORMATS, *, alpha: float, n_prompts: int = 20,
+                  repeats: int = 3, max_new_tokens: int = 64, prefix_len: int = 128, cost_rounds: int = 7,
+                  seed: int = 0, progress: bool = True):
+    """Build the weight-format table part by part, resumably: for each format, its cost curve and predictions
+    (:func:`format_costs`, :func:`format_predictions` at acceptance rate ``alpha``; part ``<stem>.<fmt>.costs.json``),
+    then its bench (:func:`bench_command` at the predicted best γ; part ``<stem>.<fmt>.json``, itself resumable from
+    the bench's timing checkpoint). A part that exists is read, not redone. The prediction is also evaluated at
+    the format's own measured α (``predicted_at_measured_alpha``) so that a gap between prediction and measurement
+    is told apart from a different acceptance rate.
+
+    Returns:
+        pandas DataFrame, one row per format: the cost columns of :func:`formats_table`, the measured columns of
+        :func:`measured_row`, and ``measured_over_predicted`` (decode-only speedup over the prediction at the
+        measured α).
+    """
+    import json
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from specrepro.backends.llamacpp import llama_cpp_build
+    from specrepro.files import atomic_write_text
+    from specrepro.models import fetch_gguf
+    from specrepro.theory import hardware_aware_speedup
+
+    build = llama_cpp_build()
+    draft_path = fetch_gguf(draft)
+    rows = []
+    for fmt in formats:
+        cost_part, bench_part = part_paths(csv, fmt)
+        path = format_gguf(target, fmt)
+        if cost_part.exists():
+            costs = json.loads(cost_part.read_text())
+        else:
+            costs = format_costs(path, draft_path, prefix_len=prefix_len, repeats=cost_rounds, seed=seed)
+            costs.update(format=fmt, file=path.name, file_mib=round(path.stat().st_size / 2**20, 1),
+                         cpu_variant=build["cpu_variant"])
+            atomic_write_text(cost_part, json.dumps(costs, indent=1, sort_keys=True) + "\n")
+        pred = format_predictions(costs, alpha)
+        t = dict(zip(costs["ns"], costs["t_ms"]))
+        g = pred["gamma_best"]
+        if not bench_part.exists():
+            cmd = bench_command(fmt, g, bench_part, target=target, draft=draft, n_prompts=n_prompts,
+                                repeats=repeats, max_new_tokens=max_new_tokens, seed=seed)
+            if progress:
+                print(f"[formats] {fmt}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+            subprocess.run(cmd, check=True)
+        meas = measured_row(bench_part, f"llama-sd@{g}")
+        td = (lambda n: float(costs["draft_t1_ms"]) * n)  # noqa: E731
+        at_alpha = hardware_aware_speedup(min(float(meas["measured_alpha"]), 0.999999), g, t.__getitem__, td)
+        row = {"format": fmt, "file": costs["file"], "file_mib": costs["file_mib"],
+               "cpu_variant": costs["cpu_variant"], "threads": costs["threads"], "prefix_len": costs["prefix_len"],
+               "rounds": costs["repeats"], "draft_t1_ms": costs["draft_t1_ms"],
+               "draft_t1_ms_low": costs["draft_t1_ms_low"], "draft_t1_ms_high": costs["draft_t1_ms_high"],
+               "c": costs["c"], "ratio_t5_t1": t[5] / t[1], "ratio_t8_t1": t[8] / t[1],
+               "block_ratio": t[g + 1] / t[1], "alpha": alpha, "gamma_best": g,
+               "predicted_speedup": pred["predicted"], "gamma_free": pred["gamma_free"],
+               "free_draft_bound": pred["free_draft_bound"], **meas,
+               "predicted_at_measured_alpha": at_alpha,
+               "measured_over_predicted": meas["decode_speedup"] / at_alpha}
+        for k, ms, lo, hi in zip(costs["ns"], costs["t_ms"], costs["t_ms_low"], costs["t_ms_high"]):
+            row[f"t{k}_ms"], row[f"t{k}_ms_low"], row[f"t{k}_ms_high"] = ms, lo, hi
+        rows.append(row)
+        if progress:
+            print(f"[formats] {fmt:7s} t(1) {t[1]:6.1f} ms  t({g + 1})/t(1) {t[g + 1] / t[1]:.2f}  predicted "
+                  f"{at_alpha:.2f}x  measured decode {meas['decode_speedup']:.2f}x "
+                  f"[{meas['decode_speedup_lo']:.2f}, {meas['decode_speedup_hi']:.2f}]  end to end "
+                  f"{meas['speedup']:.2f}x", file=sys.stderr, flush=True)
+    return pd.DataFrame(rows)
+
+
+def plot_formats(df, ax=None):
+    """"When speculation pays": per weight format, the chain's decode-time speedup over llama.cpp's AR against the
+    block-cost ratio t(γ+1)/t(1) at the measured γ: the measurement with its 95% interval, the hardware-aware
+    prediction at the measured α, and the free-draft bound; the break-even line at 1. Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.2))
+    x = df["block_ratio"].to_numpy(float)
+    y = df["decode_speedup"].to_numpy(float)
+    err = [y - df["decode_speedup_lo"].to_numpy(float), df["decode_speedup_hi"].to_numpy(float) - y]
+    ax.errorbar(x, y, yerr=err, fmt="o", color="C0", capsize=3, label="measured (decode time, 95% CI)")
+    ax.scatter(x, df["predicted_at_measured_alpha"], marker="x", color="C1", zorder=3,
+               label="predicted (Eq. 1, measured costs and α)")
+    ax.scatter(x, df["free_draft_bound"], marker="_", s=200, color="C2", zorder=3, label="free-draft bound")
+    for xi, yi, name in zip(x, y, df["format"]):
+        ax.annotate(str(name), (xi, yi), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
+    ax.set_xlabel("block-cost ratio t(γ+1) / t(1) at the measured γ")
+    ax.set_ylabel("speedup over llama.cpp AR (×)")
+    ax.set_title("When speculation pays on this CPU: one pair, every weight format")
+    ax.legend(fontsize=8, loc="best")
+    return ax

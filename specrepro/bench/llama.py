@@ -63,12 +63,14 @@ from specrepro.bench.options import (
     hybrid_min_ngram_option,
     lookup_gamma_option,
     lookup_max_ngram_option,
+    target_format_option,
 )
 from specrepro.bench.methods import ADAPTIVE_MAX_GAMMA, prepare_max_gamma
 from specrepro.bench.registry import BenchContext, register_method
 from specrepro.models import sha256_file
 
-__all__ = ["LLAMA_N_CTX", "ADAPTIVE_MAX_GAMMA", "COST_PREFIX_LEN", "gguf_path", "llama_model", "llama_chain_costs"]
+__all__ = ["LLAMA_N_CTX", "ADAPTIVE_MAX_GAMMA", "COST_PREFIX_LEN", "gguf_path", "role_gguf", "llama_model",
+           "llama_chain_costs", "FORMAT_OPTION"]
 
 #: KV cache length (tokens) of the llama.cpp contexts the methods open, at most (less where the model was trained on
 #: less); a HumanEval prompt plus its new tokens fits with room to spare.
@@ -96,6 +98,32 @@ def gguf_path(name: str | None) -> Path:
 
 
 
+#: the ``--opt`` key every llama.cpp method reads: the weight format of the target's GGUF file
+#: (:data:`specrepro.bench.formats.FORMATS`; default the shipped Q4_K_M mix). The draft keeps its shipped file.
+FORMAT_OPTION = "target_format"
+
+
+def role_gguf(ctx: BenchContext, role: str) -> Path:
+    """The GGUF file the llama.cpp methods run for ``role`` ('target' or 'draft'): :func:`gguf_path` of the bench's
+    model, except that a zoo target in another weight format (``--opt target_format=F16``) is the shipped file
+    re-encoded by llama.cpp's quantizer (:func:`specrepro.bench.formats.format_gguf`, a cache entry).
+
+    Raises:
+        BenchOptionError: as :func:`gguf_path`, or an unknown format.
+    """
+    from specrepro.models import ZOO
+
+    name = ctx.target_name if role == "target" else ctx.draft_name
+    fmt = target_format_option(ctx.options) if role == "target" else "Q4_K_M"
+    if fmt == "Q4_K_M" or name not in ZOO:
+        if fmt != "Q4_K_M":
+            raise BenchOptionError(f"--opt {FORMAT_OPTION}={fmt} re-encodes a zoo model's file; the target is {name!r}")
+        return gguf_path(name)
+    from specrepro.bench.formats import format_gguf
+
+    return format_gguf(name, fmt)
+
+
 def llama_model(ctx: BenchContext, role: str):
     """The :class:`~specrepro.backends.llamacpp.LlamaCppLM` of ``role`` ('target' or 'draft'), opened once per bench
     (``ctx.shared``; a model drafting for itself gets a second context, its own cache), and the bench's
@@ -112,7 +140,7 @@ def llama_model(ctx: BenchContext, role: str):
         raise BenchOptionError(f"the llama.cpp methods need llama_cpp ({why}); install it with the command in "
                                f"requirements-llamacpp.txt")
     name = ctx.target_name if role == "target" else ctx.draft_name
-    path = gguf_path(name)
+    path = role_gguf(ctx, role)
     threads = torch.get_num_threads()
 
     def build():
@@ -154,7 +182,7 @@ def _runner(ctx: BenchContext, gamma: int, verification: str | None):
     return run
 
 
-@register_method("llama-ar", uses_gamma=False, family="llama.cpp",
+@register_method("llama-ar", uses_gamma=False, family="llama.cpp", options=(FORMAT_OPTION,),
                  description="AR decoding of the target's GGUF file as shipped on llama.cpp (one token per "
                              "llama_decode; argmax = llama.cpp's greedy, else our sampler with the bench's generator)")
 def _llama_ar(ctx, name, gamma):
@@ -162,7 +190,7 @@ def _llama_ar(ctx, name, gamma):
     return _runner(ctx, 1, None)
 
 
-@register_method("llama-sd", needs_draft=True, family="llama.cpp",
+@register_method("llama-sd", needs_draft=True, family="llama.cpp", options=(FORMAT_OPTION,),
                  description="our chain speculative sampling (Leviathan Alg. 1, token verification) with the target's "
                              "and the draft's GGUF forwards on llama.cpp")
 def _llama_sd(ctx, name, gamma):
@@ -170,7 +198,7 @@ def _llama_sd(ctx, name, gamma):
     return _runner(ctx, gamma, "token")
 
 
-@register_method("llama-sd-block", needs_draft=True, family="llama.cpp",
+@register_method("llama-sd-block", needs_draft=True, family="llama.cpp", options=(FORMAT_OPTION,),
                  description="llama-sd with block verification (Sun et al. 2025); exact")
 def _llama_sd_block(ctx, name, gamma):
     """llama-sd-block's runner: as llama-sd's, ``verification="block"``."""
@@ -238,7 +266,7 @@ def _adaptive_drafter(ctx: BenchContext, gamma: int):
     return drafter, curve, t_draft
 
 
-@register_method("llama-sd-adaptive", needs_draft=True, family="llama.cpp",
+@register_method("llama-sd-adaptive", needs_draft=True, family="llama.cpp", options=(FORMAT_OPTION,),
                  prepare=prepare_max_gamma("llama-sd-adaptive", ADAPTIVE_MAX_GAMMA, check=None),
                  description="llama-sd with the block length <= @G (default 20) chosen token by token from the "
                              "llama.cpp draft's calibrated confidence and the llama.cpp models' measured costs "
@@ -253,7 +281,7 @@ def _llama_sd_adaptive(ctx, name, gamma):
     return run
 
 
-@register_method("llama-lookup", family="llama.cpp", options=("lookup_max_ngram",),
+@register_method("llama-lookup", family="llama.cpp", options=("lookup_max_ngram", FORMAT_OPTION),
                  description="prompt lookup on the llama.cpp target (copy up to γ tokens after the last earlier "
                              "match of the context's final n-gram, n = 3..1; point masses, no draft model), "
                              "Leviathan Alg. 1 verification; exact")
@@ -268,7 +296,7 @@ def _llama_lookup(ctx, name, gamma):
 
 @register_method("llama-hybrid-adaptive", needs_draft=True, family="llama.cpp",
                  prepare=prepare_max_gamma("llama-hybrid-adaptive", ADAPTIVE_MAX_GAMMA, check=None),
-                 options=("lookup_max_ngram", "hybrid_min_ngram", "lookup_gamma"),
+                 options=("lookup_max_ngram", "hybrid_min_ngram", "lookup_gamma", FORMAT_OPTION),
                  description="prompt lookup where an n-gram (n >= 2) matches (<= 10 tokens), else the adaptive "
                              "llama.cpp draft of llama-sd-adaptive@G (HybridDrafter; token verification); exact")
 def _llama_hybrid_adaptive(ctx, name, gamma):

@@ -455,7 +455,7 @@ def _vocab(path: Path) -> tuple[int, list[int]] | None:
 
 
 def _server(ctx: BenchContext, name: str) -> LlamaServer:
-    from specrepro.bench.llama import gguf_path
+    from specrepro.bench.llama import role_gguf
     from specrepro.sim.llamacpp_build import llama_server_program
 
     spec = SERVER_METHODS[name]
@@ -464,8 +464,8 @@ def _server(ctx: BenchContext, name: str) -> LlamaServer:
         raise BenchOptionError("the llama-server methods need llama.cpp's llama-server, built from the pinned "
                                "llama-cpp-python's source: python -c \"from specrepro.sim.llamacpp_build import "
                                "build_llama_server as b; b()\"")
-    target = gguf_path(ctx.target_name)
-    draft = gguf_path(ctx.draft_name) if spec.needs_draft else None
+    target = role_gguf(ctx, "target")
+    draft = role_gguf(ctx, "draft") if spec.needs_draft else None
     threads = torch.get_num_threads()
     cmd = server_command(binary, target, draft, spec.flags, threads)
 
@@ -520,8 +520,10 @@ def _register(name: str, spec: ServerMethod) -> None:
         return _factory(ctx, name, gamma)
 
     factory.__doc__ = f"{name}: {spec.description}"
+    from specrepro.bench.llama import FORMAT_OPTION
+
     register_method(name, needs_draft=spec.needs_draft, uses_gamma=False, family="llama.cpp",
-                    description=spec.description)(factory)
+                    options=(FORMAT_OPTION,), description=spec.description)(factory)
 
 
 for _name, _spec in SERVER_METHODS.items():

@@ -178,3 +178,18 @@ def hybrid_min_ngram_option(options: dict) -> int:
                                f"1..lookup_max_ngram ({longest}): the shortest n-gram match for which sd-hybrid "
                                f"copies instead of running the draft model")
     return int(v)
+
+
+def target_format_option(options: dict) -> str:
+    """``--opt target_format``: the weight format of the target's GGUF file for the llama.cpp methods, one of
+    :data:`specrepro.bench.formats.FORMATS` (default ``Q4_K_M``, the shipped file).
+
+    Raises:
+        BenchOptionError: a format llama.cpp does not make here.
+    """
+    from specrepro.bench.formats import FORMATS
+
+    fmt = str(options.get("target_format") or "Q4_K_M")
+    if fmt not in FORMATS:
+        raise BenchOptionError(f"--opt target_format={fmt}: unknown weight format; known: {', '.join(FORMATS)}")
+    return fmt

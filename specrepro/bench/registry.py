@@ -30,6 +30,7 @@ from specrepro.bench.options import (
     lookup_gamma_option,
     lookup_max_ngram_option,
     tree_mode_option,
+    target_format_option,
 )
 from specrepro.core.sampling import SamplingConfig
 
@@ -294,6 +295,7 @@ OPTION_KEYS: dict[str, tuple[tuple[str, ...], Callable | None]] = {
     "draft_kind": (("sd-hybrid", "sd-hybrid-adaptive", "sd-draft-auto", "sd-draft-dynamic", "sd-draft-adaptive"),
                    draft_kind_option),
     "hybrid_min_ngram": (("sd-hybrid", "sd-hybrid-adaptive", "sd-hybrid-adaptive-int8", "sd-hybrid-adaptive-pruned", "sd-hybrid-adaptive-int8-pruned", "sd-hybrid-adaptive-int4", "sd-hybrid-adaptive-int4-pruned"), hybrid_min_ngram_option),
+    "target_format": ((), target_format_option),  # the llama.cpp methods declare it (specrepro.bench.llama)
     "lookup_gamma": (("sd-hybrid-adaptive", "sd-hybrid-adaptive-int8", "sd-hybrid-adaptive-pruned", "sd-hybrid-adaptive-int8-pruned", "sd-hybrid-adaptive-int4", "sd-hybrid-adaptive-int4-pruned",), lookup_gamma_option),
 }
 #: options that have their own command-line flag (named in error messages instead of ``--opt KEY``)
@@ -325,6 +327,7 @@ def _check_option_keys(options: dict, resolved) -> None:
         check = OPTION_KEYS.get(key, (None, None))[1]
         if check is not None:
             check(options)
+
 
 
 def validate_options(*, methods, gamma: int, n_prompts: int | None, max_new_tokens: int, temperature: float,
