@@ -471,7 +471,7 @@ data/results/bench_llamacpp_t1.json: | $(STAMP)
 data/results/llamacpp_formats.csv: | $(STAMP)
 	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
 	$(PY) -m specrepro formats --alpha-from data/results/bench_llamacpp_greedy.json --measure --n-prompts 20 \
-	    --passes $(BENCH_REPEATS) --max-new-tokens 64 --csv $@ --figure fig_llamacpp_formats.png
+	    --passes $(BENCH_REPEATS) --max-new-tokens 64 --csv $@ --figure fig_llamacpp_formats
 
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
 # logits, from a full forward and from AR's own cached path, against max(1e-3, 2 spacings of the dtype), fixed in
