@@ -118,3 +118,65 @@ def test_unknown_formats_are_refused(tmp_path):
     assert "BF16" in FORMATS and "Q4_K_M" in FORMATS
     with pytest.raises(FormatError, match="re-encodes"):
         reencode_gguf(tmp_path / "x.gguf", tmp_path / "y.gguf", "Q3_X")
+
+
+def _runs(ar_decode_s, sd_decode_s, prompts=4, passes=2, prefill_ms=500.0, draft_prefill_ms=300.0, n=64):
+    rows = []
+    for r in range(passes):
+        for i in range(prompts):
+            for m, dec in (("llama-server-ar", ar_decode_s), ("llama-sd@3", sd_decode_s)):
+                dp = draft_prefill_ms if m != "llama-server-ar" else float("nan")
+                sec = dec * (1 + 0.01 * i) + prefill_ms / 1000 + (0 if math.isnan(dp) else dp / 1000)
+                rows.append({"repeat": r, "prompt": f"P/{i}", "method": m, "seconds": sec, "new_tokens": n,
+                             "prefill_ms": prefill_ms, "draft_prefill_ms": dp, "tokens_per_s": n / sec})
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def test_decode_speedup_leaves_out_both_prefills():
+    from specrepro.bench.formats import decode_speedup
+
+    runs = _runs(ar_decode_s=4.0, sd_decode_s=2.0)
+    out = decode_speedup(runs, "llama-sd@3")
+    assert math.isclose(out["speedup"], 2.0, rel_tol=1e-9) and out["n_prompts"] == 4
+    assert out["speedup_lo"] <= 2.0 + 1e-9 <= out["speedup_hi"] + 2e-9
+    assert math.isclose(out["baseline_ms"], 4000 * 1.015 / 64, rel_tol=0.02)
+    # end to end, the prefills are paid: the same runs give less than 2x
+    from specrepro.measure.harness import paired_speedup
+
+    assert paired_speedup(runs, "llama-sd@3", "llama-server-ar")["speedup"] < 1.9
+
+
+def _speed_table():
+    import pandas as pd
+
+    row = dict(format="BF16", file_mib=3000.0, ar_decode_ms=100.0, ar_decode_ms_lo=98.0, ar_decode_ms_hi=102.0,
+               sd_decode_ms=50.0, sd_decode_ms_lo=48.0, sd_decode_ms_hi=53.0, measured_gamma=5, block_ratio=1.3,
+               free_draft_bound=3.1, predicted_at_measured_alpha=2.2, decode_speedup=2.0, decode_speedup_lo=1.9,
+               decode_speedup_hi=2.1, speedup=1.6, speedup_lo=1.5, speedup_hi=1.7, measured_alpha=0.9,
+               measured_alpha_lo=0.88, measured_alpha_hi=0.92, measured_over_predicted=0.91, ar_decode_over_t1=0.95,
+               tokens_per_step_over_eq1=1.0, target_step_over_cost=1.02, draft_step_over_t1=1.3, cpu_variant="zen4",
+               threads=2, n_prompts=20, passes=3, alpha=0.913)
+    slow = {**row, "format": "Q4_K_M", "ar_decode_ms": 35.0, "ar_decode_ms_lo": 34.0, "ar_decode_ms_hi": 36.0,
+            "sd_decode_ms": 52.0, "decode_speedup": 0.67, "decode_speedup_lo": 0.63, "decode_speedup_hi": 0.7}
+    return pd.DataFrame([slow, row])
+
+
+def test_speed_block_names_the_fastest_way_and_where_speculation_pays(tmp_path, monkeypatch):
+    import json
+
+    import specrepro.record.speed as sp
+
+    _speed_table().to_csv(tmp_path / sp.FORMATS_TABLE, index=False)
+    (tmp_path / "llamacpp_formats.provenance.json").write_text(json.dumps(
+        {"commit": "abc", "cpu": "a CPU", "alpha": {"method": "llama-sd@4"}}))
+    monkeypatch.setattr(sp, "profile_results", lambda profile: tmp_path)
+    text = sp.render_speed()
+    assert "plain AR on llama.cpp with the `Q4_K_M` file, 35.0 ms per decoded token [34.0, 36.0]" in text
+    assert "Speculation pays (the decode-time interval above 1) in BF16" in text
+    assert "it loses (the interval below 1) in Q4_K_M" in text
+    assert "| `BF16` | 3000 | 100.0 [98.0, 102.0] | 50.0 [48.0, 53.0] | 5 | 1.30 |" in text
+    assert "| `BF16` | 0.91 | 0.95 | 1.00 | 1.02 | 1.30 |" in text
+    monkeypatch.setattr(sp, "profile_results", lambda profile: tmp_path / "none")
+    assert "Not measured in this profile" in sp.render_speed()

@@ -268,3 +268,32 @@ def test_chain_costs_of_a_llamacpp_target_and_draft(models):
     assert models["target"].tokens == [] and models["early"].tokens == []
     table = measure_cost_table(models["target"], ns=(3, 1), prefix_len=10, repeats=6, warmup_rounds=1)
     assert list(table["n"]) == [1, 3] and list(table["rounds"]) == [6, 6] and table["ms_low"].notna().all()
+
+
+def test_the_draft_reads_the_prompt_in_its_own_timed_phase(models):
+    """A drafter with ``prefill`` takes the prompt into its cache before the first step (every token but the last),
+    timed as ``draft_prefill``; the tokens are those of the same drafter reading the prompt inside its first
+    ``propose`` (greedy: the target's argmax either way), and the wrappers pass the prefill on."""
+    target, early = models["target"], models["early"]
+    drafter = BlockLMDrafter(early)
+    drafter.reset()
+    drafter.prefill(torch.tensor(PROMPT))
+    assert early.tokens == list(PROMPT[:-1]) and drafter.cached_ids.tolist() == list(PROMPT[:-1])
+
+    class NoPrefill:  # the same drafter without the hook: the prompt is read in the first propose
+        def __init__(self, inner):
+            self.inner, self.name = inner, "no prefill"
+
+        def reset(self):
+            self.inner.reset()
+
+        def propose(self, *a):
+            return self.inner.propose(*a)
+
+    for make in (lambda: BlockLMDrafter(early), lambda: _adaptive(early), lambda: _hybrid(early)):
+        with_hook = generate(target, PROMPT, drafter=make(), gamma=3, max_new_tokens=24, eos_token_id=None)
+        without = generate(target, PROMPT, drafter=NoPrefill(make()), gamma=3, max_new_tokens=24, eos_token_id=None)
+        assert with_hook.tokens == without.tokens
+        assert with_hook.times["draft_prefill"] > 0 and "draft_prefill" not in without.times
+    ar = generate(target, PROMPT, drafter=None, max_new_tokens=8, eos_token_id=None)
+    assert "draft_prefill" not in ar.times

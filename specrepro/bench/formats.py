@@ -238,8 +238,8 @@ def run_command(args, parser=None) -> int:
 
     import torch
 
-    from specrepro.files import (atomic_write_files, code_fingerprint, cpu_description, git_commit, hold_record_lock,
-                                 sha256_bytes)
+    from specrepro.files import (atomic_write_files, code_fingerprint, cpu_description, git_commit,
+                                 hold_record_lock_for, sha256_bytes)
 
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     unknown = [f for f in formats if f not in FORMATS]
@@ -249,7 +249,7 @@ def run_command(args, parser=None) -> int:
     if args.measure and not args.csv:
         raise FormatError("--measure writes its parts beside the table: give --csv OUT")
     if args.csv:
-        hold_record_lock()
+        hold_record_lock_for(args.csv)
         if git_commit().endswith("-dirty") and Path(args.csv).resolve().parent.name == "results":
             raise FormatError(f"refusing to write {args.csv} from a dirty tree ({git_commit()}): commit the code first")
     if args.measure:
@@ -387,10 +387,7 @@ def decode_speedup(runs, method: str, baseline: str = BASELINE, seed: int = 0) -
         ``{"speedup", "speedup_lo", "speedup_hi", "n_prompts", "repeats"}`` and each method's median decode time per
         token (``method_ms``, ``baseline_ms``, ms) with its 95% interval over prompts.
     """
-    import numpy as np
-
-    from specrepro.measure.harness import paired_speedup
-    from specrepro.stats import bootstrap_ci
+    from specrepro.measure.harness import decode_ms_per_token, paired_speedup
 
     runs = runs.copy()
     pre = runs["prefill_ms"].astype(float)
@@ -400,17 +397,16 @@ def decode_speedup(runs, method: str, baseline: str = BASELINE, seed: int = 0) -
     runs["tokens_per_s"] = runs["new_tokens"] / dec.where(dec > 0)
     out = paired_speedup(runs, method, baseline, seed=seed)
     for key, m in (("method_ms", method), ("baseline_ms", baseline)):
-        d = runs[runs["method"] == m]
-        per_prompt = (1000.0 / d["tokens_per_s"]).groupby(d["prompt"], sort=True).median().to_numpy()
-        est, lo, hi = bootstrap_ci(np.asarray(per_prompt, dtype=float), seed=seed)
-        out[key], out[f"{key}_lo"], out[f"{key}_hi"] = est, lo, hi
+        out[key], out[f"{key}_lo"], out[f"{key}_hi"], _ = decode_ms_per_token(runs, m, seed=seed)
     return out
 
 
 def measured_row(bench_json: str | Path, method: str) -> dict:
     """The measured columns of one format from its bench part: end-to-end and decode-only speedups of ``method``
     over llama.cpp's AR (with 95% intervals and n), decode ms per token of both, α and tokens per step with their
-    intervals, the greedy equality count, and the CPU variants that ran (ours and the server's)."""
+    intervals, the draft's prompt prefill (ms) and its time per drafted token in the loop (ms, median over runs:
+    the drafting steps alone, a fully accepted block's bonus token fed with the next block's first), the greedy
+    equality count, and the CPU variants that ran (ours and the server's)."""
     import json
 
     import pandas as pd
@@ -433,6 +429,8 @@ def measured_row(bench_json: str | Path, method: str) -> dict:
         "ar_tokens_per_s": base["tokens_per_s"], "sd_tokens_per_s": row["tokens_per_s"],
         "sd_draft_prefill_ms": float(runs.loc[runs["method"] == method, "draft_prefill_ms"].median())
         if "draft_prefill_ms" in runs else float("nan"),
+        "sd_draft_ms_per_token": float(runs.loc[runs["method"] == method, "draft_ms"].median()),
+        "sd_target_ms_per_step": float(runs.loc[runs["method"] == method, "target_ms"].median()),
         "measured_alpha": row["alpha"], "measured_alpha_lo": row.get("alpha_lo"),
         "measured_alpha_hi": row.get("alpha_hi"), "tokens_per_step": row["tokens_per_step"],
         "tokens_per_step_lo": row.get("tokens_per_step_lo"), "tokens_per_step_hi": row.get("tokens_per_step_hi"),
@@ -452,10 +450,17 @@ def formats_shard(csv: str | Path, target: str, draft: str, formats=FORMATS, *, 
     the format's own measured α (``predicted_at_measured_alpha``) so that a gap between prediction and measurement
     is told apart from a different acceptance rate.
 
+    The gap between prediction and measurement is told by four measured ratios, each 1 where the prediction's
+    assumption holds: ``ar_decode_over_t1`` (llama.cpp's AR decode time per token over the cost curve's t(1): the
+    baseline the prediction assumes), ``tokens_per_step_over_eq1`` (tokens per step over Eq. 1 at the measured α:
+    i.i.d. acceptances), ``target_step_over_cost`` (the loop's target forward per step over t(γ+1)) and
+    ``draft_step_over_t1`` (the loop's draft time per drafted token over the draft's t(1): the catch-up forward of a
+    fully accepted block's last token and bonus token is not in Eq. 1).
+
     Returns:
         pandas DataFrame, one row per format: the cost columns of :func:`formats_table`, the measured columns of
-        :func:`measured_row`, and ``measured_over_predicted`` (decode-only speedup over the prediction at the
-        measured α).
+        :func:`measured_row`, the ratios above, and ``measured_over_predicted`` (decode-only speedup over the
+        prediction at the measured α).
     """
     import json
     import subprocess
@@ -466,7 +471,7 @@ def formats_shard(csv: str | Path, target: str, draft: str, formats=FORMATS, *, 
     from specrepro.backends.llamacpp import llama_cpp_build
     from specrepro.files import atomic_write_text
     from specrepro.models import fetch_gguf
-    from specrepro.theory import hardware_aware_speedup
+    from specrepro.theory import expected_tokens, hardware_aware_speedup
 
     build = llama_cpp_build()
     draft_path = fetch_gguf(draft)
@@ -502,6 +507,11 @@ def formats_shard(csv: str | Path, target: str, draft: str, formats=FORMATS, *, 
                "predicted_speedup": pred["predicted"], "gamma_free": pred["gamma_free"],
                "free_draft_bound": pred["free_draft_bound"], **meas,
                "predicted_at_measured_alpha": at_alpha,
+               "draft_step_over_t1": meas["sd_draft_ms_per_token"] / float(costs["draft_t1_ms"]),
+               "target_step_over_cost": meas["sd_target_ms_per_step"] / t[g + 1],
+               "ar_decode_over_t1": meas["ar_decode_ms"] / t[1],
+               "tokens_per_step_over_eq1": meas["tokens_per_step"] / expected_tokens(
+                   min(float(meas["measured_alpha"]), 0.999999), g),
                "measured_over_predicted": meas["decode_speedup"] / at_alpha}
         for k, ms, lo, hi in zip(costs["ns"], costs["t_ms"], costs["t_ms_low"], costs["t_ms_high"]):
             row[f"t{k}_ms"], row[f"t{k}_ms_low"], row[f"t{k}_ms_high"] = ms, lo, hi

@@ -137,6 +137,11 @@ SERVER_METHODS: dict[str, ServerMethod] = {
         "examples/speculative-simple/README.md (--spec-type draft-simple --spec-draft-n-max 7)",
         "llama-server's draft-model speculation at the documented pair setting (draft-simple, draft max 7, min 0, "
         "p-min 0.0)"),
+    "llama-server-draft-nmax16": ServerMethod(
+        ("--spec-type", "draft-simple", "--spec-draft-n-max", "16"), True,
+        "swept: draft max 16, for files whose forward over a block costs little more than over one token (our "
+        "adaptive methods draft up to 20)",
+        "llama-server's draft-model speculation with long blocks (draft-simple, draft max 16, min 0, p-min 0.0)"),
     "llama-server-ngram-mod": ServerMethod(
         ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "48",
          "--spec-ngram-mod-n-max", "64"), False,

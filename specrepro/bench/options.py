@@ -182,14 +182,20 @@ def hybrid_min_ngram_option(options: dict) -> int:
 
 def target_format_option(options: dict) -> str:
     """``--opt target_format``: the weight format of the target's GGUF file for the llama.cpp methods, one of
-    :data:`specrepro.bench.formats.FORMATS` (default ``Q4_K_M``, the shipped file).
+    :data:`specrepro.bench.formats.FORMATS` (default ``Q4_K_M``, the shipped file), or ``16bit``: BF16 where the CPU
+    has AVX-512 BF16 (:func:`specrepro.files.cpu_bf16`), F16 elsewhere (llama.cpp runs BF16 without it on a slower
+    path). Returns the format.
 
     Raises:
         BenchOptionError: a format llama.cpp does not make here.
     """
     from specrepro.bench.formats import FORMATS
+    from specrepro.files import cpu_bf16
 
     fmt = str(options.get("target_format") or "Q4_K_M")
+    if fmt == "16bit":
+        return "BF16" if cpu_bf16() else "F16"
     if fmt not in FORMATS:
-        raise BenchOptionError(f"--opt target_format={fmt}: unknown weight format; known: {', '.join(FORMATS)}")
+        raise BenchOptionError(f"--opt target_format={fmt}: unknown weight format; known: {', '.join(FORMATS)}, "
+                               f"16bit")
     return fmt

@@ -50,7 +50,8 @@ class Target:
             bytes: a maximum over every call, not an estimate, so it reads met or missed); on llama.cpp's kernels
             (:mod:`specrepro.bench.ladder`): ``llama_vs_ar`` (the best exact one of ``methods`` over llama.cpp's AR,
             ``llama-server-ar`` where the run has it, else ``llama-ar``, paired per prompt, >= ``threshold``; the
-            other AR's ratio shown beside), ``llama_vs_server_spec`` (the fastest of ``methods`` over the fastest
+            other AR's ratio shown beside), ``llama_decode_vs_ar`` (the same in decode time, the prompt's prefill
+            left out: :func:`specrepro.bench.formats.decode_speedup`), ``llama_vs_server_spec`` (the fastest of ``methods`` over the fastest
             ``llama-server-*`` speculative method, paired per prompt, >= ``threshold``), ``llama_predicted`` (each
             of ``methods``' measured speedup over ``llama-ar`` / the hardware-aware prediction from the run's
             llama.cpp cost curve within ``threshold`` of 1, :func:`specrepro.bench.ladder.llama_ladder`).
@@ -144,6 +145,17 @@ TARGETS: tuple[Target, ...] = (
     Target("llama-t1-vs-llama-ar", "llama.cpp's kernels, T = 1: our exact speculative sampling (outputs distributed "
            "as the target's: exact methods only) ≥ 1.3× llama.cpp's AR (llama-server-ar where run, else llama-ar)",
            "bench_llamacpp_t1", "llama_vs_ar", 1.3, methods=_OURS_ON_LLAMA),
+    Target("llama-16bit-decode-vs-llama-ar", "llama.cpp's kernels, the target's 16-bit file (BF16 where the CPU has "
+           "AVX-512 BF16, else F16), greedy code: our best exact method ≥ 1.8× llama.cpp's AR on the same file in "
+           "decode time per token (the prompt's prefill left out)", "bench_llamacpp_16bit_greedy",
+           "llama_decode_vs_ar", 1.8, methods=_OURS_ON_LLAMA),
+    Target("llama-16bit-vs-llama-ar", "llama.cpp's kernels, the 16-bit file, greedy code: our best exact method "
+           "≥ 1.5× llama.cpp's AR end to end", "bench_llamacpp_16bit_greedy", "llama_vs_ar", 1.5,
+           methods=_OURS_ON_LLAMA),
+    Target("llama-16bit-vs-llama-spec", "llama.cpp's kernels, the 16-bit file, greedy code: our best exact method "
+           "≥ 1.0× llama.cpp's own speculation at its best setting (draft max 3, 7 or 16, or n-gram; the fastest by "
+           "the median, paired per prompt, same run)", "bench_llamacpp_16bit_greedy", "llama_vs_server_spec", 1.0,
+           methods=_OURS_ON_LLAMA),
 )
 
 
@@ -400,7 +412,7 @@ def _check_one(t: Target, data: dict | None) -> dict:
         return out
     if t.kind == "draft_cost":
         return _check_draft_cost(t, data, out)
-    if t.kind in ("llama_vs_ar", "llama_vs_server_spec", "llama_predicted"):
+    if t.kind in ("llama_vs_ar", "llama_decode_vs_ar", "llama_vs_server_spec", "llama_predicted"):
         return _check_llama(t, data, out)
     if t.kind == "peak_memory":
         return _check_peak_memory(t, data, out)
@@ -449,6 +461,26 @@ def _check_llama(t: Target, data: dict, out: dict) -> dict:
         out["status"] = (MET if sure else MET_MEDIAN) if ok else MISSED
         if out["status"] != MET:
             out["why"] = _llama_why(data, {r["method"]})
+        return out
+    if t.kind == "llama_decode_vs_ar":
+        from specrepro.bench.formats import decode_speedup
+
+        base = llama_ar_baseline(data)
+        mine = [r for r in ours if _fin(r.get("tokens_per_s"))]
+        if base is None or runs.empty or not mine or "prefill_ms" not in runs:
+            out["measured"] = "the run lacks one of ours, llama.cpp's AR or the prefill times"
+            return out
+        seed = int((data.get("config") or {}).get("seed") or 0)
+        best = {r["method"]: decode_speedup(runs, r["method"], base, seed=seed) for r in mine}
+        a = max(best, key=lambda m: best[m]["speedup"])
+        s = best[a]
+        out["method"] = a + (f" (best of {len(best)} by the median)" if len(best) > 1 else "")
+        out["measured"] = (f"{_ci(s['speedup'], s['speedup_lo'], s['speedup_hi'])}× {base} in decode time "
+                           f"({s['method_ms']:.1f} against {s['baseline_ms']:.1f} ms per token)")
+        ok, sure = s["speedup"] >= t.threshold, _fin(s["speedup_lo"]) and s["speedup_lo"] >= t.threshold
+        out["status"] = (MET if sure else MET_MEDIAN) if ok else MISSED
+        if out["status"] != MET:
+            out["why"] = _llama_why(data, {a})
         return out
     if t.kind == "llama_vs_server_spec":
         mine = [r for r in ours if _fin(r.get("tokens_per_s"))]

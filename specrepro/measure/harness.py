@@ -404,6 +404,28 @@ def paired_speedup(runs: pd.DataFrame, method: str, baseline: str = "ar", seed: 
     return {"speedup": est, "speedup_lo": lo, "speedup_hi": hi, "n_prompts": int(r.size), "repeats": reps}
 
 
+def decode_ms_per_token(runs: pd.DataFrame, method: str, seed: int = 0) -> tuple[float, float, float, int]:
+    """A method's decode time per new token, the prompt's prefill left out: per run (wall seconds − ``prefill_ms`` −
+    ``draft_prefill_ms`` where recorded) / new tokens, the median over passes per prompt, then the median over
+    prompts with its 95% bootstrap interval over prompts. Runs without a prefill time are dropped.
+
+    Returns:
+        ``(ms, low, high, n_prompts)``; NaNs and 0 when no run has a prefill time.
+    """
+    d = runs[runs["method"] == method]
+    if d.empty or "prefill_ms" not in d:
+        return float("nan"), float("nan"), float("nan"), 0
+    pre = pd.to_numeric(d["prefill_ms"], errors="coerce")
+    if "draft_prefill_ms" in d:
+        pre = pre + pd.to_numeric(d["draft_prefill_ms"], errors="coerce").fillna(0.0)
+    ms = (1000.0 * d["seconds"].astype(float) - pre) / d["new_tokens"].where(d["new_tokens"] > 0)
+    per_prompt = ms.groupby(d["prompt"], sort=True).median().dropna()
+    if per_prompt.empty:
+        return float("nan"), float("nan"), float("nan"), 0
+    est, lo, hi = bootstrap_ci(per_prompt.to_numpy(dtype=float), seed=seed)
+    return est, lo, hi, int(per_prompt.size)
+
+
 def _total(x) -> float:
     return float(sum(x)) if isinstance(x, (list, tuple, np.ndarray)) else float(x)
 

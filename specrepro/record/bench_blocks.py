@@ -188,9 +188,22 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
             return any(r.get(key) is not None for r in summary)
 
         # (title, alignment, cell of a summary row): one description of each column, None where the file lacks it
+        decode = {}
+        if is_llama_run(data) and data.get("runs"):  # llama.cpp files: decode time per token beside end to end
+            from specrepro.measure.harness import decode_ms_per_token
+
+            runs = pd.DataFrame(data["runs"])
+            decode = {r["method"]: decode_ms_per_token(runs, r["method"]) for r in summary}
+
+        def decode_cell(r):
+            ms, lo, hi, _ = decode.get(r["method"], (math.nan,) * 3 + (0,))
+            return "—" if not math.isfinite(ms) else (
+                f"{ms:.1f} [{lo:.1f}, {hi:.1f}]" if math.isfinite(lo) else f"{ms:.1f}")
+
         columns = [("method", "---", lambda r: f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)")),
                    ("tokens/s", "---:", lambda r: _bench_cell(r.get("tokens_per_s"))),
                    ("ms/token", "---:", lambda r: _bench_cell(r.get("ms_per_token"), 0)),
+                   *([("decode ms/token, prefill left out [95% CI]", "---:", decode_cell)] if decode else []),
                    ("× our AR [95% CI]", "---:", lambda r: _ratio_cell(r, "speedup_vs_ar")),
                    ("× HF assisted [95% CI]", "---:", lambda r: _ratio_cell(r, "speedup_vs_hf_assisted")),
                    *[(title, "---:", lambda r, key=key: _ratio_cell(r, key)) for key, title in extra],

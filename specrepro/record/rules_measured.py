@@ -322,6 +322,9 @@ def quality_unchanged(claim, tables: Tables) -> Outcome:
     completion, and ``passed`` when the notebook stored per-problem results), the paired difference passed(method) −
     passed(baseline): 0 where the two completions are token-identical (same text, hence the same pass/fail), else
     from ``passed``. Our number is the mean difference (pass@1 points) with its 95% bootstrap interval over problems.
+    Where every completion is token-identical there is no difference to resample: the interval is then ± the
+    Clopper-Pearson upper bound of the share of problems whose pass/fail differs (0 of n), which narrows as n grows
+    (a fixed [0, 0] would say the same at any n).
     Reproduced exactly ("quality unchanged") if the interval lies within the margin; not reproduced if it lies wholly
     outside (quality changed); inconclusive otherwise, and when completions differ but the table has no per-problem
     ``passed`` column (then no paired interval can be computed; the pooled pass@1 of the first table is shown).
@@ -352,7 +355,14 @@ def quality_unchanged(claim, tables: Tables) -> Outcome:
                        f"per-problem pass/fail is not stored ({param_names(claim['our_table'])[1]} has no 'passed' "
                        f"column) and {int((~same).sum())} completions differ: no paired interval can be computed",
                        n=len(common))
-    est, lo, hi, n = stat_ci(diff, np.mean)
+    if same.all():  # nothing to resample: bound the share of problems whose pass/fail could differ (none did)
+        from scipy.stats import binomtest
+
+        n = len(common)
+        u = float(binomtest(0, n).proportion_ci(0.95, method="exact").high)
+        est, lo, hi = 0.0, -u, u
+    else:
+        est, lo, hi, n = stat_ci(diff, np.mean)
     text = (f"Δ pass@1 = {est * 100:+.0f} points [{lo * 100:+.0f}, {hi * 100:+.0f}], n = {n} problems"
             if has_ci(lo, hi) else f"Δ pass@1 = {est * 100:+.0f} points, no interval (n = {n})")
     if same.all():

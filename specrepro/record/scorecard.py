@@ -139,7 +139,8 @@ RULE_INTERVALS = {
     "printed_precision": "", "exact_sampler": "", "all_identical": "", "typical_shifts": "", "not_testable": "",
     "identical_up_to_ties": "Clopper-Pearson (exact binomial) interval of the share of departures",
     "paired_ratio": _BOOT, "needs_precondition": _BOOT, "computed_speedup": _BOOT, "value_in_interval": _BOOT,
-    "close_to_prediction": _BOOT, "quality_unchanged": _BOOT.replace("prompts", "problems"), "row_order": _BOOT,
+    "close_to_prediction": _BOOT, "quality_unchanged": _BOOT.replace("prompts", "problems") + "; where every completion is identical, ± the "
+                         "Clopper-Pearson bound of the share of problems whose pass/fail differs", "row_order": _BOOT,
     "increases": _BOOT + "; on summary points, Fisher's z interval of Spearman's ρ",
     "decreases": _BOOT + "; on summary points, Fisher's z interval of Spearman's ρ",
     "grows_linearly": "t-interval of the least-squares slope",
