@@ -470,7 +470,7 @@ data/results/bench_llamacpp_t1.json: | $(STAMP)
 #    speedup against the block-cost ratio t(γ+1)/t(1), measured, predicted and the free-draft bound.
 data/results/llamacpp_formats.csv: | $(STAMP)
 	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
-	$(PY) -m specrepro formats --alpha-from data/results/bench_llamacpp_greedy.json --measure --n-prompts 20 \
+	SPECREPRO_RECORD=1 $(PY) -m specrepro formats --alpha-from data/results/bench_llamacpp_greedy.json --measure --n-prompts 20 \
 	    --passes $(BENCH_REPEATS) --max-new-tokens 64 --csv $@ --figure fig_llamacpp_formats
 
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
