@@ -525,25 +525,27 @@ def formats_shard(csv: str | Path, target: str, draft: str, formats=FORMATS, *, 
 
 
 def plot_formats(df, ax=None):
-    """"When speculation pays": per weight format, the chain's decode-time speedup over llama.cpp's AR against the
-    block-cost ratio t(γ+1)/t(1) at the measured γ: the measurement with its 95% interval, the hardware-aware
-    prediction at the measured α, and the free-draft bound; the break-even line at 1. Returns the axes."""
+    """"When speculation pays": per weight format, the chain's decode-time speedup over llama.cpp's AR against what a
+    verified token slot costs, t(γ+1) / ((γ+1) · t(1)) at the measured γ (1: a block costs as many forwards as it has
+    tokens, and nothing speculative can win; lower: the block is cheap per token): the measurement with its 95%
+    interval, the hardware-aware prediction at the measured α, and the free-draft bound; the break-even line at 1.
+    Returns the axes."""
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.2))
-    x = df["block_ratio"].to_numpy(float)
+        _, ax = plt.subplots(figsize=(7.4, 4.2))
+    x = df["block_ratio"].to_numpy(float) / (df["measured_gamma"].to_numpy(float) + 1)
     y = df["decode_speedup"].to_numpy(float)
     err = [y - df["decode_speedup_lo"].to_numpy(float), df["decode_speedup_hi"].to_numpy(float) - y]
     ax.errorbar(x, y, yerr=err, fmt="o", color="C0", capsize=3, label="measured (decode time, 95% CI)")
     ax.scatter(x, df["predicted_at_measured_alpha"], marker="x", color="C1", zorder=3,
                label="predicted (Eq. 1, measured costs and α)")
     ax.scatter(x, df["free_draft_bound"], marker="_", s=200, color="C2", zorder=3, label="free-draft bound")
-    for xi, yi, name in zip(x, y, df["format"]):
-        ax.annotate(str(name), (xi, yi), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    for xi, yi, name, g in zip(x, y, df["format"], df["measured_gamma"]):
+        ax.annotate(f"{name} (γ = {int(g)})", (xi, yi), textcoords="offset points", xytext=(6, -12), fontsize=8)
     ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
-    ax.set_xlabel("block-cost ratio t(γ+1) / t(1) at the measured γ")
+    ax.set_xlabel("cost of a verified token slot, t(γ+1) / ((γ+1) · t(1)), at the measured γ")
     ax.set_ylabel("speedup over llama.cpp AR (×)")
     ax.set_title("When speculation pays on this CPU: one pair, every weight format")
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
