@@ -541,8 +541,9 @@ def plot_formats(df, ax=None):
     ax.scatter(x, df["predicted_at_measured_alpha"], marker="x", color="C1", zorder=3,
                label="predicted (Eq. 1, measured costs and α)")
     ax.scatter(x, df["free_draft_bound"], marker="_", s=200, color="C2", zorder=3, label="free-draft bound")
-    for xi, yi, name, g in zip(x, y, df["format"], df["measured_gamma"]):
-        ax.annotate(f"{name} (γ = {int(g)})", (xi, yi), textcoords="offset points", xytext=(6, -12), fontsize=8)
+    for k, i in enumerate(x.argsort()):  # labels alternate above and below, in order of x, so neighbours do not clash
+        ax.annotate(f"{df['format'].iloc[i]} (γ = {int(df['measured_gamma'].iloc[i])})", (x[i], y[i]),
+                    textcoords="offset points", xytext=(6, 10 if k % 2 == 0 else -14), fontsize=8)
     ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
     ax.set_xlabel("cost of a verified token slot, t(γ+1) / ((γ+1) · t(1)), at the measured γ")
     ax.set_ylabel("speedup over llama.cpp AR (×)")
