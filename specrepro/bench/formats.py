@@ -276,8 +276,12 @@ def run_command(args, parser=None) -> int:
                 "alpha": {"value": alpha, "low": lo, "high": hi, "runs": runs, "from": str(args.alpha_from),
                           "method": args.alpha_method},
                 "sha256": {out.name: sha256_bytes(data)}}
-        if args.measure:  # the parts the table was made from, by hash
-            prov["parts"] = {p.name: sha256_bytes(p.read_bytes()) for f in formats for p in part_paths(out, f)}
+        if args.measure:  # the parts the table was made from, by hash, with each bench part's run time (its sitting)
+            prov["parts"] = [
+                {"file": p.name, "sha256": sha256_bytes(p.read_bytes()),
+                 "seconds": (json.loads(p.with_suffix(".provenance.json").read_text()).get("seconds") or 0.0)
+                 if p.with_suffix(".provenance.json").is_file() else 0.0}
+                for f in formats for p in part_paths(out, f)]
         sidecar = out.with_suffix(".provenance.json")
         atomic_write_files({out: data, sidecar: (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()})
         print(f"wrote {out} and {sidecar.name}")
