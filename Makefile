@@ -470,8 +470,9 @@ data/results/bench_llamacpp_t1.json: | $(STAMP)
 #    speedup against the block-cost ratio t(γ+1)/t(1), measured, predicted and the free-draft bound.
 data/results/llamacpp_formats.csv: | $(STAMP)
 	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
-	SPECREPRO_RECORD=1 $(PY) -m specrepro formats --alpha-from data/results/bench_llamacpp_greedy.json --measure --n-prompts 20 \
-	    --passes $(BENCH_REPEATS) --max-new-tokens 64 --csv $@ --figure fig_llamacpp_formats
+	$(PY) -m specrepro formats --alpha-from data/results/bench_llamacpp_greedy.json --measure --n-prompts 20 \
+	    --passes $(BENCH_REPEATS) --max-new-tokens 64 --csv $@
+	SPECREPRO_RECORD=1 $(PY) -c "from specrepro.record.speed import save_formats_figure as f; print(f())"
 
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
 # logits, from a full forward and from AR's own cached path, against max(1e-3, 2 spacings of the dtype), fixed in

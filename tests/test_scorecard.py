@@ -567,8 +567,12 @@ def test_quality_unchanged():
     out = verdict(c, quality_frames([0] * 60, [1] * 40 + [0] * 20))
     assert out["verdict"] == NOT_REPRODUCED and "quality changed" in out["reason"]
     # identical completions need no per-problem results; differing ones without them give no interval
+    # every completion identical: 0 of n problems changed, bounded by Clopper-Pearson, so n decides (3: far too few;
+    # 36 problems bring the 95% bound under 10 points), never a fixed [0, 0]
     out = verdict(c, quality_frames([1, 0, 1], [1, 0, 1], same=True, passed=False))
-    assert out["verdict"] == EXACT and "identical" in out["ours"]
+    assert out["verdict"] == INCONCLUSIVE and "identical" in out["ours"] and out["ours_hi"] > 0.5
+    out = verdict(c, quality_frames([1, 0] * 18, [1, 0] * 18, same=True, passed=False))
+    assert out["verdict"] == EXACT and 0.0 < out["ours_hi"] < 0.10 and out["ours_lo"] == -out["ours_hi"]
     out = verdict(c, quality_frames([1, 0, 1], [1, 1, 1], passed=False))
     assert out["verdict"] == INCONCLUSIVE and "'passed'" in out["reason"]
 

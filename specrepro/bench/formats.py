@@ -227,8 +227,6 @@ def configure_parser(p) -> None:
     p.add_argument("--n-prompts", type=int, default=20, help="HumanEval prompts of each bench part (default: %(default)s)")
     p.add_argument("--passes", type=int, default=3, help="timed passes of each bench part (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default: %(default)s)")
-    p.add_argument("--figure", metavar="NAME", help="with --measure: save the 'when speculation pays' figure as "
-                                                     "figures/NAME.png and .pdf (standard profile)")
 
 
 def run_command(args, parser=None) -> int:
@@ -285,15 +283,6 @@ def run_command(args, parser=None) -> int:
         sidecar = out.with_suffix(".provenance.json")
         atomic_write_files({out: data, sidecar: (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()})
         print(f"wrote {out} and {sidecar.name}")
-    if args.figure:
-        if not args.measure:
-            raise FormatError("--figure plots the measured table: add --measure")
-        from specrepro.files import note_read
-        from specrepro.record.results import save_figure
-
-        note_read(args.csv)  # the figure's sidecar names the table it plots
-        ax = plot_formats(df)
-        print(f"wrote {save_figure(ax.figure, args.figure)}")
     return 0
 
 

@@ -39,7 +39,7 @@ from specrepro.record.bench_blocks import provenance_note as _provenance_note
 from specrepro.record.bench_blocks import rel as _rel
 from specrepro.record.gpu import GPU_ALPHA_METHOD, gpu_dir, render_gpu, write_gpu_sidecars  # noqa: F401 - re-exported
 from specrepro.record.registry import with_registration
-from specrepro.record.speed import render_speed
+from specrepro.record.speed import render_formats, render_speed
 from specrepro.record.results import (
     STANDARD,
     figures_dir,
@@ -74,7 +74,7 @@ _RENDERERS = {"figures": lambda p, base: render_figures(p, base), "bench": lambd
               "targets": lambda p, base: render_targets(p), "battery": lambda p, base: render_battery(p),
               "runtimes": lambda p, base: render_runtimes(), "gpu": lambda p, base: render_gpu(p),
               "arcost": lambda p, base: render_ar_cost(p), "llamaaudit": lambda p, base: render_llama_audit(p),
-              "speed": lambda p, base: render_speed(p, base)}
+              "speed": lambda p, base: render_speed(p, base), "formats": lambda p, base: render_formats(p, base)}
 #: the generated blocks, each rendered into whichever page (README.md or docs/*.md) holds its markers
 BLOCKS = ("scorecard", *_RENDERERS)
 #: the blocks that must be in README.md itself (its first screen)

@@ -15,7 +15,8 @@ from specrepro.files import read_noted
 from specrepro.record.bench_blocks import profile_results, rel, render_template
 from specrepro.record.results import STANDARD, figures_dir
 
-__all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "render_speed", "speed_rows", "gap_rows"]
+__all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "render_speed", "render_formats", "speed_rows", "gap_rows",
+           "save_formats_figure"]
 
 #: the table the block reads and the figure it shows
 FORMATS_TABLE = "llamacpp_formats.csv"
@@ -52,10 +53,15 @@ def gap_rows(df: pd.DataFrame) -> list[tuple]:
             for r in df.itertuples()]
 
 
-def render_speed(profile: str = STANDARD, base: Path | None = None) -> str:
-    """Markdown for the ``speed`` block: the weight-format table of ``profile`` (the committed record for the
-    standard profile) as sentences and one table, every number from the table with its 95% interval and n; a
-    missing table is named with the command that makes it."""
+def short_rows(df: pd.DataFrame) -> list[tuple]:
+    """The README's rows: per format, both decode times, γ, and the decode and end-to-end speedups (95% CIs)."""
+    return [(f"`{r.format}`", _ci(r.ar_decode_ms, r.ar_decode_ms_lo, r.ar_decode_ms_hi, "{:.1f}"),
+             _ci(r.sd_decode_ms, r.sd_decode_ms_lo, r.sd_decode_ms_hi, "{:.1f}"), str(int(r.measured_gamma)),
+             _ci(r.decode_speedup, r.decode_speedup_lo, r.decode_speedup_hi) + "×",
+             _ci(r.speedup, r.speedup_lo, r.speedup_hi) + "×") for r in df.itertuples()]
+
+
+def _context(profile: str, base: Path | None) -> dict:
     path = profile_results(profile) / FORMATS_TABLE
     context: dict = {"table": rel(path, base), "have": path.exists()}
     if path.exists():
@@ -68,10 +74,41 @@ def render_speed(profile: str = STANDARD, base: Path | None = None) -> str:
         loses = df[df["decode_speedup_hi"] < 1.0]
         fig = figures_dir(profile) / FORMATS_FIGURE
         context.update(
-            rows=speed_rows(df), gaps=gap_rows(df), commit=prov.get("commit", "?"), cpu=prov.get("cpu", "?"),
-            variant=", ".join(sorted(set(df["cpu_variant"].astype(str)))), threads=int(df["threads"].iloc[0]),
-            n_prompts=int(df["n_prompts"].iloc[0]), passes=int(df["passes"].iloc[0]),
-            alpha=float(df["alpha"].iloc[0]), alpha_from=(prov.get("alpha") or {}).get("method", "?"),
-            best_kind=best[0], best=best[1], pays=list(pays["format"]), loses=list(loses["format"]),
-            n_formats=len(df), figure=rel(fig, base) if fig.exists() else None)
-    return render_template("speed", **context)
+            rows=speed_rows(df), gaps=gap_rows(df), short=short_rows(df), commit=prov.get("commit", "?"),
+            cpu=prov.get("cpu", "?"), variant=", ".join(sorted(set(df["cpu_variant"].astype(str)))),
+            threads=int(df["threads"].iloc[0]), n_prompts=int(df["n_prompts"].iloc[0]),
+            passes=int(df["passes"].iloc[0]), alpha=float(df["alpha"].iloc[0]),
+            alpha_from=(prov.get("alpha") or {}).get("method", "?"), best_kind=best[0], best=best[1],
+            pays=list(pays["format"]), loses=list(loses["format"]), n_formats=len(df),
+            figure=rel(fig, base) if fig.exists() else None)
+    return context
+
+
+def render_speed(profile: str = STANDARD, base: Path | None = None) -> str:
+    """Markdown for the README's ``speed`` block: the fastest way to run the pair, where our exact chain beats
+    llama.cpp's AR on the same file and where it loses, and one short table, from the weight-format table of
+    ``profile`` (the committed record for the standard profile); a missing table is named with its command."""
+    return render_template("speed", **_context(profile, base))
+
+
+def render_formats(profile: str = STANDARD, base: Path | None = None) -> str:
+    """Markdown for docs/bench.md's ``formats`` block: the whole weight-format table (costs, bound, prediction and
+    measurement with 95% intervals and n) and the measured ratios that account for each gap between prediction and
+    measurement."""
+    return render_template("formats", **_context(profile, base))
+
+
+def save_formats_figure(profile: str = STANDARD) -> Path:
+    """Draw :func:`specrepro.bench.formats.plot_formats` from the weight-format table of ``profile`` and save it as
+    :data:`FORMATS_FIGURE` (PNG and PDF with its provenance sidecar, :func:`specrepro.record.results.save_figure`).
+    Returns the PNG path.
+
+    Raises:
+        FileNotFoundError: the table is not there.
+    """
+    from specrepro.bench.formats import plot_formats
+    from specrepro.record.results import save_figure
+
+    df = pd.read_csv(io.BytesIO(read_noted(profile_results(profile) / FORMATS_TABLE)))
+    ax = plot_formats(df)
+    return save_figure(ax.figure, Path(FORMATS_FIGURE).stem, profile=profile)
