@@ -13,7 +13,7 @@ import pandas as pd
 
 from specrepro.files import read_noted
 from specrepro.record.bench_blocks import profile_results, rel, render_template
-from specrepro.record.results import STANDARD, figures_dir
+from specrepro.record.results import STANDARD, figures_dir, record_dir
 
 __all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "render_speed", "render_formats", "speed_rows", "gap_rows",
            "save_formats_figure"]
@@ -73,7 +73,7 @@ def _context(profile: str, base: Path | None) -> dict:
         best = ("ar", ar) if ar["ar_decode_ms"] <= sd["sd_decode_ms"] else ("sd", sd)
         pays = df[df["decode_speedup_lo"] > 1.0]
         loses = df[df["decode_speedup_hi"] < 1.0]
-        fig = figures_dir(profile) / FORMATS_FIGURE
+        fig = (record_dir("figures") if profile == STANDARD else figures_dir(profile)) / FORMATS_FIGURE
         context.update(
             rows=speed_rows(df), gaps=gap_rows(df), short=short_rows(df), commit=prov.get("commit", "?"),
             cpu=prov.get("cpu", "?"), variant=", ".join(sorted(set(df["cpu_variant"].astype(str)))),
