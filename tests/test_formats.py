@@ -135,10 +135,10 @@ def _runs(ar_decode_s, sd_decode_s, prompts=4, passes=2, prefill_ms=500.0, draft
 
 
 def test_decode_speedup_leaves_out_both_prefills():
-    from specrepro.bench.formats import decode_speedup
+    from specrepro.measure.harness import decode_speedup
 
     runs = _runs(ar_decode_s=4.0, sd_decode_s=2.0)
-    out = decode_speedup(runs, "llama-sd@3")
+    out = decode_speedup(runs, "llama-sd@3", "llama-server-ar")
     assert math.isclose(out["speedup"], 2.0, rel_tol=1e-9) and out["n_prompts"] == 4
     assert out["speedup_lo"] <= 2.0 + 1e-9 <= out["speedup_hi"] + 2e-9
     assert math.isclose(out["baseline_ms"], 4000 * 1.015 / 64, rel_tol=0.02)

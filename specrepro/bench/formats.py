@@ -14,8 +14,11 @@ draft's one-token forward beside it, so that c = t_draft(1) / t(1) and the block
 run; :func:`format_predictions` turns them and an acceptance rate α into the free-draft bound and the hardware-aware
 prediction (Leviathan et al. 2023, Eq. 1 with measured t(k): :func:`specrepro.theory.hardware_aware_speedup`).
 
-What it is not: the decoding methods or their timing (``python -m specrepro bench`` runs a format's file when given
-its path as ``--target``).
+:func:`formats_shard` (``python -m specrepro formats --measure``) adds, per format, a bench part of llama.cpp's AR
+against our chain at the predicted best γ (``python -m specrepro bench --opt target_format=FMT``) and the measured
+speedups beside the prediction.
+
+What it is not: the decoding methods (:mod:`specrepro.bench.llama`) or the harness that times them.
 """
 
 from __future__ import annotations
@@ -167,6 +170,26 @@ def bench_alpha(path: str | Path, method: str) -> tuple[float, float, float, int
     raise KeyError(f"{path} has no acceptance rate for {method!r}")
 
 
+def _cost_columns(fmt: str, costs: dict, pred: dict, alpha: float, *, file: str, file_mib: float, cpu_variant: str,
+                  gamma: int | None = None) -> tuple[dict, dict]:
+    """One format's row of the table, in two halves: the leading columns (the file, the draft's c, the block-cost
+    ratios, and the prediction at ``alpha``; with ``gamma``, also t(γ+1)/t(1) as ``block_ratio``) and the cost curve
+    t(k) with its interval (``t{k}_ms``, ``_low``, ``_high``), which ends the row."""
+    t = dict(zip(costs["ns"], costs["t_ms"]))
+    head = {"format": fmt, "file": file, "file_mib": file_mib, "cpu_variant": cpu_variant,
+            "threads": costs["threads"], "prefix_len": costs["prefix_len"], "rounds": costs["repeats"],
+            "draft_t1_ms": costs["draft_t1_ms"], "draft_t1_ms_low": costs["draft_t1_ms_low"],
+            "draft_t1_ms_high": costs["draft_t1_ms_high"], "c": costs["c"],
+            "ratio_t5_t1": t[5] / t[1], "ratio_t8_t1": t[8] / t[1],
+            **({} if gamma is None else {"block_ratio": t[gamma + 1] / t[1]}),
+            "alpha": alpha, "gamma_best": pred["gamma_best"], "predicted_speedup": pred["predicted"],
+            "gamma_free": pred["gamma_free"], "free_draft_bound": pred["free_draft_bound"]}
+    curve = {}
+    for k, ms, lo, hi in zip(costs["ns"], costs["t_ms"], costs["t_ms_low"], costs["t_ms_high"]):
+        curve[f"t{k}_ms"], curve[f"t{k}_ms_low"], curve[f"t{k}_ms_high"] = ms, lo, hi
+    return head, curve
+
+
 def formats_table(target: str, draft: str, formats=FORMATS, *, alpha: float, ns=range(1, 17), prefix_len: int = 128,
                   repeats: int = 7, seed: int = 0, progress: bool = True):
     """One row per weight format of ``target`` (:func:`format_gguf`; the draft stays its shipped file): the cost
@@ -193,16 +216,9 @@ def formats_table(target: str, draft: str, formats=FORMATS, *, alpha: float, ns=
         costs = format_costs(path, draft_path, ns=ns, prefix_len=prefix_len, repeats=repeats, seed=seed)
         pred = format_predictions(costs, alpha)
         t = dict(zip(costs["ns"], costs["t_ms"]))
-        row = {"format": fmt, "file": path.name, "file_mib": round(path.stat().st_size / 2**20, 1),
-               "cpu_variant": build["cpu_variant"], "threads": costs["threads"], "prefix_len": prefix_len,
-               "rounds": repeats, "draft_t1_ms": costs["draft_t1_ms"], "draft_t1_ms_low": costs["draft_t1_ms_low"],
-               "draft_t1_ms_high": costs["draft_t1_ms_high"], "c": costs["c"],
-               "ratio_t5_t1": t[5] / t[1], "ratio_t8_t1": t[8] / t[1], "alpha": alpha,
-               "gamma_best": pred["gamma_best"], "predicted_speedup": pred["predicted"],
-               "gamma_free": pred["gamma_free"], "free_draft_bound": pred["free_draft_bound"]}
-        for k, ms, lo, hi in zip(costs["ns"], costs["t_ms"], costs["t_ms_low"], costs["t_ms_high"]):
-            row[f"t{k}_ms"], row[f"t{k}_ms_low"], row[f"t{k}_ms_high"] = ms, lo, hi
-        rows.append(row)
+        head, curve = _cost_columns(fmt, costs, pred, alpha, file=path.name,
+                                    file_mib=round(path.stat().st_size / 2**20, 1), cpu_variant=build["cpu_variant"])
+        rows.append({**head, **curve})
         if progress:
             print(f"[formats] {fmt:7s} t(1) {t[1]:7.1f} ms  t(5)/t(1) {t[5] / t[1]:.2f}  t(8)/t(1) {t[8] / t[1]:.2f}  "
                   f"c {costs['c']:.3f}  bound {pred['free_draft_bound']:.2f}x  predicted {pred['predicted']:.2f}x "
@@ -369,31 +385,6 @@ def bench_command(fmt: str, gamma: int, json_path: str | Path, *, target: str, d
             "--opt", f"target_format={fmt}", "--no-predict", "--json", str(json_path)]
 
 
-def decode_speedup(runs, method: str, baseline: str = BASELINE, seed: int = 0) -> dict:
-    """The speedup of ``method`` over ``baseline`` in decode time alone: per run, new tokens over (wall seconds − the
-    prompt's prefill: the target's, and the draft's own where the run records one, ``draft_prefill_ms``), paired per
-    (prompt, pass) and summarized as the bench's end-to-end speedup is
-    (:func:`specrepro.measure.harness.paired_speedup`: geometric mean over passes, median over prompts, 95%
-    percentile bootstrap over prompts). The end-to-end speedup, which pays both prefills, is the bench's own.
-
-    Returns:
-        ``{"speedup", "speedup_lo", "speedup_hi", "n_prompts", "repeats"}`` and each method's median decode time per
-        token (``method_ms``, ``baseline_ms``, ms) with its 95% interval over prompts.
-    """
-    from specrepro.measure.harness import decode_ms_per_token, paired_speedup
-
-    runs = runs.copy()
-    pre = runs["prefill_ms"].astype(float)
-    if "draft_prefill_ms" in runs:
-        pre = pre + runs["draft_prefill_ms"].astype(float).fillna(0.0)
-    dec = runs["seconds"] - pre / 1000.0
-    runs["tokens_per_s"] = runs["new_tokens"] / dec.where(dec > 0)
-    out = paired_speedup(runs, method, baseline, seed=seed)
-    for key, m in (("method_ms", method), ("baseline_ms", baseline)):
-        out[key], out[f"{key}_lo"], out[f"{key}_hi"], _ = decode_ms_per_token(runs, m, seed=seed)
-    return out
-
-
 def measured_row(bench_json: str | Path, method: str) -> dict:
     """The measured columns of one format from its bench part: end-to-end and decode-only speedups of ``method``
     over llama.cpp's AR (with 95% intervals and n), decode ms per token of both, α and tokens per step with their
@@ -404,11 +395,13 @@ def measured_row(bench_json: str | Path, method: str) -> dict:
 
     import pandas as pd
 
+    from specrepro.measure.harness import decode_speedup
+
     data = json.loads(Path(bench_json).read_text())
     runs = pd.DataFrame(data["runs"])
     row = next(r for r in data["summary"] if r["method"] == method)
     base = next(r for r in data["summary"] if r["method"] == BASELINE)
-    dec = decode_speedup(runs, method)
+    dec = decode_speedup(runs, method, BASELINE)
     cfg = data["config"]
     return {
         "measured_gamma": int(row["gamma"]), "n_prompts": int(row["n_prompts"]), "passes": int(cfg["repeats"]),
@@ -491,23 +484,16 @@ def formats_shard(csv: str | Path, target: str, draft: str, formats=FORMATS, *, 
         meas = measured_row(bench_part, f"llama-sd@{g}")
         td = (lambda n: float(costs["draft_t1_ms"]) * n)  # noqa: E731
         at_alpha = hardware_aware_speedup(min(float(meas["measured_alpha"]), 0.999999), g, t.__getitem__, td)
-        row = {"format": fmt, "file": costs["file"], "file_mib": costs["file_mib"],
-               "cpu_variant": costs["cpu_variant"], "threads": costs["threads"], "prefix_len": costs["prefix_len"],
-               "rounds": costs["repeats"], "draft_t1_ms": costs["draft_t1_ms"],
-               "draft_t1_ms_low": costs["draft_t1_ms_low"], "draft_t1_ms_high": costs["draft_t1_ms_high"],
-               "c": costs["c"], "ratio_t5_t1": t[5] / t[1], "ratio_t8_t1": t[8] / t[1],
-               "block_ratio": t[g + 1] / t[1], "alpha": alpha, "gamma_best": g,
-               "predicted_speedup": pred["predicted"], "gamma_free": pred["gamma_free"],
-               "free_draft_bound": pred["free_draft_bound"], **meas,
+        head, curve = _cost_columns(fmt, costs, pred, alpha, file=costs["file"], file_mib=costs["file_mib"],
+                                    cpu_variant=costs["cpu_variant"], gamma=g)
+        row = {**head, **meas,
                "predicted_at_measured_alpha": at_alpha,
                "draft_step_over_t1": meas["sd_draft_ms_per_token"] / float(costs["draft_t1_ms"]),
                "target_step_over_cost": meas["sd_target_ms_per_step"] / t[g + 1],
                "ar_decode_over_t1": meas["ar_decode_ms"] / t[1],
                "tokens_per_step_over_eq1": meas["tokens_per_step"] / expected_tokens(
                    min(float(meas["measured_alpha"]), 0.999999), g),
-               "measured_over_predicted": meas["decode_speedup"] / at_alpha}
-        for k, ms, lo, hi in zip(costs["ns"], costs["t_ms"], costs["t_ms_low"], costs["t_ms_high"]):
-            row[f"t{k}_ms"], row[f"t{k}_ms_low"], row[f"t{k}_ms_high"] = ms, lo, hi
+               "measured_over_predicted": meas["decode_speedup"] / at_alpha, **curve}
         rows.append(row)
         if progress:
             print(f"[formats] {fmt:7s} t(1) {t[1]:6.1f} ms  t({g + 1})/t(1) {t[g + 1] / t[1]:.2f}  predicted "

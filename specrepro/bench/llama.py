@@ -115,10 +115,10 @@ def role_gguf(ctx: BenchContext, role: str) -> Path:
 
     name = ctx.target_name if role == "target" else ctx.draft_name
     fmt = target_format_option(ctx.options) if role == "target" else "Q4_K_M"
-    if fmt == "Q4_K_M" or name not in ZOO:
-        if fmt != "Q4_K_M":
-            raise BenchOptionError(f"--opt {FORMAT_OPTION}={fmt} re-encodes a zoo model's file; the target is {name!r}")
+    if fmt == "Q4_K_M":
         return gguf_path(name)
+    if name not in ZOO:
+        raise BenchOptionError(f"--opt {FORMAT_OPTION}={fmt} re-encodes a zoo model's file; the target is {name!r}")
     from specrepro.bench.formats import format_gguf
 
     return format_gguf(name, fmt)

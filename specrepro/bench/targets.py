@@ -51,7 +51,7 @@ class Target:
             (:mod:`specrepro.bench.ladder`): ``llama_vs_ar`` (the best exact one of ``methods`` over llama.cpp's AR,
             ``llama-server-ar`` where the run has it, else ``llama-ar``, paired per prompt, >= ``threshold``; the
             other AR's ratio shown beside), ``llama_decode_vs_ar`` (the same in decode time, the prompt's prefill
-            left out: :func:`specrepro.bench.formats.decode_speedup`), ``llama_vs_server_spec`` (the fastest of ``methods`` over the fastest
+            left out: :func:`specrepro.measure.harness.decode_speedup`), ``llama_vs_server_spec`` (the fastest of ``methods`` over the fastest
             ``llama-server-*`` speculative method, paired per prompt, >= ``threshold``), ``llama_predicted`` (each
             of ``methods``' measured speedup over ``llama-ar`` / the hardware-aware prediction from the run's
             llama.cpp cost curve within ``threshold`` of 1, :func:`specrepro.bench.ladder.llama_ladder`).
@@ -463,7 +463,7 @@ def _check_llama(t: Target, data: dict, out: dict) -> dict:
             out["why"] = _llama_why(data, {r["method"]})
         return out
     if t.kind == "llama_decode_vs_ar":
-        from specrepro.bench.formats import decode_speedup
+        from specrepro.measure.harness import decode_speedup
 
         base = llama_ar_baseline(data)
         mine = [r for r in ours if _fin(r.get("tokens_per_s"))]

@@ -404,10 +404,20 @@ def paired_speedup(runs: pd.DataFrame, method: str, baseline: str = "ar", seed: 
     return {"speedup": est, "speedup_lo": lo, "speedup_hi": hi, "n_prompts": int(r.size), "repeats": reps}
 
 
+def prefill_ms_total(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the ms spent on the prompt before decoding: ``prefill_ms`` plus ``draft_prefill_ms`` where the run
+    records a draft's own prompt prefill; NaN where the run has no prefill time."""
+    pre = pd.to_numeric(runs["prefill_ms"], errors="coerce") if "prefill_ms" in runs else pd.Series(
+        float("nan"), index=runs.index)
+    if "draft_prefill_ms" in runs:
+        pre = pre + pd.to_numeric(runs["draft_prefill_ms"], errors="coerce").fillna(0.0)
+    return pre
+
+
 def decode_ms_per_token(runs: pd.DataFrame, method: str, seed: int = 0) -> tuple[float, float, float, int]:
-    """A method's decode time per new token, the prompt's prefill left out: per run (wall seconds − ``prefill_ms`` −
-    ``draft_prefill_ms`` where recorded) / new tokens, the median over passes per prompt, then the median over
-    prompts with its 95% bootstrap interval over prompts. Runs without a prefill time are dropped.
+    """A method's decode time per new token, the prompt's prefill left out (:func:`prefill_ms_total`; ms),
+    the median over passes per prompt, then the median over prompts with its 95% bootstrap interval over prompts.
+    Runs without a prefill time are dropped.
 
     Returns:
         ``(ms, low, high, n_prompts)``; NaNs and 0 when no run has a prefill time.
@@ -415,15 +425,29 @@ def decode_ms_per_token(runs: pd.DataFrame, method: str, seed: int = 0) -> tuple
     d = runs[runs["method"] == method]
     if d.empty or "prefill_ms" not in d:
         return float("nan"), float("nan"), float("nan"), 0
-    pre = pd.to_numeric(d["prefill_ms"], errors="coerce")
-    if "draft_prefill_ms" in d:
-        pre = pre + pd.to_numeric(d["draft_prefill_ms"], errors="coerce").fillna(0.0)
-    ms = (1000.0 * d["seconds"].astype(float) - pre) / d["new_tokens"].where(d["new_tokens"] > 0)
+    ms = (1000.0 * d["seconds"].astype(float) - prefill_ms_total(d)) / d["new_tokens"].where(d["new_tokens"] > 0)
     per_prompt = ms.groupby(d["prompt"], sort=True).median().dropna()
     if per_prompt.empty:
         return float("nan"), float("nan"), float("nan"), 0
     est, lo, hi = bootstrap_ci(per_prompt.to_numpy(dtype=float), seed=seed)
     return est, lo, hi, int(per_prompt.size)
+
+
+def decode_speedup(runs: pd.DataFrame, method: str, baseline: str, seed: int = 0) -> dict:
+    """:func:`paired_speedup` in decode time alone: new tokens per second of wall time less :func:`prefill_ms_total`
+    (both prefills left out; the end-to-end speedup pays them), paired per (prompt, pass), geometric mean over passes, median over prompts,
+    95% percentile bootstrap over prompts.
+
+    Returns:
+        :func:`paired_speedup`'s dict plus each side's :func:`decode_ms_per_token` (``method_ms``, ``baseline_ms``,
+        each with ``_lo`` / ``_hi``; ms).
+    """
+    dec = runs["seconds"] - prefill_ms_total(runs) / 1000.0
+    runs = runs.assign(tokens_per_s=runs["new_tokens"] / dec.where(dec > 0))
+    out = paired_speedup(runs, method, baseline, seed=seed)
+    for key, m in (("method_ms", method), ("baseline_ms", baseline)):
+        out[key], out[f"{key}_lo"], out[f"{key}_hi"], _ = decode_ms_per_token(runs, m, seed=seed)
+    return out
 
 
 def _total(x) -> float:
