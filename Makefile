@@ -39,7 +39,7 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
     data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json data/results/bench_llamacpp_greedy.json \
     data/results/bench_llamacpp_spec.json data/results/bench_llamacpp_vs_ours.json data/results/bench_llamacpp_chat.json \
     data/results/bench_llamacpp_t1.json data/results/bench_qwen_heldout_greedy.json data/results/bench_qwen_heldout_chat.json \
-    data/results/llamacpp_formats.csv)
+    data/results/llamacpp_formats.csv data/results/bench_llamacpp_16bit_greedy.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
 # on the idle 2-core Xeon, so about 5 h there: one AR and one speculative run of 128 tokens per problem plus a
 # teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/
@@ -473,6 +473,22 @@ data/results/llamacpp_formats.csv: | $(STAMP)
 	$(PY) -m specrepro formats --alpha-from data/results/bench_llamacpp_greedy.json --measure --n-prompts 20 \
 	    --passes $(BENCH_REPEATS) --max-new-tokens 64 --csv $@
 	SPECREPRO_RECORD=1 $(PY) -c "from specrepro.record.speed import save_formats_figure as f; print(f())"
+
+# 7. Where blocks are cheap: the target's 16-bit file (--opt target_format=16bit: BF16 where the CPU has AVX-512
+#    BF16, F16 elsewhere; the draft's shipped file), greedy code, 20 HumanEval prompts x 64 tokens in two parts of
+#    10 (BENCH_REPEATS interleaved passes each): llama.cpp's AR (server and our loop), our chain at the γ the formats
+#    shard found best for the 16-bit files (7), our adaptive chain and hybrid on its kernels, and llama.cpp's own
+#    speculation at each draft length its documentation gives and at a long one (draft max 3, 7 and 16), and its
+#    n-gram speculation.
+LLAMA_16BIT_PARTS := $(foreach k,0 1,data/results/bench_llamacpp_16bit_greedy.p$(k).json)
+$(LLAMA_16BIT_PARTS): data/results/bench_llamacpp_16bit_greedy.p%.json: | $(STAMP)
+	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --baseline llama-server-ar --opt target_format=16bit \
+	    --methods llama-server-ar,llama-ar,llama-sd@7,llama-sd-adaptive@20,llama-hybrid-adaptive@20,llama-server-draft,llama-server-draft-nmax7,llama-server-draft-nmax16,llama-server-ngram-simple \
+	    --temperature 0 --part $*/2 --json $@
+data/results/bench_llamacpp_16bit_greedy.json: $(LLAMA_16BIT_PARTS) | $(STAMP)
+	$(PY) -m specrepro bench --merge $^ --json $@
 
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
 # logits, from a full forward and from AR's own cached path, against max(1e-3, 2 spacings of the dtype), fixed in
