@@ -113,7 +113,9 @@ def bench_prompt_ids(cfg: dict, tokenizer) -> dict:
 
 def open_llama_bench_target(cfg: dict):
     """The target of a llama.cpp bench file as the bench opened it: its GGUF file (the zoo's, or a path, via
-    :func:`specrepro.bench.llama.gguf_path`), checked against the sha256 the file records, in a
+    :func:`specrepro.bench.llama.gguf_path`; the zoo file re-encoded in the weight format the bench ran, via
+    :func:`specrepro.bench.formats.format_gguf`, where the recorded file name is ``<model>-<format>.gguf``), checked
+    against the sha256 the file records, in a
     :class:`~specrepro.backends.llamacpp.LlamaCppLM` with the recorded context length, thread count and KV cache type
     and llama.cpp's default attention (flash attention "auto", as the bench ran it).
 
@@ -127,6 +129,11 @@ def open_llama_bench_target(cfg: dict):
     note = cfg["llamacpp"]
     g = note["target_gguf"]
     path = gguf_path(g["model"])
+    if g.get("file") and g["file"] != path.name:
+        from specrepro.bench.formats import FORMATS, format_gguf
+
+        fmt = next((f for f in FORMATS if g["file"] == f"{g['model']}-{f}.gguf"), None)
+        path = format_gguf(g["model"], fmt) if fmt else path
     if g.get("sha256") and sha256_file(path) != g["sha256"]:
         raise ValueError(f"{path} is not the target GGUF file the bench ran (sha256 {g['sha256'][:12]}...)")
     return LlamaCppLM(path, n_ctx=int(note.get("n_ctx") or 4096), n_threads=note.get("n_threads"),
