@@ -15,8 +15,8 @@ from specrepro.files import read_noted
 from specrepro.record.bench_blocks import profile_results, rel, render_template
 from specrepro.record.results import STANDARD, figures_dir, record_dir
 
-__all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "render_speed", "render_formats", "speed_rows", "gap_rows",
-           "save_formats_figure"]
+__all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "SIXTEEN_BIT_TARGETS", "render_speed", "render_formats", "speed_rows",
+           "gap_rows", "sixteen_bit_rows", "save_formats_figure"]
 
 #: the table the block reads and the figure it shows
 FORMATS_TABLE = "llamacpp_formats.csv"
@@ -62,9 +62,34 @@ def short_rows(df: pd.DataFrame) -> list[tuple]:
              _ci(r.speedup, r.speedup_lo, r.speedup_hi) + "×") for r in df.itertuples()]
 
 
+#: the 16-bit files' targets the block reports (:data:`specrepro.bench.targets.TARGETS`), with their short labels
+SIXTEEN_BIT_TARGETS = {"llama-16bit-decode-vs-llama-ar": "greedy, over llama.cpp's AR in decode time",
+                       "llama-16bit-vs-llama-ar": "end to end",
+                       "llama-16bit-vs-llama-spec": "over its best speculation",
+                       "llama-16bit-t1-vs-llama-spec": "T = 1, over its best exact speculation"}
+
+
+def sixteen_bit_rows(profile: str = STANDARD, base: Path | None = None) -> list[dict]:
+    """The 16-bit files' targets (:data:`SIXTEEN_BIT_TARGETS`) checked on ``profile``'s bench files
+    (:func:`specrepro.bench.targets.check_targets`): per target its label, the number it names, its status, the
+    measured ratio with its 95% interval over prompts, the method and the file's link; targets whose file is not
+    in the profile are left out."""
+    from specrepro.bench.targets import TARGETS, check_targets
+
+    chosen = [t for t in TARGETS if t.id in SIXTEEN_BIT_TARGETS]
+    rows = []
+    for t, r in zip(chosen, check_targets(profile_results(profile), chosen).to_dict("records")):
+        path = profile_results(profile) / f"{t.file}.json"
+        if path.exists():
+            rows.append({"label": SIXTEEN_BIT_TARGETS[t.id], "threshold": t.threshold, "status": r["status"],
+                         "measured": r["measured"], "method": str(r["method"]).split(" (")[0],
+                         "file": rel(path, base), "name": t.file})
+    return rows
+
+
 def _context(profile: str, base: Path | None) -> dict:
     path = profile_results(profile) / FORMATS_TABLE
-    context: dict = {"table": rel(path, base), "have": path.exists()}
+    context: dict = {"table": rel(path, base), "have": path.exists(), "sixteen": sixteen_bit_rows(profile, base)}
     if path.exists():
         df = pd.read_csv(io.BytesIO(read_noted(path)))
         prov = json.loads(path.with_suffix(".provenance.json").read_text())
@@ -88,7 +113,9 @@ def _context(profile: str, base: Path | None) -> dict:
 def render_speed(profile: str = STANDARD, base: Path | None = None) -> str:
     """Markdown for the README's ``speed`` block: the fastest way to run the pair, where our exact chain beats
     llama.cpp's AR on the same file and where it loses, and one short table, from the weight-format table of
-    ``profile`` (the committed record for the standard profile); a missing table is named with its command."""
+    ``profile`` (the committed record for the standard profile; a missing table is named with its command); then
+    the 16-bit files' targets (:func:`sixteen_bit_rows`): every method side by side on the file where blocks are
+    cheapest."""
     return render_template("speed", **_context(profile, base))
 
 
