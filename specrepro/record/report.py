@@ -140,6 +140,7 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
 
     Each row: paper, location and arXiv version; the claim with the paper's setting; the paper's number with its
     kind (measured / computed / asserted); ours with its 95% interval and n, and our setting; the verdict; why.
+    Then where each speedup comes from (:func:`specrepro.record.decompose.speedup_decomposition`).
     """
     profile = profile or next((p for p in card["profile"] if p), STANDARD)
     hw = card.loc[card["hardware"].fillna("").astype(str) != "", "hardware"].value_counts()
@@ -171,7 +172,12 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
                 why += f"<br><sub>rule {_cell(r['registered'])}</sub>"
             cells.append((_cell(where), claim, paper, ours, f"**{r['verdict']}**", why))
         groups.append((group_counts(rows, group or "ungrouped"), cells))
-    return render_template("scorecard", head=head, definitions=verdict_definitions().rstrip("\n"), groups=groups)
+    from specrepro.record.decompose import speedup_decomposition
+    from specrepro.record.scorecard import load_claims
+    from specrepro.record.tables import Tables
+
+    return render_template("scorecard", head=head, definitions=verdict_definitions().rstrip("\n"), groups=groups,
+                           decomposition=speedup_decomposition(load_claims(), Tables(profile)))
 
 
 _N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"),

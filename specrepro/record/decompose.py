@@ -1,0 +1,92 @@
+"""Where each speedup on the card comes from: the card's speed ratios split into tokens per step, the cost of the
+verifying forward, and the draft's and the loop's share of a step, from the same timed runs the verdict reads.
+
+Per timed run (one prompt, one pass) of a method and of its baseline, the decoding time per token (the prompt's
+prefill left out) is ``loop_ms / tokens_per_step`` (``loop_ms``: ms per step after the prefill; the harness,
+:func:`specrepro.measure.harness.run_interleaved`). The decode-time speedup of a method over its baseline is then the
+product of three ratios, each paired per prompt and pass as the card's speedups are
+(:func:`specrepro.measure.harness.paired_ratios`, geometric mean over passes):
+
+* tokens per step, method over baseline (1 for AR's baseline, so Leviathan et al.'s Eq. 1 quantity itself);
+* the forward-cost ratio, the baseline's target forward per step over the method's (for a chain of γ drafted tokens
+  against AR, t(1) / t(γ + 1) as the runs measured it);
+* the share of a step the target's forward takes, method over baseline (what the draft and the loop cost).
+
+Each factor and their product are medians over prompts with 95% intervals (:func:`specrepro.stats.stat_ci`); the
+product is the decode-time speedup, above the card's end-to-end ratio where the prefill, the same work for both,
+dilutes it. This reads the claims' tables and parameters only; it judges nothing and no verdict depends on it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specrepro.measure.harness import paired_ratios
+from specrepro.record.rulekit import (claim_rows, matching_methods, param_names, params_of, step_counts,
+                                      tokens_column)
+from specrepro.record.tables import Tables
+from specrepro.record.verdicts import NotRun, fmt_ci, prompt_unit
+from specrepro.stats import stat_ci
+
+__all__ = ["SPEED_RULES", "FACTORS", "decompose_claim", "speedup_decomposition"]
+
+#: the rules whose claims are speed ratios of timed runs (with ``value`` tokens_per_s, the default)
+SPEED_RULES = ("paired_ratio", "needs_precondition")
+
+#: the derived per-run columns, in the order of the product (name, column header)
+FACTORS = (("tps", "tokens per step"), ("fwd", "× forward-cost ratio"), ("share", "× target's share of a step"))
+
+
+def _derived(df: pd.DataFrame) -> pd.DataFrame:
+    """Per run: tokens per step, 1 / target forward per step (ms), the target forward's share of a step, and the
+    decode rate (tokens per ms of decoding)."""
+    steps = step_counts(df)
+    tps = np.asarray(df[tokens_column(df)], dtype=float) / steps
+    target = pd.to_numeric(df["target_ms"], errors="coerce").to_numpy(dtype=float)
+    loop = pd.to_numeric(df["loop_ms"], errors="coerce").to_numpy(dtype=float)
+    return df.assign(tps=tps, fwd=1.0 / target, share=target / loop, decode=tps / loop)
+
+
+def decompose_claim(claim, tables: Tables) -> dict | None:
+    """The decomposition of one speed claim: its method (the fastest by the median paired ratio where the claim's
+    query names several, as its rule picks it) over its baseline, each factor and the decode-time speedup as
+    ``fmt_ci`` text with n. None for a claim that is not a speed ratio of timed runs with per-step times, or whose
+    rows were not measured in this profile."""
+    if claim["rule"] not in SPEED_RULES:
+        return None
+    p = params_of(claim)
+    if (p.get("value") or "tokens_per_s") != "tokens_per_s":
+        return None
+    try:
+        df = claim_rows(claim, tables, p)
+    except (NotRun, TypeError, AttributeError):
+        return None
+    if df is None or not {"prompt", "target_ms", "loop_ms"} <= set(df.columns):
+        return None
+    try:
+        bases = matching_methods(df, p.get("baseline", ""), "baseline")
+        cands = matching_methods(df, p.get("method", ""), "method")
+    except (NotRun, ValueError):
+        return None
+    if len(bases) != 1:
+        return None
+    df = _derived(df)
+    name = max(cands, key=lambda m: float(np.median(paired_ratios(df, m, bases[0]).to_numpy())))
+    unit = prompt_unit(df)
+    out = {"id": claim["id"], "method": name, "baseline": bases[0], "table": param_names(claim["our_table"])[0]}
+    for col in ("tps", "fwd", "share", "decode"):
+        r = paired_ratios(df, name, bases[0], col).to_numpy()
+        r = r[np.isfinite(r)]
+        if not len(r):
+            return None
+        est, lo, hi, n = stat_ci(r)
+        out[col] = fmt_ci(est, lo, hi, n, unit, suffix="×" if col == "decode" else "").split(", n = ")[0]
+        out["n"] = f"{n} {unit}"
+    return out
+
+
+def speedup_decomposition(claims: pd.DataFrame, tables: Tables) -> list[dict]:
+    """:func:`decompose_claim` of every claim that has one, in the claims' order."""
+    rows = [decompose_claim(c, tables) for _, c in claims.iterrows()]
+    return [r for r in rows if r is not None]
