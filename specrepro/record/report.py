@@ -356,7 +356,9 @@ def render_llama_audit(profile: str = STANDARD) -> str:
     """Markdown for the ``llamaaudit`` block (docs/battery.md): the table ``audit_llamacpp`` (``python -m specrepro
     audit --runtime llama.cpp``), one row per setting and sampler with its role, n, the TV to the exact law, the
     chi-square and G-test p-values, the TV detected with 90% power at that n, the verdict at the table's level, and
-    the acceptance rates (llama.cpp's as its program reports it, ours on the same pair); a missing table is named."""
+    the acceptance rates (llama.cpp's as its program reports it, ours on the same pair), and for a sampler audited
+    against the law its code implies (``llama-speculative``) that law's TV to the exact one and the chi-square p-value
+    of the samples against it; a missing table is named."""
     rdir = profile_results(profile)
     path = rdir / "audit_llamacpp.csv"
     if not path.exists():
@@ -371,7 +373,9 @@ def render_llama_audit(profile: str = STANDARD) -> str:
              num(r.tv, ".3f") + (f" ({num(null, '.3f')})" if pd.notna(null := getattr(r, "tv_null_mean", math.nan))
                                  else ""),
              num(r.p_value, ".2g"), num(r.g_test_p, ".2g"), num(r.min_detectable_tv_90, ".3f"), f"**{r.verdict}**",
-             f"{num(r.llamacpp_accept_rate, '.2f')} / {num(r.specrepro_accept_rate, '.2f')}") for r in df.itertuples()]
+             f"{num(r.llamacpp_accept_rate, '.2f')} / {num(r.specrepro_accept_rate, '.2f')}",
+             (f"{num(r.code_law_tv_to_exact, '.3f')} / {num(r.p_value_vs_code_law, '.2g')}"
+              if pd.notna(getattr(r, "p_value_vs_code_law", math.nan)) else "—")) for r in df.itertuples()]
     first = df.iloc[0]
     return render_template("llamaaudit", prov=_provenance_note(path), level=num(first["level"], "g"),
                            version=first["llama_cpp_python"], prompt=first["prompt"], length=int(first["length"]),
