@@ -101,6 +101,49 @@ def test_merge_refuses_parts_that_are_not_one_run(tiny_with_tokenizer, tmp_path,
     assert not (tmp_path / "out.json").exists()
 
 
+def _llama_cost(t1: float, c: float, prefix: int) -> dict:
+    one = {"target_ms": {"1": t1, "2": 1.5 * t1}, "draft_ms": c * t1, "c": c, "c_lo": c - 0.01, "c_hi": c + 0.01,
+           "prefix_len": prefix, "repeats": 5, "rounds": 3}
+    return {**one, "before": one, "after": {**one, "c_lo": c - 0.03}, "prefix_len": prefix, "repeats": 5,
+            "rounds": 3}
+
+
+def _server(port: int) -> dict:
+    return {"methods": {"llama-server-ar": {"command": f"llama-server -m t.gguf --threads 2 --port {port}",
+                                            "log": f"build/llama-server/s-{port}.log", "setting_from": "defaults"}}}
+
+
+def test_parts_with_llama_cpp_cost_models_merge_to_their_mean(tiny_with_tokenizer, tmp_path, one_thread):
+    """Parts timed with llama.cpp's cost model merge: the model is the parts' mean (each part's whole under parts,
+    c's interval the widest of theirs), and the servers' settings must agree but for their ports and logs."""
+    from specrepro.bench.ladder import llama_cost_line
+
+    model, tok = tiny_with_tokenizer
+    kw = dict(models=(model, None, tok), prompts=PROMPTS[:4], methods="ar", max_new_tokens=2, warmup=False,
+              progress=False, predict=False)
+    p0 = run_bench(part="0/2", **kw).to_json()
+    p1 = run_bench(part="1/2", **kw).to_json()
+    p0["config"].update(llama_cost_model=_llama_cost(80.0, 0.2, 138), llama_server=_server(4000))
+    p1["config"].update(llama_cost_model=_llama_cost(90.0, 0.3, 111), llama_server=_server(5000))
+    merged = merge_parts([p1, p0])
+    cost = merged.config["llama_cost_model"]
+    assert cost["target_ms"] == {"1": pytest.approx(85.0), "2": pytest.approx(127.5)}
+    assert (cost["c"], cost["c_lo"], cost["c_hi"], cost["prefix_len"]) == (pytest.approx(0.25), pytest.approx(0.17),
+                                                                          pytest.approx(0.31), 124)
+    assert [m["prefix_len"] for m in cost["parts"]] == [138, 111]  # part order, whatever order they were given in
+    assert "--port 4000" in merged.config["llama_server"]["methods"]["llama-server-ar"]["command"]
+    assert len(merged.config["llama_server"]["parts"]) == 2
+    assert "the mean of 2 parts' models" in llama_cost_line(merged.to_json())
+    other = json.loads(json.dumps(p1))
+    other["config"]["llama_server"]["methods"]["llama-server-ar"]["command"] += " --spec-type draft-simple"
+    with pytest.raises(ValueError, match="llama_server"):  # another server setting is another run
+        merge_parts([p0, other])
+    bare = json.loads(json.dumps(p1))
+    del bare["config"]["llama_cost_model"]
+    with pytest.raises(ValueError, match="llama.cpp cost model"):
+        merge_parts([p0, bare])
+
+
 def test_bench_command_merges_parts_and_needs_an_output(tiny_with_tokenizer, tmp_path, capsys, one_thread):
     from specrepro.__main__ import main
 

@@ -98,6 +98,11 @@ def llama_cost_line(data: dict) -> str:
             continue
         parts.append(f"{when} the timed passes: " + ", ".join(f"t({n}) {_interval(b, 'target_ms', n)}" for n in ns)
                      + f", t_draft(1) {_interval(b, 'draft_ms')}, c {_interval(b, 'c')}")
+    if not parts and cost.get("parts"):  # a file merged from parts: each part's two measurements, then their mean
+        parts.append(f"the mean of {len(cost['parts'])} parts' models, each measured before and after its own timed "
+                     "passes: " + ", ".join(f"t({n}) {_interval(cost, 'target_ms', n)}" for n in ns)
+                     + f", t_draft(1) {_interval(cost, 'draft_ms')}, c {_interval(cost, 'c')} (c's interval the "
+                     "widest of theirs)")
     if not parts:  # one measurement only
         parts.append(", ".join(f"t({n}) {_interval(cost, 'target_ms', n)}" for n in ns)
                      + f", t_draft(1) {_interval(cost, 'draft_ms')}, c {_interval(cost, 'c')}")

@@ -623,7 +623,9 @@ def merge_parts(parts: list[dict]) -> BenchResult:
     ``config`` is the parts' common config with ``prompt_ids`` of every part, ``part`` None, ``seconds`` None (no
     one sitting made it) and ``parts``: per part its ``part``, ``part_prompts``, ``commit``, ``seconds``,
     ``blocks``, ``blocks_under_load`` and ``resumed_blocks``; ``blocks`` and ``blocks_under_load`` are the parts'
-    sums, and ``cost_model`` keeps each part's under ``parts``.
+    sums, and ``cost_model`` keeps each part's under ``parts``; so does ``llama_cost_model`` (llama.cpp's cost model:
+    the parts' means, :func:`_mean_llama_cost_models`) and ``llama_server`` (the first part's, every part's under
+    ``parts``).
 
     Args:
         parts: the part files as loaded (``config``, ``summary``, ``runs``), in any order.
@@ -641,9 +643,13 @@ def merge_parts(parts: list[dict]) -> BenchResult:
     if any(not c.get("part") for c in configs):
         raise ValueError("merge_parts takes part files (run_bench with part=I/K); a file without config.part was "
                          "given")
-    if any("llama_cost_model" in c for c in configs):
-        raise ValueError("parts with a llama.cpp cost model are not merged (time those runs whole)")
-    order = check_part_set(configs, PART_KEYS, [f"part {c['part'][0]}/{c['part'][1]}" for c in configs])
+    if len({"llama_cost_model" in c for c in configs}) > 1:
+        raise ValueError("some parts have a llama.cpp cost model and some not")
+    configs = [{**c, "llama_server": _server_settings(c["llama_server"])} if c.get("llama_server") else c
+               for c in configs]  # each part ran its own servers (ports, logs): their settings must agree
+    order = check_part_set(configs, PART_KEYS + ("llama_cost_model",),
+                           [f"part {c['part'][0]}/{c['part'][1]}" for c in configs])
+    servers = [(p.get("config") or {}).get("llama_server") for p in parts]
     parts, configs = [parts[j] for j in order], [configs[j] for j in order]
     common = {key: v for key, v in configs[0].items() if key not in PART_KEYS}
     runs = pd.concat([pd.DataFrame(p.get("runs") or []) for p in parts], ignore_index=True)
@@ -677,7 +683,49 @@ def merge_parts(parts: list[dict]) -> BenchResult:
         summary = add_predictions(summary, costs, runs)
     else:
         config["cost_model"] = None
+    if "llama_cost_model" in configs[0]:
+        config["llama_cost_model"] = _mean_llama_cost_models([c["llama_cost_model"] for c in configs])
+    if any(servers):
+        config["llama_server"] = {**servers[order[0]], "parts": [servers[j] for j in order]}
     return BenchResult(summary=summary, runs=runs, config=config)
+
+
+def _server_settings(server: dict) -> dict:
+    """A part's ``config.llama_server`` without what each run of a server differs in (its port and log file)."""
+    import re
+
+    methods = {m: {k: (re.sub(r" --port \d+", "", v) if k == "command" else v) for k, v in d.items() if k != "log"}
+               for m, d in (server.get("methods") or {}).items()}
+    return {**server, "methods": methods}
+
+
+def _mean_llama_cost_models(models: list[dict]) -> dict:
+    """The parts' ``config.llama_cost_model`` as one: ``target_ms``, ``draft_ms`` and ``c`` the means of the parts'
+    (each the mean of its measurements before and after its timed passes), ``c_lo`` / ``c_hi`` the widest of the
+    parts' measurements' intervals, ``prefix_len`` the mean of the parts' prefixes (each a prefix of its own prompts'
+    tokens), and every part's model whole under ``parts``.
+
+    Raises:
+        ValueError: cost models of different sizes n."""
+    sizes = [sorted(m.get("target_ms") or {}, key=int) for m in models]
+    if any(s != sizes[0] for s in sizes):
+        raise ValueError("the parts measured their llama.cpp cost models over different sizes n")
+
+    def mean(xs):
+        xs = [float(x) for x in xs if x is not None]
+        return sum(xs) / len(xs) if xs else None
+
+    ends = {e: [float(v) for m in models for blk in (m, m.get("before") or {}, m.get("after") or {})
+                if (v := blk.get(f"c_{e}")) is not None] for e in ("lo", "hi")}
+    return {"prefix_len": round(mean([m.get("prefix_len") for m in models])), "repeats": models[0].get("repeats"),
+            "rounds": models[0].get("rounds"), "timed_on": models[0].get("timed_on"),
+            "interval": models[0].get("interval"),
+            "target_ms": {n: mean([m["target_ms"][n] for m in models]) for n in sizes[0]},
+            "draft_ms": mean([m.get("draft_ms") for m in models]), "c": mean([m.get("c") for m in models]),
+            "c_lo": min(ends["lo"]) if ends["lo"] else None, "c_hi": max(ends["hi"]) if ends["hi"] else None,
+            "parts": models,
+            "measured": f"the mean of {len(models)} parts' cost models, each measured before and after its own "
+                        "timed passes (each part's whole under parts)"}
 
 
 def _mean_cost_models(models: list[dict], gammas: dict) -> dict:
