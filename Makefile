@@ -58,7 +58,7 @@ QUALITY := $(if $(filter standard,$(PROFILE)),data/results/chen_quality_humaneva
 # only; about a minute: one full and one incremental forward per divergence)
 BENCH_DIVERGENCES := $(if $(filter standard,$(PROFILE)),data/results/divergences_bench_qwen_bf16.csv \
     data/results/divergences_bench_llamacpp_greedy.csv data/results/divergences_bench_llamacpp_spec.csv \
-    data/results/divergences_bench_llamacpp_chat.csv data/results/divergences_bench_llamacpp_16bit_greedy.csv)
+    data/results/divergences_bench_llamacpp_chat.csv)
 # transformers' assisted generation and prompt lookup through the exactness battery (standard only; ~5 min on 2 cores)
 AUDIT := $(if $(filter standard,$(PROFILE)),data/results/audit_transformers.csv data/results/audit_llamacpp.csv)
 # every committed state of the record re-scored (standard only; a few minutes): the verdict history
@@ -524,9 +524,6 @@ data/results/divergences_bench_llamacpp_spec.csv: data/results/bench_llamacpp_sp
 	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --from-bench $< --tie-bound 1e-3 --tie-disagreements 4
 
 data/results/divergences_bench_llamacpp_chat.csv: data/results/bench_llamacpp_chat.json | $(STAMP)
-	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --from-bench $< --tie-bound 1e-3 --tie-disagreements 4
-
-data/results/divergences_bench_llamacpp_16bit_greedy.csv: data/results/bench_llamacpp_16bit_greedy.json | $(STAMP)
 	SPECREPRO_RECORD=1 $(PY) -m specrepro greedy-equality --from-bench $< --tie-bound 1e-3 --tie-disagreements 4
 
 # The audit: transformers' samplers as black boxes on tiny random models, beside our own samplers and replayed bugs

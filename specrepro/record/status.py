@@ -87,7 +87,7 @@ OTHER_SHARDS: tuple[Shard, ...] = (
     _csv("greedy_equality_humaneval"),
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
     *(_csv(f"divergences_{n}") for n in ("bench_qwen_bf16", "bench_llamacpp_greedy", "bench_llamacpp_spec",
-                                         "bench_llamacpp_chat", "bench_llamacpp_16bit_greedy")),
+                                         "bench_llamacpp_chat")),
     _csv("audit_transformers"),
     _csv("audit_llamacpp"),
     _csv("llamacpp_formats"),
