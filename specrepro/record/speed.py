@@ -63,7 +63,7 @@ def short_rows(df: pd.DataFrame) -> list[tuple]:
 
 
 #: the 16-bit files' targets the block reports (:data:`specrepro.bench.targets.TARGETS`), with their short labels
-SIXTEEN_BIT_TARGETS = {"llama-16bit-decode-vs-llama-ar": "greedy, over llama.cpp's AR in decode time",
+SIXTEEN_BIT_TARGETS = {"llama-16bit-decode-vs-llama-ar": "greedy, over its AR in decode time",
                        "llama-16bit-vs-llama-ar": "end to end",
                        "llama-16bit-vs-llama-spec": "over its best speculation",
                        "llama-16bit-t1-vs-llama-spec": "T = 1, over its best exact speculation"}
@@ -72,18 +72,21 @@ SIXTEEN_BIT_TARGETS = {"llama-16bit-decode-vs-llama-ar": "greedy, over llama.cpp
 def sixteen_bit_rows(profile: str = STANDARD, base: Path | None = None) -> list[dict]:
     """The 16-bit files' targets (:data:`SIXTEEN_BIT_TARGETS`) checked on ``profile``'s bench files
     (:func:`specrepro.bench.targets.check_targets`): per target its label, the number it names, its status, the
-    measured ratio with its 95% interval over prompts, the method and the file's link; targets whose file is not
-    in the profile are left out."""
+    measured ratio with its 95% interval over prompts (the first the check reports: against llama.cpp's server where
+    the run has it), our method and llama.cpp's (for a comparison with its speculation), and the file's link;
+    targets whose file is not in the profile are left out."""
     from specrepro.bench.targets import TARGETS, check_targets
 
     chosen = [t for t in TARGETS if t.id in SIXTEEN_BIT_TARGETS]
     rows = []
     for t, r in zip(chosen, check_targets(profile_results(profile), chosen).to_dict("records")):
         path = profile_results(profile) / f"{t.file}.json"
-        if path.exists():
-            rows.append({"label": SIXTEEN_BIT_TARGETS[t.id], "threshold": t.threshold, "status": r["status"],
-                         "measured": r["measured"], "method": str(r["method"]).split(" (")[0],
-                         "file": rel(path, base), "name": t.file})
+        if not path.exists():
+            continue
+        ours, _, theirs = str(r["method"]).split(" (")[0].partition(" / ")
+        rows.append({"label": SIXTEEN_BIT_TARGETS[t.id], "threshold": f"{t.threshold:g}", "status": r["status"],
+                     "measured": str(r["measured"]).split("×")[0] + "×", "ours": ours, "theirs": theirs,
+                     "file": rel(path, base), "name": t.file})
     return rows
 
 
