@@ -42,10 +42,14 @@ def _derived(df: pd.DataFrame) -> pd.DataFrame:
     """Per run: tokens per step, 1 / target forward per step (ms), the target forward's share of a step, and the
     decode rate (tokens per ms of decoding)."""
     steps = step_counts(df)
-    tps = np.asarray(df[tokens_column(df)], dtype=float) / steps
     target = pd.to_numeric(df["target_ms"], errors="coerce").to_numpy(dtype=float)
     loop = pd.to_numeric(df["loop_ms"], errors="coerce").to_numpy(dtype=float)
-    return df.assign(tps=tps, fwd=1.0 / target, share=target / loop, decode=tps / loop)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a run without steps or times has no factors (NaN)
+        tps = np.where(steps > 0, np.asarray(df[tokens_column(df)], dtype=float) / steps, np.nan)
+        fwd = np.where(target > 0, 1.0 / target, np.nan)
+        share = np.where(loop > 0, target / loop, np.nan)
+        decode = np.where(loop > 0, tps / loop, np.nan)
+    return df.assign(tps=tps, fwd=fwd, share=share, decode=decode)
 
 
 def decompose_claim(claim, tables: Tables) -> dict | None:
