@@ -73,7 +73,7 @@ def sixteen_bit_rows(profile: str = STANDARD, base: Path | None = None) -> list[
     """The 16-bit files' targets (:data:`SIXTEEN_BIT_TARGETS`) checked on ``profile``'s bench files
     (:func:`specrepro.bench.targets.check_targets`): per target its label, the number it names, its status, the
     measured ratio with its 95% interval over prompts (the first the check reports: against llama.cpp's server where
-    the run has it), our method and llama.cpp's (for a comparison with its speculation), and the file's link;
+    the run has it), our method and llama.cpp's (for a comparison with its speculation), n, and the file's link;
     targets whose file is not in the profile are left out."""
     from specrepro.bench.targets import TARGETS, check_targets
 
@@ -83,10 +83,12 @@ def sixteen_bit_rows(profile: str = STANDARD, base: Path | None = None) -> list[
         path = profile_results(profile) / f"{t.file}.json"
         if not path.exists():
             continue
+        cfg = json.loads(read_noted(path)).get("config") or {}
         ours, _, theirs = str(r["method"]).split(" (")[0].partition(" / ")
         rows.append({"label": SIXTEEN_BIT_TARGETS[t.id], "threshold": f"{t.threshold:g}", "status": r["status"],
                      "measured": str(r["measured"]).split("×")[0] + "×", "ours": ours, "theirs": theirs,
-                     "file": rel(path, base), "name": t.file})
+                     "file": rel(path, base), "name": t.file,
+                     "n": f"{cfg.get('n_prompts')} prompts × {cfg.get('repeats')} passes"})
     return rows
 
 
