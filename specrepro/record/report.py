@@ -177,7 +177,13 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
     from specrepro.record.tables import Tables
 
     return render_template("scorecard", head=head, definitions=verdict_definitions().rstrip("\n"), groups=groups,
-                           decomposition=speedup_decomposition(load_claims(), Tables(profile)))
+                           decomposition=speedup_decomposition(_measured(load_claims(), card), Tables(profile)))
+
+
+def _measured(claims: pd.DataFrame, card: pd.DataFrame) -> pd.DataFrame:
+    """The claims that ``card`` holds a reading of (its ``ours`` cell not empty), in the claims' order."""
+    read = set(card.loc[card["ours"].fillna("").astype(str) != "", "id"])
+    return claims[claims["id"].isin(read)]
 
 
 _N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"),
