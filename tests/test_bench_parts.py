@@ -174,3 +174,18 @@ def test_the_record_lists_a_run_timed_in_parts_once(tmp_path):
                  "bench_b.p1.json", "bench_b.json", "bench_b.provenance.json", "bench_pq.json"):
         (tmp_path / name).write_text("{}")
     assert [p.name for p in bench_files(tmp_path)] == ["bench_a.json", "bench_b.json", "bench_pq.json"]
+
+
+def test_a_rerun_resumes_across_new_servers_and_cost_models():
+    """The checkpoint key of a run leaves out what every run measures or starts anew (the cost models, the servers'
+    ports and logs), so an interrupted llama.cpp bench resumes; another server setting is another run."""
+    from specrepro.bench.run import checkpoint_key
+
+    base = {"methods": ["llama-server-ar"], "commit": "a", "cost_model": {"x": 1}}
+    one = checkpoint_key({**base, "llama_cost_model": _llama_cost(80.0, 0.2, 138), "llama_server": _server(4000)})
+    two = checkpoint_key({**base, "commit": "b", "llama_cost_model": _llama_cost(90.0, 0.3, 111),
+                          "llama_server": _server(5000)})
+    assert one == two
+    other = _server(5000)
+    other["methods"]["llama-server-ar"]["command"] += " --spec-type ngram-simple"
+    assert checkpoint_key({**base, "llama_server": other}) != two

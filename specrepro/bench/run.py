@@ -479,9 +479,7 @@ def run_bench(
         **({} if llama_costs is None else {"llama_cost_model": llama_cost_model_json(llama_costs)}),
         **ctx.config_notes,  # what methods recorded while they were built (e.g. "llamacpp": which build ran)
     }
-    # what saved blocks must share with this run to be resumed: the settings and machine, not the commit (results
-    # get committed during long runs), the number of passes (it may grow) or the cost model (measured again)
-    ckpt_key = {k: v for k, v in config.items() if k not in ("commit", "repeats", "resumed_blocks", "cost_model")}
+    ckpt_key = checkpoint_key(config)
     ckpt_key.update(gammas=method_gammas, code=code_fingerprint(),
                     prompt_tokens=[int(ids.numel()) for ids in encoded])
     ckpt = checkpoint_path(json_path) if json_path is not None else None
@@ -688,6 +686,18 @@ def merge_parts(parts: list[dict]) -> BenchResult:
     if any(servers):
         config["llama_server"] = {**servers[order[0]], "parts": [servers[j] for j in order]}
     return BenchResult(summary=summary, runs=runs, config=config)
+
+
+def checkpoint_key(config: dict) -> dict:
+    """What saved blocks must share with a run to be resumed (its ``config`` as built before timing): the settings
+    and machine, not the commit (results get committed during long runs), the number of passes (it may grow), the
+    cost models (transformers' and llama.cpp's, measured again by every run) or the ports and logs of the llama.cpp
+    servers it started (new ones each run; their settings must agree)."""
+    key = {k: v for k, v in config.items()
+           if k not in ("commit", "repeats", "resumed_blocks", "cost_model", "llama_cost_model")}
+    if key.get("llama_server"):
+        key["llama_server"] = _server_settings(key["llama_server"])
+    return key
 
 
 def _server_settings(server: dict) -> dict:
