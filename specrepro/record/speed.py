@@ -94,7 +94,7 @@ def sixteen_bit_rows(profile: str = STANDARD, base: Path | None = None) -> list[
 
 def _context(profile: str, base: Path | None) -> dict:
     path = profile_results(profile) / FORMATS_TABLE
-    context: dict = {"table": rel(path, base), "have": path.exists(), "sixteen": sixteen_bit_rows(profile, base)}
+    context: dict = {"table": rel(path, base), "have": path.exists()}
     if path.exists():
         df = pd.read_csv(io.BytesIO(read_noted(path)))
         prov = json.loads(path.with_suffix(".provenance.json").read_text())
@@ -121,7 +121,7 @@ def render_speed(profile: str = STANDARD, base: Path | None = None) -> str:
     ``profile`` (the committed record for the standard profile; a missing table is named with its command); then
     the 16-bit files' targets (:func:`sixteen_bit_rows`): every method side by side on the file where blocks are
     cheapest."""
-    return render_template("speed", **_context(profile, base))
+    return render_template("speed", **_context(profile, base), sixteen=sixteen_bit_rows(profile, base))
 
 
 def render_formats(profile: str = STANDARD, base: Path | None = None) -> str:
