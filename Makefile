@@ -39,7 +39,8 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
     data/results/bench_qwen_chat.json data/results/bench_qwen_bf16.json data/results/bench_llamacpp_greedy.json \
     data/results/bench_llamacpp_spec.json data/results/bench_llamacpp_vs_ours.json data/results/bench_llamacpp_chat.json \
     data/results/bench_llamacpp_t1.json data/results/bench_qwen_heldout_greedy.json data/results/bench_qwen_heldout_chat.json \
-    data/results/llamacpp_formats.csv data/results/bench_llamacpp_16bit_greedy.json)
+    data/results/llamacpp_formats.csv data/results/bench_llamacpp_16bit_greedy.json \
+    data/results/bench_llamacpp_16bit_t1.json)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
 # on the idle 2-core Xeon, so about 5 h there: one AR and one speculative run of 128 tokens per problem plus a
 # teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/
@@ -488,6 +489,21 @@ $(LLAMA_16BIT_PARTS): data/results/bench_llamacpp_16bit_greedy.p%.json: | $(STAM
 	    --methods llama-server-ar,llama-ar,llama-sd@7,llama-sd-adaptive@20,llama-hybrid-adaptive@20,llama-server-draft,llama-server-draft-nmax7,llama-server-draft-nmax16,llama-server-ngram-simple \
 	    --temperature 0 --part $*/2 --json $@
 data/results/bench_llamacpp_16bit_greedy.json: $(LLAMA_16BIT_PARTS) | $(STAMP)
+	$(PY) -m specrepro bench --merge $^ --json $@
+
+# 8. The same 16-bit file at T = 1 (no top-k, no top-p), in two parts of 10 prompts: llama.cpp's AR through its
+#    server; our exact samplers on its logits (the chain and block verification at γ 7, the adaptive length); and
+#    llama.cpp's own speculation, whose server keeps a draft token only when it equals the token the target sampled
+#    (exact, docs/battery.md), at draft max 3, 7 and 16, and its n-gram mode. That the outputs follow the target's
+#    law is the battery's, not this file's.
+LLAMA_16BIT_T1_PARTS := $(foreach k,0 1,data/results/bench_llamacpp_16bit_t1.p$(k).json)
+$(LLAMA_16BIT_T1_PARTS): data/results/bench_llamacpp_16bit_t1.p%.json: | $(STAMP)
+	$(PY) -c "from specrepro.sim.llamacpp_build import build_llama_server as b; b()"
+	$(PY) -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 --max-new-tokens 64 --seed 0 \
+	    --repeats $(BENCH_REPEATS) --baseline llama-server-ar --opt target_format=16bit \
+	    --methods llama-server-ar,llama-sd@7,llama-sd-block@7,llama-sd-adaptive@20,llama-server-draft,llama-server-draft-nmax7,llama-server-draft-nmax16,llama-server-ngram-simple \
+	    --temperature 1 --part $*/2 --json $@
+data/results/bench_llamacpp_16bit_t1.json: $(LLAMA_16BIT_T1_PARTS) | $(STAMP)
 	$(PY) -m specrepro bench --merge $^ --json $@
 
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two

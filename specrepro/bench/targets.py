@@ -163,10 +163,8 @@ TARGETS: tuple[Target, ...] = (
 
 
 #: bench files a target names before the Makefile has a rule that writes them (their targets read "not run" until
-#: then); tests/test_targets.py checks every other target's file has a rule, and that these still lack one. The
-#: 16-bit T = 1 file is timed in two parts of 10 prompts; its first part is in data/results, and its rule (commit
-#: 68a9ddd, "8. The same 16-bit file at T = 1") returns with the second.
-PENDING_FILES: tuple[str, ...] = ("bench_llamacpp_16bit_t1",)
+#: then); tests/test_targets.py checks every other target's file has a rule, and that these still lack one
+PENDING_FILES: tuple[str, ...] = ()
 
 
 def _fin(v) -> bool:

@@ -71,7 +71,8 @@ def _csv(*names: str) -> Shard:
 
 #: bench files timed in parts (``bench --part I/K``, then ``--merge``): the number of parts of each; every part is a
 #: shard of its own (a sitting), the merged file another
-BENCH_PARTS = {"bench_qwen_drafts": 4, "bench_qwen_nucleus": 4, "bench_qwen_chat": 4, "bench_llamacpp_16bit_greedy": 2}
+BENCH_PARTS = {"bench_qwen_drafts": 4, "bench_qwen_nucleus": 4, "bench_qwen_chat": 4, "bench_llamacpp_16bit_greedy": 2,
+               "bench_llamacpp_16bit_t1": 2}
 
 #: the shards of the record outside notebooks 03-06: each is one Makefile rule (tests/test_status.py checks that every
 #: Makefile rule writing data/results outside a notebook is here or among :func:`record_shards`' notebook shards)
@@ -82,7 +83,7 @@ OTHER_SHARDS: tuple[Shard, ...] = (
                           "bench_llamacpp_greedy", "bench_llamacpp_spec", "bench_llamacpp_vs_ours",
                           "bench_llamacpp_chat", "bench_llamacpp_t1", "bench_qwen_heldout_greedy",
                           "bench_qwen_heldout_chat", "bench_llamacpp_16bit_greedy",
-                          *(f"{n}.p{i}" for n, k in BENCH_PARTS.items() for i in range(k)))),
+                          "bench_llamacpp_16bit_t1", *(f"{n}.p{i}" for n, k in BENCH_PARTS.items() for i in range(k)))),
     _csv("greedy_equality_humaneval"),
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
     *(_csv(f"divergences_{n}") for n in ("bench_qwen_bf16", "bench_llamacpp_greedy", "bench_llamacpp_spec",
