@@ -40,7 +40,7 @@ BENCH_RESULTS := $(if $(filter standard,$(PROFILE)),data/results/bench_qwen_gree
     data/results/bench_llamacpp_spec.json data/results/bench_llamacpp_vs_ours.json data/results/bench_llamacpp_chat.json \
     data/results/bench_llamacpp_t1.json data/results/bench_qwen_heldout_greedy.json data/results/bench_qwen_heldout_chat.json \
     data/results/llamacpp_formats.csv data/results/bench_llamacpp_16bit_greedy.json \
-    data/results/bench_llamacpp_16bit_t1.json)
+    data/results/bench_llamacpp_16bit_t1.json data/results/llamacpp_variants.csv)
 # greedy speculative vs greedy AR on all 164 HumanEval problems (standard only; 110-139 s per problem over the first 4
 # on the idle 2-core Xeon, so about 5 h there: one AR and one speculative run of 128 tokens per problem plus a
 # teacher-forced check per divergence; an interrupted run resumes at the first unfinished problem from build/checkpoints/
@@ -505,6 +505,13 @@ $(LLAMA_16BIT_T1_PARTS): data/results/bench_llamacpp_16bit_t1.p%.json: | $(STAMP
 	    --temperature 1 --part $*/2 --json $@
 data/results/bench_llamacpp_16bit_t1.json: $(LLAMA_16BIT_T1_PARTS) | $(STAMP)
 	$(PY) -m specrepro bench --merge $^ --json $@
+
+# 9. The same llama.cpp build at two instruction-set levels, side by side once: its portable AVX2 variant (haswell:
+#    AVX2, FMA, F16C, the flags of a portable build) and the variant llama.cpp chooses for this CPU, forced per
+#    process (SPECREPRO_LLAMA_CPU_VARIANT) in alternating subprocesses A B A B; t(1), t(5), t(8) of the shipped Q4_K_M
+#    file and its BF16 re-encoding after a 128-token prefix, the draft's t(1) beside, 7 rounds each (about 10 min)
+data/results/llamacpp_variants.csv: | $(STAMP)
+	$(PY) -m specrepro formats --compare-variants --formats Q4_K_M,BF16 --csv $@
 
 # bfloat16 rounds a logit near 20 to 0.125, so two exact paths can swap two tokens that close: each divergence's two
 # logits, from a full forward and from AR's own cached path, against max(1e-3, 2 spacings of the dtype), fixed in

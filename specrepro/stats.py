@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-__all__ = ["CONFIDENCE", "bootstrap_ci", "median_interval", "ratio_of_sums_ci", "empirical_distribution", "total_variation", "pooled_groups", "NULL_DRAWS", "gof_counts", "gof_test", "rejection_rate", "min_detectable_tv"]
+__all__ = ["CONFIDENCE", "bootstrap_ci", "bca_ci", "median_interval", "stat_ci", "STAT_CI_METHODS", "ratio_of_sums_ci", "empirical_distribution", "total_variation", "pooled_groups", "NULL_DRAWS", "gof_counts", "gof_test", "rejection_rate", "min_detectable_tv"]
 
 #: Confidence level of every interval the harness reports.
 CONFIDENCE = 0.95
@@ -369,9 +369,61 @@ def spearman_interval(rho: float, n: int) -> tuple[float, float]:
     return math.tanh(z - half), math.tanh(z + half)
 
 
+def bca_ci(values, statistic: Callable = np.mean, confidence: float = CONFIDENCE, n_resamples: int = 9999,
+           seed: int = 0) -> tuple[float, float, float]:
+    """Point estimate and bias-corrected and accelerated (BCa) bootstrap interval of ``statistic`` over ``values``
+    (Efron 1987; scipy.stats.bootstrap, ``method="BCa"``): second-order accurate, so it keeps its coverage at the
+    small samples (10-40 prompts) where a percentile bootstrap of a skewed statistic falls short.
+
+    Args and returns as :func:`bootstrap_ci` (values sorted before resampling; NaN interval with one value, the
+    point itself when every value is equal, to within 1e-12). Where the jackknife that gives the acceleration is degenerate (scipy
+    returns NaN), the interval is NaN: no interval, never a narrower one of another method.
+    """
+    import warnings
+
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    x = np.sort(x[np.isfinite(x)])
+    if x.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    est = float(statistic(x))
+    if x.size == 1:
+        return est, float("nan"), float("nan")
+    if np.allclose(x, x[0], rtol=0, atol=1e-12):  # constant up to rounding: a degenerate bootstrap distribution
+        return est, est, est
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy warns where it returns NaN (a degenerate jackknife)
+        res = stats.bootstrap((x,), statistic, confidence_level=confidence, n_resamples=n_resamples,
+                              method="BCa", vectorized=True, rng=np.random.default_rng(seed))
+    return est, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+#: how :func:`stat_ci` computes its interval, by statistic (the scorecard prints it on each row)
+STAT_CI_METHODS = {
+    "median": "distribution-free interval of the median (order statistics from the binomial sign test: at least 95% "
+              "coverage at any n ≥ 6, no interval below)",
+    "mean": "BCa bootstrap (9,999 resamples, rows sorted first)",
+}
+
+
 def stat_ci(values, statistic=np.median) -> tuple[float, float, float, int]:
-    """(estimate, low, high, n) of ``statistic`` over ``values`` with the harness's 95% bootstrap interval."""
+    """(estimate, low, high, n) of ``statistic`` over ``values`` (1-D floats, non-finite dropped) with a 95% interval
+    that covers at the sample sizes the scorecard judges (10-164 prompts or problems), :data:`STAT_CI_METHODS`:
+    for ``np.median`` the sign test's distribution-free interval (:func:`median_interval`; exact for independent
+    prompts from any continuous law, NaN below 6 values), for ``np.mean`` the BCa bootstrap (:func:`bca_ci`).
+
+    Raises:
+        ValueError: a statistic other than ``np.median`` or ``np.mean``.
+    """
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
-    est, lo, hi = bootstrap_ci(x, statistic=statistic)
-    return est, lo, hi, int(x.size)
+    if statistic is np.median:
+        if x.size > 1 and np.allclose(x, x[0], rtol=0, atol=1e-12):
+            return float(x[0]), float(x[0]), float(x[0]), int(x.size)
+        est, lo, hi, n = median_interval(x)
+        return est, lo, hi, n
+    if statistic is np.mean:
+        est, lo, hi = bca_ci(x, statistic=np.mean)
+        return est, lo, hi, int(x.size)
+    raise ValueError(f"stat_ci computes intervals of np.median and np.mean, not {statistic!r}")

@@ -183,3 +183,46 @@ def test_speed_block_names_the_fastest_way_and_where_speculation_pays(tmp_path, 
     assert "| `BF16` | 0.91 | 0.95 | 1.00 | 1.02 | 1.30 |" in full
     monkeypatch.setattr(sp, "profile_results", lambda profile: tmp_path / "none")
     assert "Not measured in this profile" in sp.render_speed()
+
+
+@needs_llama
+def test_a_forced_cpu_variant_is_the_one_that_runs_and_a_missing_one_is_refused():
+    # each in a fresh process: the CPU backend is loaded once per process
+    import os
+    import subprocess
+    import sys
+
+    if "haswell" not in {v.name[len("libggml-cpu-"):-3] for v in lc.cpu_variants()}:
+        pytest.skip("this llama.cpp build has no haswell variant (not an all-variants x86-64 build)")
+    code = "from specrepro.backends.llamacpp import load_cpu_backend as f; print(f())"
+    run = lambda v: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: E731
+                                   env={**os.environ, lc.VARIANT_ENV: v})
+    ok = run("haswell")
+    if ok.returncode != 0 and "cannot run it" in ok.stderr:
+        pytest.skip("this CPU lacks AVX2")
+    assert ok.returncode == 0 and ok.stdout.strip().splitlines()[-1] == "haswell", ok.stderr[-500:]
+    bad = run("no-such-variant")
+    assert bad.returncode != 0 and "has no such CPU variant" in bad.stderr
+
+
+def test_compare_variants_ratios_are_portable_over_chosen(monkeypatch):
+    import pandas as pd
+
+    from specrepro.bench import formats
+
+    def fake(pythons, target, draft, fmts, ns, **kw):
+        assert set(pythons) == {"portable", "chosen"}
+        assert pythons["portable"][1] == {lc.VARIANT_ENV: formats.PORTABLE_VARIANT}
+        rows = []
+        for a in range(2):
+            for b, scale in (("portable", 2.0), ("chosen", 1.0)):
+                for f in fmts:
+                    rows.append({"alternation": a, "build": b, "format": f, "cpu_variant": b,
+                                 **{f"t{k}_ms": scale * k * (1 + a) for k in ns}, "draft_t1_ms": 3 * scale})
+        return pd.DataFrame(rows)
+
+    monkeypatch.setattr(formats, "compare_builds", fake)
+    df = formats.compare_variants("t", "d", ("Q4_K_M", "BF16"), ns=(1, 5))
+    chosen = df[df["build"] == "chosen"]
+    assert (chosen["ratio_t1"] == 2.0).all() and (chosen["ratio_t5"] == 2.0).all()
+    assert (chosen["ratio_draft_t1"] == 2.0).all() and df.loc[df["build"] == "portable", "ratio_t1"].isna().all()

@@ -33,11 +33,13 @@ import numpy as np
 import torch
 
 __all__ = ["LlamaCppLM", "LlamaCppError", "load_zoo", "llama_cpp_available", "llama_cpp_build", "load_cpu_backend",
-           "cpu_variants", "amx_granted", "AMX_VARIANTS", "process_cpu_variant"]
+           "cpu_variants", "amx_granted", "AMX_VARIANTS", "VARIANT_ENV", "process_cpu_variant"]
 
 _BACKEND_READY = False
 #: the CPU variants of llama.cpp's all-variants build that run AMX tile instructions (ggml/src/CMakeLists.txt)
 AMX_VARIANTS = ("sapphirerapids",)
+#: environment variable naming the one CPU variant to load instead of llama.cpp's choice (:func:`load_cpu_backend`)
+VARIANT_ENV = "SPECREPRO_LLAMA_CPU_VARIANT"
 _CPU_VARIANT: str | None = None
 _CPU_LOADED = False
 
@@ -82,12 +84,15 @@ def cpu_variants() -> list[Path]:
 def load_cpu_backend() -> str | None:
     """Load the CPU variant llama.cpp scores best for this CPU (``ggml_backend_load_all_from_path`` over
     :func:`cpu_variants`, llama.cpp's own choice by CPUID), once per process, before any model is opened; the AMX
-    variants (:data:`AMX_VARIANTS`) are left out where :func:`amx_granted` says no. Returns the variant that runs
-    (e.g. ``"zen4"``, ``"haswell"``), or None for a build with its CPU backend linked in.
+    variants (:data:`AMX_VARIANTS`) are left out where :func:`amx_granted` says no. The environment variable
+    :data:`VARIANT_ENV` (e.g. ``haswell``, the AVX2 level of a portable build) loads that one variant instead, so
+    that builds can be compared side by side (:func:`specrepro.bench.formats.compare_variants`). Returns the variant
+    that runs (e.g. ``"zen4"``, ``"haswell"``), or None for a build with its CPU backend linked in.
 
     Raises:
         ImportError: llama_cpp is not installed.
-        LlamaCppError: the build has variants and none could be loaded.
+        LlamaCppError: the build has variants and none could be loaded; :data:`VARIANT_ENV` names a variant the
+            build lacks, or one this CPU cannot run (llama.cpp refuses it).
     """
     global _CPU_VARIANT, _CPU_LOADED
     if _CPU_LOADED:
@@ -101,8 +106,15 @@ def load_cpu_backend() -> str | None:
     ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
     ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
     search = libdir
-    if not amx_granted():
-        keep = [v for v in variants if not any(v.name == f"libggml-cpu-{a}.so" for a in AMX_VARIANTS)]
+    forced = os.environ.get(VARIANT_ENV, "").strip()
+    if forced and not any(v.name == f"libggml-cpu-{forced}.so" for v in variants):
+        raise LlamaCppError(f"{VARIANT_ENV}={forced}: this build has no such CPU variant; it has "
+                            f"{', '.join(v.name[len('libggml-cpu-'):-3] for v in variants)}")
+    if forced in AMX_VARIANTS and not amx_granted():
+        raise LlamaCppError(f"{VARIANT_ENV}={forced}: its AMX kernels need tile data this kernel does not grant")
+    if forced or not amx_granted():
+        keep = [v for v in variants if v.name == f"libggml-cpu-{forced}.so"] if forced else [
+            v for v in variants if not any(v.name == f"libggml-cpu-{a}.so" for a in AMX_VARIANTS)]
         search = Path(tempfile.mkdtemp(prefix="specrepro-ggml-cpu-"))
         atexit.register(shutil.rmtree, search, True)
         for v in keep:
@@ -111,7 +123,8 @@ def load_cpu_backend() -> str | None:
         ggml.ggml_backend_load_all_from_path(str(search).encode())
     _CPU_VARIANT = process_cpu_variant()
     if _CPU_VARIANT is None:
-        raise LlamaCppError(f"llama.cpp loaded none of its CPU variants from {search} ({len(variants)} installed)")
+        raise LlamaCppError(f"llama.cpp loaded none of its CPU variants from {search} ({len(variants)} installed"
+                            + (f"; {VARIANT_ENV}={forced}: this CPU cannot run it)" if forced else ")"))
     _CPU_LOADED = True
     return _CPU_VARIANT
 

@@ -231,13 +231,16 @@ def configure_parser(p) -> None:
     p.add_argument("--target", default="qwen2.5-coder-1.5b", help="zoo name of the target (default: %(default)s)")
     p.add_argument("--draft", default="qwen2.5-coder-0.5b", help="zoo name of the draft (default: %(default)s)")
     p.add_argument("--formats", default=",".join(FORMATS), help="weight formats (default: %(default)s)")
-    p.add_argument("--alpha-from", required=True, metavar="BENCH_JSON",
+    p.add_argument("--alpha-from", metavar="BENCH_JSON",
                    help="a llama.cpp bench JSON whose acceptance rate the predictions use")
     p.add_argument("--alpha-method", default="llama-sd@4", help="its method row (default: %(default)s)")
     p.add_argument("--prefix-len", type=int, default=128, help="cached prefix tokens (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=7, help="timed round-robin rounds (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seeds the random token ids (default: %(default)s)")
     p.add_argument("--csv", metavar="OUT", help="write the table and its provenance sidecar OUT.provenance.json")
+    p.add_argument("--compare-variants", action="store_true",
+                   help="time the all-variants build at its portable AVX2 level and at the variant llama.cpp chooses, "
+                        "side by side (the --formats given, k = 1, 5, 8; no --alpha-from needed)")
     p.add_argument("--measure", action="store_true",
                    help="also time each format's speedup (a bench part per format beside OUT, resumable; needs --csv)")
     p.add_argument("--n-prompts", type=int, default=20, help="HumanEval prompts of each bench part (default: %(default)s)")
@@ -259,6 +262,10 @@ def run_command(args, parser=None) -> int:
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise FormatError(f"unknown weight formats {unknown}; known: {', '.join(FORMATS)}")
+    if getattr(args, "compare_variants", False):
+        return _variants_command(args)
+    if not args.alpha_from:
+        raise FormatError("--alpha-from BENCH_JSON is required (the α the predictions use)")
     alpha, lo, hi, runs = bench_alpha(args.alpha_from, args.alpha_method)
     if args.measure and not args.csv:
         raise FormatError("--measure writes its parts beside the table: give --csv OUT")
@@ -302,13 +309,54 @@ def run_command(args, parser=None) -> int:
     return 0
 
 
+def _variants_command(args) -> int:
+    """``formats --compare-variants``: :func:`compare_variants`'s table on stdout, and with ``--csv`` the table and its
+    sidecar written in one step (the record refuses a dirty tree)."""
+    import datetime
+    import json
+
+    import torch
+
+    from specrepro.files import (atomic_write_files, code_fingerprint, cpu_description, git_commit,
+                                 hold_record_lock_for, sha256_bytes)
+
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise FormatError(f"unknown weight formats {unknown}; known: {', '.join(FORMATS)}")
+    if args.csv:
+        hold_record_lock_for(args.csv)
+        if git_commit().endswith("-dirty") and Path(args.csv).resolve().parent.name == "results":
+            raise FormatError(f"refusing to write {args.csv} from a dirty tree ({git_commit()}): commit the code first")
+    started = datetime.datetime.now()
+    df = compare_variants(args.target, args.draft, formats, prefix_len=args.prefix_len, repeats=args.repeats,
+                          seed=args.seed)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if args.csv:
+        out = Path(args.csv)
+        data = df.to_csv(index=False).encode()
+        prov = {"commit": git_commit(), "date": datetime.date.today().isoformat(), "cpu": cpu_description(),
+                "torch": torch.__version__, "code": code_fingerprint(["specrepro.bench.formats"]),
+                "seconds": round((datetime.datetime.now() - started).total_seconds(), 1),
+                "command": f"python -m specrepro formats --compare-variants --target {args.target} --draft "
+                           f"{args.draft} --formats {','.join(formats)} --prefix-len {args.prefix_len} --repeats "
+                           f"{args.repeats} --seed {args.seed}",
+                "sha256": {out.name: sha256_bytes(data)}}
+        sidecar = out.with_suffix(".provenance.json")
+        atomic_write_files({out: data, sidecar: (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()})
+        print(f"wrote {out} and {sidecar.name}")
+    return 0
+
+
 def compare_builds(pythons: dict, target: str, draft: str, formats=("Q4_K_M", "BF16"), ns=(1, 5, 8), *,
                    prefix_len: int = 128,
                    repeats: int = 7, alternations: int = 2, seed: int = 0):
-    """llama.cpp builds side by side: for each label in ``pythons`` (``{label: python executable}``, each an
-    environment with its own llama-cpp-python, e.g. the portable AVX2 build and the all-variants one), a subprocess
-    times t(k) of each format (:func:`format_costs`, the draft's t(1) beside) and reports the CPU variant it ran; the
-    labels alternate ``alternations`` times (A B A B), so that drift on a shared machine falls on both alike.
+    """llama.cpp builds side by side: for each label in ``pythons`` (``{label: python executable}`` or
+    ``{label: (python executable, extra environment)}``, each an environment with its own llama-cpp-python, e.g.
+    the portable AVX2 build and the all-variants one, or one build with a CPU variant forced, :func:`compare_variants`),
+    a subprocess times t(k) of each format (:func:`format_costs`, the draft's t(1) beside) and reports the CPU
+    variant it ran; the labels alternate ``alternations`` times (A B A B), so that drift on a shared machine falls on
+    both alike.
 
     Returns:
         pandas DataFrame, one row per (alternation, label, format): ``build``, ``cpu_variant``, ``t{k}_ms`` (with
@@ -318,6 +366,7 @@ def compare_builds(pythons: dict, target: str, draft: str, formats=("Q4_K_M", "B
         RuntimeError: a subprocess failed (its stderr's end).
     """
     import json
+    import os
     import subprocess
 
     import pandas as pd
@@ -326,16 +375,53 @@ def compare_builds(pythons: dict, target: str, draft: str, formats=("Q4_K_M", "B
         format_gguf(target, fmt)
     rows = []
     for a in range(int(alternations)):
-        for label, python in pythons.items():
+        for label, spec in pythons.items():
+            python, env = spec if isinstance(spec, tuple) else (spec, {})
             code = ("import json, sys; from specrepro.bench.formats import _build_costs; "
                     f"print(json.dumps(_build_costs({target!r}, {draft!r}, {list(formats)!r}, {list(ns)!r}, {prefix_len}, "
                     f"{repeats}, {seed})))")
-            r = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+            r = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env={**os.environ, **env})
             if r.returncode != 0:
                 raise RuntimeError(f"{label} ({python}) failed: {r.stderr[-2000:]}")
             for row in json.loads(r.stdout.strip().splitlines()[-1]):
                 rows.append({"alternation": a, "build": label, **row})
     return pd.DataFrame(rows)
+
+
+#: the CPU variant that stands for a portable build: AVX2 with FMA and F16C, no AVX-512 (the flags of the record's
+#: former portable llama.cpp build, and of llama.cpp's own portable x64 release binaries' baseline)
+PORTABLE_VARIANT = "haswell"
+
+
+def compare_variants(target: str, draft: str, formats=("Q4_K_M", "BF16"), ns=(1, 5, 8), *, prefix_len: int = 128,
+                     repeats: int = 7, alternations: int = 2, seed: int = 0):
+    """The all-variants llama.cpp build at its portable AVX2 level (:data:`PORTABLE_VARIANT`, forced through
+    :data:`specrepro.backends.llamacpp.VARIANT_ENV`) and at the variant llama.cpp chooses for this CPU (``chosen``),
+    side by side in one run (:func:`compare_builds`: alternating subprocesses of this Python, one source tree and
+    compiler, so the instruction set is the only difference).
+
+    Returns:
+        :func:`compare_builds`' rows (``build``: ``portable`` or ``chosen``) plus, per format and k, ``ratio_t{k}``
+        (and ``ratio_draft_t1``) on the ``chosen`` rows: the portable build's median ms over alternations over the
+        chosen build's (> 1: the chosen variant is faster), NaN on the ``portable`` rows.
+
+    Raises:
+        RuntimeError: a subprocess failed (e.g. a CPU without AVX2).
+    """
+    import sys
+
+    from specrepro.backends.llamacpp import VARIANT_ENV
+
+    df = compare_builds({"portable": (sys.executable, {VARIANT_ENV: PORTABLE_VARIANT}),
+                         "chosen": (sys.executable, {VARIANT_ENV: ""})},
+                        target, draft, formats, ns, prefix_len=prefix_len, repeats=repeats,
+                        alternations=alternations, seed=seed)
+    med = df.groupby(["format", "build"])[[f"t{k}_ms" for k in ns] + ["draft_t1_ms"]].median()
+    for col in [f"t{k}_ms" for k in ns] + ["draft_t1_ms"]:
+        ratio = med[col].xs("portable", level="build") / med[col].xs("chosen", level="build")
+        df[f"ratio_{col.removesuffix('_ms')}"] = [ratio[f] if b == "chosen" else float("nan")
+                                                  for f, b in zip(df["format"], df["build"])]
+    return df
 
 
 def _build_costs(target: str, draft: str, formats, ns, prefix_len: int, repeats: int, seed: int) -> list[dict]:

@@ -46,11 +46,11 @@ STATISTICS = {
     "identical_up_to_ties": "share of prompts departing from AR other than at a near-tie (Clopper-Pearson interval)",
     "typical_shifts": "χ² p of typical acceptance and of each distribution-preserving mode",
     "not_testable": "none (no regime here can test the claim)",
-    "paired_ratio": "median over prompts of the per-prompt paired ratio method / baseline (bootstrap interval)",
+    "paired_ratio": "median over prompts of the per-prompt paired ratio method / baseline (sign-test interval)",
     "needs_precondition": "median paired ratio of the precondition (requires / requires_baseline), then as "
                           "paired_ratio",
     "computed_speedup": "median over prompts of Thm 3.8 at each prompt's measured α, γ and the paper's c",
-    "value_in_interval": "mean over prompts of the per-prompt value (bootstrap interval)",
+    "value_in_interval": "mean over prompts of the per-prompt value (BCa bootstrap interval)",
     "close_to_prediction": "median over prompts of the signed gap measured / predicted − 1; mean within-prompt "
                            "Spearman ρ between predicted and measured",
     "quality_unchanged": "mean over problems of the paired pass/fail difference method − baseline",

@@ -150,7 +150,7 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
     if commits:
         head += f", tables from commit{'s' if len(commits) > 1 else ''} " + ", ".join(f"`{c}`" for c in commits)
     head += (f". {_card_head(card, profile)}. Intervals are 95%; each row names how its interval is computed "
-             f"(most are percentile bootstraps over prompts or problems).")
+             f"(medians: the sign test's distribution-free interval; means: a BCa bootstrap).")
     groups = []
     for group, rows in _groups(card):
         cells = []

@@ -64,7 +64,7 @@ __all__ = ["paired_ratio", "needs_precondition", "computed_speedup", "value_in_i
 def paired_ratio(claim, tables: Tables) -> Outcome:
     """For a measured ratio (a speedup over AR, tree over chain, MSS over naive sampling). Per prompt, the method's
     ``value`` (default tokens_per_s) over the baseline's on the same prompt (and repeat), from
-    :func:`specrepro.measure.harness.paired_ratios`; our number is the median over prompts with its 95% bootstrap interval,
+    :func:`specrepro.measure.harness.paired_ratios`; our number is the median over prompts with its 95% sign-test interval,
     judged by :data:`INTERVAL_CLAUSES` with the null ``null`` (default 1) and the paper's side above it.
     Reproduced exactly if the whole interval lies within the paper's value (or range) ± the claim's registered
     ``margin`` (``10%``: relative; an equivalence test) and above the null; trend reproduced if the interval lies
@@ -137,7 +137,7 @@ def needs_precondition(claim, tables: Tables) -> Outcome:
     """For a claim whose regime needs a precondition that our own runs must show first (Medusa-2 fine-tunes a
     backbone that Medusa-1 heads already speed up): the precondition is the paired ratio of ``requires`` over
     ``requires_baseline`` (queries on the same table, :func:`specrepro.measure.harness.paired_ratios`, median over
-    prompts with a 95% bootstrap interval), and it holds if the interval lies above ``null`` (default 1). If it
+    prompts with a 95% sign-test interval), and it holds if the interval lies above ``null`` (default 1). If it
     holds, the claim is judged exactly as :func:`paired_ratio` judges it; if not, "not testable here": the reason
     gives the precondition's reading, and the claim's own paired ratio is shown beside, never judged.
     """
@@ -161,7 +161,7 @@ def computed_speedup(claim, tables: Tables) -> Outcome:
     """For a speedup the paper computed from α (Leviathan Thm 3.8 with its c), not measured: always "computed"
     (:data:`OTHER_DEFINITIONS`), never a reproduction. Ours, computed the same way: per prompt, the walltime
     improvement (1 − α^(γ+1)) / ((1 − α)(γc + 1)) at that prompt's measured α, γ and the paper's ``c`` (default 0),
-    averaged over the prompt's timed passes; median over prompts with its 95% bootstrap interval. The reason says
+    averaged over the prompt's timed passes; median over prompts with its 95% sign-test interval. The reason says
     whether the paper's number lies inside that interval (or within the relative ``tolerance``, default 10%, of our
     median), i.e. whether our α gives the paper's computed number. Our measured speedup of the same runs (paired
     per-prompt ratio over ``baseline``, with its interval) is reported beside it, not judged: the paper measured
@@ -195,7 +195,7 @@ def computed_speedup(claim, tables: Tables) -> Outcome:
 @rule("select", "value", "null", "margin")
 def value_in_interval(claim, tables: Tables) -> Outcome:
     """For a measured rate (an acceptance rate α). Per prompt the ``value`` column (one row per prompt); our number
-    is the mean over prompts with its 95% bootstrap interval (:data:`INTERVAL_CLAUSES`). Reproduced exactly if the
+    is the mean over prompts with its 95% BCa bootstrap interval (:data:`INTERVAL_CLAUSES`). Reproduced exactly if the
     whole interval lies within the paper's value ± the registered ``margin`` and above the ``null`` (default 0.5:
     "most of the time"); trend reproduced if it lies above the null only; not reproduced if below; inconclusive if
     it contains the null.
@@ -267,9 +267,9 @@ def close_to_prediction(claim, tables: Tables) -> Outcome:
     the second table records for the method (notebook 04: from cost curves timed once, before the runs).
 
     The statistic keeps its sign: per row the gap measured / predicted − 1 (negative: slower than predicted), per
-    prompt its median over settings and passes, our number the median over prompts with a 95% bootstrap interval.
+    prompt its median over settings and passes, our number the median over prompts with a 95% sign-test interval.
     Beside it, whether the measurement rises with the prediction: Spearman's ρ over each prompt's rows (at least 3),
-    the mean over prompts with a 95% bootstrap interval (prompts are the independent units).
+    the mean over prompts with a 95% BCa bootstrap interval (prompts are the independent units).
 
     A formula the paper computed (paper_kind computed): :data:`MARGIN_CLAUSES` with the margin ±``tolerance``
     (default 10%, absorbing that acceptance is not i.i.d. in real text) on the gap's interval. A gap the paper
@@ -321,7 +321,7 @@ def quality_unchanged(claim, tables: Tables) -> Outcome:
     default 0.10 = 10 points). Per problem of the completions table (second table; columns setting, method, prompt,
     completion, and ``passed`` when the notebook stored per-problem results), the paired difference passed(method) −
     passed(baseline): 0 where the two completions are token-identical (same text, hence the same pass/fail), else
-    from ``passed``. Our number is the mean difference (pass@1 points) with its 95% bootstrap interval over problems.
+    from ``passed``. Our number is the mean difference (pass@1 points) with its 95% BCa bootstrap interval over problems.
     Where every completion is token-identical there is no difference to resample: the interval is then ± the
     Clopper-Pearson upper bound of the share of problems whose pass/fail differs (0 of n), which narrows as n grows
     (a fixed [0, 0] would say the same at any n).

@@ -46,7 +46,7 @@ def row_order(claim, tables: Tables) -> Outcome:
     """For a measured ordering (row ``lower`` below row ``higher`` in every setting), a direction without a number
     (:data:`INTERVAL_CLAUSES`, null 0): per prompt and setting (the ``cells`` columns, e.g. workload and
     temperature), the paired difference value(higher) − value(lower); per setting, its mean over prompts with a 95%
-    bootstrap interval. Trend reproduced if every setting's interval lies above 0; not reproduced if any lies below
+    BCa bootstrap interval. Trend reproduced if every setting's interval lies above 0; not reproduced if any lies below
     0; inconclusive otherwise. No exact verdict: the papers' numbers come from other models, tokenizers and corpora,
     so only the direction is judged.
     """
@@ -136,7 +136,7 @@ def series_numbers(claim, text: str) -> dict[str, float]:
 @rule("select", "x", "y", "series", "paper_change", "margin")
 def increases(claim, tables: Tables) -> Outcome:
     """For a measured direction (y rises with x; :data:`INTERVAL_CLAUSES`, null 0). Per-prompt rows: per prompt the
-    paired difference y(largest x) − y(smallest x), its mean over prompts with a 95% bootstrap interval, judged
+    paired difference y(largest x) − y(smallest x), its mean over prompts with a 95% BCa bootstrap interval, judged
     against the paper's own change where ``paper_change`` gives it (``series:number,...``: the paper's y at the
     largest x minus at the smallest) - reproduced exactly if the whole interval lies within it ± the registered
     ``margin`` and above 0, trend
@@ -210,7 +210,7 @@ def speedup_peaks(claim, tables: Tables) -> Outcome:
     :data:`INTERVAL_CLAUSES` on two scales). Needs per-prompt runs (``prompt``, ``method``, ``tokens_per_s`` and the
     draft length column ``x``; x = 0 is AR). The statistic: per prompt, the tokens/s at the largest K swept over the
     tokens/s at the paper's k (:func:`specrepro.measure.harness.paired_ratios`), median over prompts with a 95%
-    bootstrap interval; its null is 1 + ``tolerance`` (default 0.05: still a gain past k), the paper's side below it
+    sign-test interval; its null is 1 + ``tolerance`` (default 0.05: still a gain past k), the paper's side below it
     (a plateau or a regression). The paper's number k is held if the whole 95% bootstrap interval (over prompts) of
     our best K (highest median paired speedup over AR) lies within k ± the registered ``margin`` (in K; an
     equivalence test). Reproduced exactly if both; trend reproduced if the interval lies below the null only; not
@@ -252,7 +252,7 @@ def speedup_peaks(claim, tables: Tables) -> Outcome:
                   f"interval [{k_lo:g}, {k_hi:g}] does not lie within {band}",
            NOT_REPRODUCED: f"the speedup still grows past K = {k_paper}",
            INCONCLUSIVE: "the interval does not tell a plateau from a gain" if has_ci(lo, hi) else
-           "no interval (fewer than 2 prompts)"}[verdict]
+           "no interval (too few prompts: a median's needs 6)"}[verdict]
     return Outcome(verdict, text, float(k_best), why, lo, hi, n)
 
 

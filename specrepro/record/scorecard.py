@@ -132,20 +132,22 @@ CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_val
                 "ours_value", "ours_lo", "ours_hi", "n", "n_unit", "our_setting", "hardware", "profile", "commit", "verdict",
                 "reason", "rule", "our_table", "stability", "margin", "registered", "interval"]
 
-_BOOT = "percentile bootstrap over prompts (9,999 resamples, rows sorted first)"
+_MED = "sign-test interval of the median over prompts (order statistics; ≥ 95% coverage at any n ≥ 6)"
+_BCA = "BCa bootstrap over prompts (9,999 resamples, rows sorted first)"
 #: rule -> how its 95% interval is computed (the card names it on every row; "" where the rule's reading is a test or
-#: an exact comparison, not an interval)
+#: an exact comparison, not an interval): medians carry the sign test's distribution-free interval, means the BCa
+#: bootstrap (:data:`specrepro.stats.STAT_CI_METHODS`), both chosen to cover at the card's sample sizes
 RULE_INTERVALS = {
     "printed_precision": "", "exact_sampler": "", "all_identical": "", "typical_shifts": "", "not_testable": "",
     "identical_up_to_ties": "Clopper-Pearson (exact binomial) interval of the share of departures",
-    "paired_ratio": _BOOT, "needs_precondition": _BOOT, "computed_speedup": _BOOT, "value_in_interval": _BOOT,
-    "close_to_prediction": _BOOT, "quality_unchanged": _BOOT.replace("prompts", "problems") + "; where every completion is identical, ± the "
-                         "Clopper-Pearson bound of the share of problems whose pass/fail differs", "row_order": _BOOT,
-    "increases": _BOOT + "; on summary points, Fisher's z interval of Spearman's ρ",
-    "decreases": _BOOT + "; on summary points, Fisher's z interval of Spearman's ρ",
+    "paired_ratio": _MED, "needs_precondition": _MED, "computed_speedup": _MED, "value_in_interval": _BCA,
+    "close_to_prediction": _MED + "; ρ: " + _BCA,
+    "quality_unchanged": _BCA.replace("prompts", "problems") + "; where every completion is identical, ± the "
+                         "Clopper-Pearson bound of the share of problems whose pass/fail differs", "row_order": _BCA,
+    "increases": _BCA + "; on summary points, Fisher's z interval of Spearman's ρ",
+    "decreases": _BCA + "; on summary points, Fisher's z interval of Spearman's ρ",
     "grows_linearly": "t-interval of the least-squares slope",
-    "speedup_peaks": "percentile bootstrap over prompts, rows sorted first (the ratio: 9,999 resamples; the best K: "
-                     "2,000)",
+    "speedup_peaks": _MED + " (the ratio); percentile bootstrap over prompts, 2,000 resamples (the best K)",
     "falls_with_head": "Newcombe's interval of a difference of two proportions",
 }
 

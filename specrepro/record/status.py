@@ -91,6 +91,7 @@ OTHER_SHARDS: tuple[Shard, ...] = (
     _csv("audit_transformers"),
     _csv("audit_llamacpp"),
     _csv("llamacpp_formats"),
+    _csv("llamacpp_variants"),
     _csv("verdict_history"),
 )
 

@@ -211,7 +211,7 @@ def judge_reading(lo, hi, paper: tuple[float, float] | None, null: float, direct
     holds = None if paper is None else within_margin(lo, hi, paper, margin)
     verdict = judge_interval(lo, hi, null, direction, holds)
     if not has_ci(lo, hi):
-        return verdict, f"no interval for {what} (fewer than 2 prompts)"
+        return verdict, f"no interval for {what} (too few prompts: a median's needs 6, a mean's 2)"
     pv = "" if paper is None else f"{paper[0]:g}" if paper[0] == paper[1] else f"{paper[0]:g} to {paper[1]:g}"
     side = "above" if direction > 0 else "below"
     if verdict == EXACT:
