@@ -159,6 +159,12 @@ def test_the_ladder_of_a_synthetic_run_matches_the_hand_computation():
     assert "| `llama-sd@4` | `llama-ar` | 4.0 | 0.80 | 0.10 [0.09, 0.11] |" in text
     assert "c 0.10 [0.09, 0.11]" in llama_cost_line(_run()) and "after the timed passes" in llama_cost_line(_run())
     assert llama_ladder({"summary": [{"method": "ar"}], "runs": []}).empty
+    # a run without our loop's AR (the 16-bit T = 1 file): our methods stand against llama.cpp's own AR
+    data = _run()
+    data["summary"] = [r for r in data["summary"] if r["method"] != "llama-ar"]
+    data["runs"] = [r for r in data["runs"] if r["method"] != "llama-ar"]
+    sd = llama_ladder(data).set_index("method").loc["llama-sd@4"]
+    assert sd["baseline"] == "llama-server-ar" and sd["measured"] == pytest.approx(20 * 1.85 / 21, rel=0.02)
 
 
 @pytest.mark.parametrize("alpha, gamma", [(0.3, 4), (0.8, 16), (0.95, 2.5)])

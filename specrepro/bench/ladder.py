@@ -152,7 +152,8 @@ def _measured(data: dict, runs: pd.DataFrame, row: dict, baseline: str) -> tuple
 def llama_ladder(data: dict) -> pd.DataFrame:
     """The limit ladder of every speculative llama.cpp method of one bench JSON, each against its AR.
 
-    For each method (ours: ``llama-sd*``, ``llama-lookup*``, ``llama-hybrid*`` against ``llama-ar``; llama.cpp's:
+    For each method (ours: ``llama-sd*``, ``llama-lookup*``, ``llama-hybrid*`` against ``llama-ar``, or against
+    ``llama-server-ar`` in a run without ``llama-ar``; llama.cpp's:
     ``llama-server-*`` but its AR, against ``llama-server-ar``), at its α and γ:
 
     * ``leviathan``: Leviathan et al.'s walltime improvement (1 - α^(γ+1)) / ((1 - α)(γc + 1)) (Thm 3.8), c from the
@@ -209,8 +210,8 @@ def llama_ladder(data: dict) -> pd.DataFrame:
         base = m.split("@", 1)[0]
         if m.startswith("llama-server-") and m != LLAMA_SERVER_AR:
             baseline, side = LLAMA_SERVER_AR, "llama.cpp"
-        elif any(m.startswith(p) for p in OUR_LLAMA_SPEC):
-            baseline, side = LLAMA_AR, "ours"
+        elif any(m.startswith(p) for p in OUR_LLAMA_SPEC):  # against our loop's AR, else llama.cpp's own
+            baseline, side = (LLAMA_AR if LLAMA_AR in methods else LLAMA_SERVER_AR), "ours"
         else:
             continue
         if baseline not in methods:
