@@ -10,9 +10,6 @@ from specrepro.record.results import STANDARD, writes_record
 __all__ = ["configure_parser", "run_command"]
 
 
-# --------------------------------------------------------------------------------------------- command line
-
-
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Options of ``python -m specrepro scorecard``."""
     parser.add_argument("--profile", default=STANDARD, help="profile whose result tables are scored (default standard)")

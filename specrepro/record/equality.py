@@ -1,26 +1,20 @@
 """``python -m specrepro greedy-equality``: greedy speculative decoding against greedy AR on a whole workload.
 
-What this file is: the command behind the exactness battery's test at scale: for every prompt of a workload
-(all 164 HumanEval problems by default), greedy AR and greedy chain speculative decoding with the draft model, every
-divergence explained by a measured near-tie (the target's top-2 logit gap, teacher-forced on the AR prefix, below
-``--tie-bound``) or counted as a failure (:func:`specrepro.sim.real.greedy_equality`). The table goes through
+The command behind the exactness battery's test at scale: for every prompt of a workload (all 164 HumanEval problems
+by default), greedy AR and greedy chain speculative decoding with the draft model, every divergence explained by a
+measured near-tie (the target's top-2 logit gap, teacher-forced on the AR prefix, below ``--tie-bound``) or counted
+as a failure (:func:`specrepro.sim.real.greedy_equality`). The table goes through
 :func:`specrepro.record.results.save_table` (the committed record only under ``make reproduce``), with the wall time.
 
-An interrupted run resumes: every finished prompt is kept in a checkpoint (:func:`checkpoint_path`) that a rerun
-under the same conditions reads, so the hours of a whole workload can be spread over several sittings. The conditions
-are the models, settings, prompts, torch and the code the tokens depend on (:data:`DECODING_MODULES` and what they
-import), not the commit or the machine: a sitting after an unrelated commit, or on another CPU, goes on where the last
-one stopped. Every row names the commit and CPU of the sitting that decoded it (AR and speculative output of one
-prompt always come from one sitting), and the provenance lists them all. A run too long for one sitting is made in
-parts instead: ``--part I/K`` decodes the I-th of K consecutive slices of the prompts into ``<name>.p<I>`` and
-``--merge PART.csv ...`` joins them into ``<name>`` (:mod:`specrepro.record.parts`: every part once, same settings
-and CPU, bytes as their sidecars record).
+An interrupted run resumes from a checkpoint (:func:`checkpoint_path`) of every finished prompt, under the same
+models, settings, prompts, torch and decoding code (:data:`DECODING_MODULES` and what they import), whatever the
+commit or CPU; every row names the commit and CPU of the sitting that decoded it. ``--part I/K`` decodes the I-th of
+K consecutive slices of the prompts into ``<name>.p<I>`` and ``--merge PART.csv ...`` joins them into ``<name>``
+(:mod:`specrepro.record.parts`).
 
-``--from-bench FILE`` explains the greedy outputs of a bench file that differ from its AR run instead: for PyTorch
-methods by :func:`specrepro.sim.real.explain_divergence` (bounds in spacings of the dtype), for a llama.cpp bench file
-(its config names the target's GGUF file) by :mod:`specrepro.sim.llama_equality` (every ``llama-*`` output against
-the baseline and ``llama-ar``, the target's logits replayed along three ways of batching the same tokens, a near-tie
-within ``--tie-disagreements`` times the paths' disagreement on every path).
+``--from-bench FILE`` explains the greedy outputs of a bench file that differ from its AR run instead: by
+:func:`specrepro.sim.real.explain_divergence` for PyTorch methods (bounds in spacings of the dtype), by
+:mod:`specrepro.sim.llama_equality` for a llama.cpp bench file (its config names the target's GGUF file).
 
 What it is not: a timing (the two runs are not interleaved for speed; use ``python -m specrepro bench``).
 """
@@ -28,12 +22,16 @@ What it is not: a timing (the two runs are not interleaved for speed; use ``pyth
 from __future__ import annotations
 
 import argparse
+import json
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from specrepro.files import checkpoint_file
 
 __all__ = ["configure_parser", "run_command", "checkpoint_path", "bench_divergences", "divergences_name",
-           "DECODING_MODULES", "add_workload_options", "bench_prompt_ids", "open_llama_bench_target"]
+           "DECODING_MODULES", "add_workload_options", "workload_run", "run_key", "run_provenance",
+           "bench_prompt_ids", "open_llama_bench_target"]
 
 #: The modules whose code decides the tokens of a greedy-equality row (with every package module they import; see
 #: :func:`specrepro.files.code_fingerprint`): decoding and its caches, the draft model, model loading, the workloads
@@ -43,16 +41,14 @@ DECODING_MODULES = ("specrepro.core.decoding", "specrepro.drafters.model", "spec
 
 
 def checkpoint_path(name: str, profile: str) -> Path:
-    """Where ``greedy-equality`` keeps the per-prompt checkpoint of the table ``name`` under ``profile``:
-    ``build/checkpoints/<name>.<profile>.json`` (git-ignored), deleted once the table is saved. An interrupted run
-    with the same models, settings, prompts, torch and decoding code (:data:`DECODING_MODULES`) resumes at the first
-    unfinished prompt, whatever the commit or machine."""
+    """Where a whole-workload command keeps the per-prompt checkpoint of the table ``name`` under ``profile``:
+    ``build/checkpoints/<name>.<profile>.json`` (git-ignored), deleted once the table is saved."""
     return checkpoint_file(name, profile)
 
 
 def add_workload_options(p: argparse.ArgumentParser, *, workload_help: str, gamma: int) -> None:
     """The options every whole-workload record command shares (``greedy-equality``, ``pass-at-1``): the pair, the
-    workload and how many of its prompts, new tokens, the draft length, the profile, device and dtype."""
+    workload and how many of its prompts, new tokens, the draft length, the profile, device, dtype and parts."""
     p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     p.add_argument("--pair", default="qwen-coder", help="a named target/draft pair")
     p.add_argument("--workload", default="humaneval", help=workload_help)
@@ -83,14 +79,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="with --from-bench: the near-tie bound in spacings of the model's dtype at the logits "
                         "(the bound is the larger of this and --tie-bound)")
     p.add_argument("--tie-disagreements", type=float, default=4.0,
-                   help="with --from-bench on a llama.cpp bench file: the near-tie bound in multiples of d, the "
-                        "replayed paths' disagreement on the two tokens' logits (one token per llama_decode as "
-                        "llama-ar; the whole prefix in one decode; the prompt in one decode then one token each as "
-                        "llama-server-ar; d = the largest spread of either token's logit over the paths). A "
-                        "divergence is a near-tie when |logit(reference token) - logit(other token)| <= "
-                        "max(--tie-bound, this x d) on every path: 4 = 2 (a gap moves by up to 2d when each logit "
-                        "moves by d) x 2 (the methods' own block sizes are not all replayed); see "
-                        "specrepro.sim.llama_equality")
+                   help="with --from-bench on a llama.cpp bench file: a divergence is a near-tie when "
+                        "|logit(reference token) - logit(other token)| <= max(--tie-bound, this x d) on every "
+                        "replayed path, d = the largest spread of either token's logit over the paths (the rule and "
+                        "why 4: specrepro.sim.llama_equality)")
 
 
 def divergences_name(bench_json: str | Path) -> str:
@@ -110,14 +102,12 @@ def bench_prompt_ids(cfg: dict, tokenizer) -> dict:
             for p in load_workload(cfg["workload"], int(cfg["n_prompts"]))}
 
 
-
 def open_llama_bench_target(cfg: dict):
-    """The target of a llama.cpp bench file as the bench opened it: its GGUF file (the zoo's, or a path, via
-    :func:`specrepro.bench.llama.gguf_path`; the zoo file re-encoded in the weight format the bench ran, via
-    :func:`specrepro.bench.formats.format_gguf`, where the recorded file name is ``<model>-<format>.gguf``), checked
-    against the sha256 the file records, in a
+    """The target of a llama.cpp bench file as the bench opened it: its GGUF file
+    (:func:`specrepro.bench.llama.gguf_path`; re-encoded by :func:`specrepro.bench.formats.format_gguf` where the
+    recorded file is ``<model>-<format>.gguf``), checked against the recorded sha256, in a
     :class:`~specrepro.backends.llamacpp.LlamaCppLM` with the recorded context length, thread count and KV cache type
-    and llama.cpp's default attention (flash attention "auto", as the bench ran it).
+    and llama.cpp's default attention (flash attention "auto").
 
     Raises:
         ValueError: the GGUF file here is not the one the bench ran (another sha256).
@@ -157,20 +147,15 @@ def bench_divergences(bench_json: str | Path, *, tie_bound: float = 1e-3, tie_sp
     Raises:
         ValueError: a bench file without runs or without an ``ar`` run for a prompt that has a divergent one.
     """
-    import json
-
     import pandas as pd
 
     from specrepro.sim.real import explain_divergence
 
     data = json.loads(Path(bench_json).read_text())
     cfg, runs = data["config"], data.get("runs") or []
-    cols = ["method", "prompt_id", "passes"]
-    if float(cfg.get("temperature") or 0) != 0:
-        return pd.DataFrame(columns=cols)
     bad = [r for r in runs if r.get("equal_to_baseline") is False]
-    if not bad:
-        return pd.DataFrame(columns=cols)
+    if float(cfg.get("temperature") or 0) != 0 or not bad:
+        return pd.DataFrame(columns=["method", "prompt_id", "passes"])
     ar = {(r["repeat"], r["prompt_index"]): r["token_ids"] for r in runs if r["method"] == "ar"}
     if model is None:
         from specrepro.models import load_model
@@ -183,15 +168,65 @@ def bench_divergences(bench_json: str | Path, *, tie_bound: float = 1e-3, tie_sp
         key = (int(first["repeat"]), int(idx))
         if key not in ar:
             raise ValueError(f"{bench_json}: {method} diverges on prompt {idx} but the file has no ar run to compare")
-        pid = first["prompt"]
-        ids = encoded[pid]
         n_runs = sum(1 for r in runs if r["method"] == method and r["prompt_index"] == idx)
-        why = explain_divergence(model, ids, ar[key], list(first["token_ids"]), tie_bound=tie_bound,
-                                 tie_spacings=tie_spacings)
+        why = explain_divergence(model, encoded[first["prompt"]], ar[key], list(first["token_ids"]),
+                                 tie_bound=tie_bound, tie_spacings=tie_spacings)
         if why is None:  # equal on the common length: one output is a prefix of the other (an EOS on one side)
             why = {"diverged_at": min(len(ar[key]), len(first["token_ids"])), "explained": False}
-        rows.append({"method": method, "prompt_id": pid, "passes": f"{len(group)}/{n_runs}", **why})
+        rows.append({"method": method, "prompt_id": first["prompt"], "passes": f"{len(group)}/{n_runs}", **why})
     return pd.DataFrame(rows)
+
+
+def workload_run(args: argparse.Namespace) -> SimpleNamespace:
+    """What a whole-workload command (``greedy-equality``, ``pass-at-1``) decodes: the pair's ``target`` and
+    ``draft`` names, ``prompts`` (a part's slice under ``--part``, from ``start`` of ``n_whole``), the table's ``name``
+    and ``part`` settings, then the loaded ``tm``, ``dm``, ``tok``, ``eos`` and draft-model ``drafter``.
+
+    Raises:
+        KeyError: an unknown pair. ValueError: a part without prompts (before the models load); a dirty tree under
+            ``make reproduce``.
+    """
+    from specrepro.models import PAIRS, load_pair
+    from specrepro.record.results import check_clean_for_record
+
+    if args.pair not in PAIRS:
+        raise KeyError(f"unknown pair {args.pair!r}; known pairs: {', '.join(PAIRS)}")
+    check_clean_for_record(args.profile)  # before hours of decoding, not after
+    from specrepro.core.decoding import default_eos_ids
+    from specrepro.data import load_workload
+    from specrepro.drafters.model import DraftModelDrafter
+    from specrepro.record.parts import part_name, part_span
+
+    r = SimpleNamespace(target=PAIRS[args.pair][0], draft=PAIRS[args.pair][1], name=args.name, part={}, start=0)
+    r.prompts = load_workload(args.workload, args.n_prompts)
+    r.n_whole = len(r.prompts)
+    if args.part is not None:  # before the models load
+        i, k, r.start, stop = part_span(r.n_whole, args.part)
+        r.prompts, r.name = r.prompts[r.start:stop], part_name(args.name, (i, k))
+        r.part = {"part": [i, k], "part_prompts": [r.start, stop]}
+    r.tm, r.dm, r.tok = load_pair(r.target, r.draft, device=args.device, dtype=args.dtype)
+    r.eos = default_eos_ids(r.tm, r.tok)
+    r.drafter = DraftModelDrafter(r.dm, r.tm.get_output_embeddings().weight.shape[0])
+    return r
+
+
+def run_key(r: SimpleNamespace, args: argparse.Namespace, **settings) -> dict:
+    """A :func:`workload_run`'s checkpoint key: models, prompts, sizes, ``settings``, device, dtype, torch and the
+    decoding code (:data:`DECODING_MODULES`), not the commit or machine."""
+    import torch
+
+    from specrepro.files import code_fingerprint
+
+    return {"target": r.target, "draft": r.draft, "workload": args.workload, "prompt_ids": [p.id for p in r.prompts],
+            "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, **settings, "device": args.device,
+            "dtype": str(r.tm.dtype), "torch": torch.__version__, "decoding_code": code_fingerprint(DECODING_MODULES)}
+
+
+def run_provenance(r: SimpleNamespace, args: argparse.Namespace, rows, seconds: float, key: dict) -> dict:
+    """The sidecar's tail for a :func:`workload_run`'s table: workload, sizes, part, sittings and their rows."""
+    return dict(workload=args.workload, n_prompts=r.n_whole, **r.part, seconds=round(seconds, 1),
+                resumed_prompts=int(rows.attrs["resumed"]), decoding_code=key["decoding_code"],
+                row_commits=sorted(set(rows["commit"])), row_cpus=sorted(set(rows["cpu"])))
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
@@ -208,55 +243,31 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     if args.gamma < 1 or args.max_new_tokens < 1 or not args.tie_bound > 0:
         raise ValueError(f"need gamma >= 1, max_new_tokens >= 1 and tie_bound > 0; got {args.gamma}, "
                          f"{args.max_new_tokens}, {args.tie_bound}")
-    import torch
-
-    from specrepro.core.decoding import default_eos_ids, generate
-    from specrepro.files import code_fingerprint, cpu_description, git_commit
-    from specrepro.data import load_workload
-    from specrepro.drafters.model import DraftModelDrafter
-    from specrepro.models import PAIRS, load_pair
-    from specrepro.record.results import check_clean_for_record, save_table
+    from specrepro.core.decoding import generate
+    from specrepro.files import cpu_description, git_commit
+    from specrepro.record.results import save_table
     from specrepro.sim.real import greedy_equality
 
-    check_clean_for_record(args.profile)  # before hours of decoding, not after
-    if args.pair not in PAIRS:
-        raise KeyError(f"unknown pair {args.pair!r}; known pairs: {', '.join(PAIRS)}")
-    target, draft = PAIRS[args.pair]
-    prompts = load_workload(args.workload, args.n_prompts)
-    n_whole, name, part = len(prompts), args.name, {}
-    if args.part is not None:  # before the models load
-        from specrepro.record.parts import part_name, part_span
-
-        i, k, start, stop = part_span(n_whole, args.part)
-        prompts, name = prompts[start:stop], part_name(args.name, (i, k))
-        part = {"part": [i, k], "part_prompts": [start, stop]}
-    tm, dm, tok = load_pair(target, draft, device=args.device, dtype=args.dtype)
-    ids = [tok(p.text, return_tensors="pt").input_ids[0] for p in prompts]
-    eos = default_eos_ids(tm, tok)
-    drafter = DraftModelDrafter(dm, tm.get_output_embeddings().weight.shape[0])
+    r = workload_run(args)
+    ids = [r.tok(p.text, return_tensors="pt").input_ids[0] for p in r.prompts]
 
     def speculative(x):
-        return generate(tm, x, drafter=drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                        eos_token_id=eos)
+        return generate(r.tm, x, drafter=r.drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                        eos_token_id=r.eos)
 
-    ckpt = checkpoint_path(name, args.profile)
-    key = {"target": target, "draft": draft, "workload": args.workload, "prompt_ids": [p.id for p in prompts],
-           "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "tie_bound": args.tie_bound,
-           "device": args.device, "dtype": str(tm.dtype), "torch": torch.__version__,
-           "decoding_code": code_fingerprint(DECODING_MODULES)}
-    table = greedy_equality(tm, ids, speculative, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
-                            eos_token_id=eos, progress=True, checkpoint=ckpt, checkpoint_key=key,
+    ckpt = checkpoint_path(r.name, args.profile)
+    key = run_key(r, args, tie_bound=args.tie_bound)
+    table = greedy_equality(r.tm, ids, speculative, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
+                            eos_token_id=r.eos, progress=True, checkpoint=ckpt, checkpoint_key=key,
                             row_info={"commit": git_commit(), "cpu": cpu_description()})
-    table.insert(0, "prompt_id", [p.id for p in prompts])
-    table["prompt"] += part.get("part_prompts", [0])[0]  # the prompt's index in the whole workload
+    table.insert(0, "prompt_id", [p.id for p in r.prompts])
+    table["prompt"] += r.start  # the prompt's index in the whole workload
     seconds = float(table.attrs.get("seconds", float("nan")))
-    save_table(table, name, profile=args.profile, device=args.device, target=target, draft=draft,
+    save_table(table, r.name, profile=args.profile, device=args.device, target=r.target, draft=r.draft,
                gamma=args.gamma, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
-               workload=args.workload, n_prompts=n_whole, **part, seconds=round(seconds, 1),
-               resumed_prompts=int(table.attrs["resumed"]), decoding_code=key["decoding_code"],
-               row_commits=sorted(set(table["commit"])), row_cpus=sorted(set(table["cpu"])))
+               **run_provenance(r, args, table, seconds, key))
     ckpt.unlink(missing_ok=True)
-    return _report(table, f"{name}: {target} + {draft}, {args.workload}", vars(args), seconds)
+    return _report(table, f"{r.name}: {r.target} + {r.draft}, {args.workload}", vars(args), seconds)
 
 
 def _report(table, what: str, settings: dict, seconds: float) -> int:
@@ -271,8 +282,8 @@ def _report(table, what: str, settings: dict, seconds: float) -> int:
 
 
 def _merge_command(args: argparse.Namespace) -> int:
-    """``greedy-equality --merge PART...``: the part tables joined into ``<name>`` (rows in prompt order), with the
-    merged sidecar of :func:`specrepro.record.parts.merged_provenance`; prints the counts as a whole run does."""
+    """``--merge PART...``: the parts joined into ``<name>`` with their merged sidecar
+    (:func:`specrepro.record.parts.merged_provenance`); prints the counts as a whole run does."""
     import pandas as pd
 
     from specrepro.record.parts import merged_provenance, parse_part_name, read_parts
@@ -288,11 +299,8 @@ def _merge_command(args: argparse.Namespace) -> int:
 
 
 def _run_from_bench(args: argparse.Namespace) -> int:
-    """``greedy-equality --from-bench FILE``: :func:`bench_divergences` saved as ``divergences_<bench name>`` (the
-    committed record only under ``make reproduce``); for a llama.cpp bench file (its config names the target's GGUF
-    file), :func:`_run_from_llama_bench`. Exit status 1 when a divergence is not a near-tie."""
-    import json
-
+    """``--from-bench FILE``: :func:`bench_divergences` (or, for a llama.cpp bench file,
+    :func:`_run_from_llama_bench`) saved as ``divergences_<bench name>``; exit status 1 unless all are near-ties."""
     from specrepro.files import sha256_bytes
     from specrepro.record.results import check_clean_for_record, save_table
     from specrepro.sim.llama_equality import is_llamacpp_bench
@@ -303,27 +311,21 @@ def _run_from_bench(args: argparse.Namespace) -> int:
     if not path.exists():
         raise FileNotFoundError(f"no bench file {path}")
     check_clean_for_record(args.profile)
-    if is_llamacpp_bench(json.loads(path.read_text())["config"]):
-        return _run_from_llama_bench(args, path)
+    raw = path.read_bytes()
+    if is_llamacpp_bench(json.loads(raw)["config"]):
+        return _run_from_llama_bench(args, path, raw)
     table = bench_divergences(path, tie_bound=args.tie_bound, tie_spacings=args.tie_spacings)
     save_table(table, divergences_name(path), profile=args.profile, bench_file=path.name,
-               bench_sha256=sha256_bytes(path.read_bytes()), tie_bound=args.tie_bound,
-               tie_spacings=args.tie_spacings)
+               bench_sha256=sha256_bytes(raw), tie_bound=args.tie_bound, tie_spacings=args.tie_spacings)
     n_bad = int((~table["explained"].astype(bool)).sum()) if len(table) else 0
     print(f"{path.name}: {len(table)} (method, prompt) divergences from greedy AR, {len(table) - n_bad} near-ties "
           f"(|gap| <= max({args.tie_bound:g}, {args.tie_spacings:g} spacings)), {n_bad} not explained")
     return 1 if n_bad else 0
 
 
-def _run_from_llama_bench(args: argparse.Namespace, path: Path) -> int:
-    """``--from-bench`` on a llama.cpp bench file: :func:`specrepro.sim.llama_equality.llama_bench_divergences` (every
-    llama.cpp output against the baseline and llama-ar, three replayed paths, the near-tie rule fixed in advance:
-    |gap| <= max(--tie-bound, --tie-disagreements x the paths' disagreement) on every path), saved as
-    ``divergences_<bench name>``. Prompts rebuilt by the target's tokenizer (:func:`bench_prompt_ids`), the target
-    opened from the GGUF file the bench ran (:func:`open_llama_bench_target`)."""
-    import json
-    import time
-
+def _run_from_llama_bench(args: argparse.Namespace, path: Path, raw: bytes) -> int:
+    """``--from-bench`` on a llama.cpp bench file: :func:`specrepro.sim.llama_equality.llama_bench_divergences` on
+    the prompts (:func:`bench_prompt_ids`) and target (:func:`open_llama_bench_target`) the bench ran."""
     from specrepro.files import sha256_bytes
     from specrepro.models import load_tokenizer
     from specrepro.record.results import save_table
@@ -331,7 +333,6 @@ def _run_from_llama_bench(args: argparse.Namespace, path: Path) -> int:
 
     if not args.tie_disagreements >= 0:
         raise ValueError(f"need tie_disagreements >= 0; got {args.tie_disagreements}")
-    raw = path.read_bytes()
     data = json.loads(raw)
     cfg = data["config"]
     t0 = time.perf_counter()

@@ -7,15 +7,11 @@ What it removes or rewrites:
 
 * papermill's timestamps and durations, per-cell execution timestamps, and absolute paths (the repository root
   becomes ``.``);
-* progress bars down to their final state. A text bar (tqdm in a terminal-like stream) is written as many stream
-  chunks, each starting with a carriage return that overwrites the previous one: consecutive chunks of the same
-  stream are merged and every overwritten line is dropped, as a terminal would show it. A notebook bar (tqdm's
-  ipywidgets bar, which ``tqdm.auto`` picks inside a kernel) is a widget whose live state the kernel sends while the
-  cell runs and which nbclient stores in the notebook's metadata: each such output becomes a plain-text output with
-  the bar's final line (description, percentage, bar, count, elapsed time, rate, postfix), a bar that hid itself on
-  closing (``leave=False``) is dropped, and the stored widget state (several kilobytes per bar) is removed;
-* tqdm's ``IProgress not found`` warning, which a kernel without ipywidgets prints the first time ``tqdm.auto`` is
-  imported.
+* progress bars down to their final state: a text bar's stream chunks are merged and every line a carriage return
+  overwrote is dropped, as a terminal would show it; a notebook bar (tqdm's ipywidgets bar, whose live state
+  nbclient stores in the notebook's metadata) becomes a plain-text output with the bar's final line, or is dropped if
+  it hid itself on closing (``leave=False``), and the stored widget state (kilobytes per bar) is removed;
+* tqdm's ``IProgress not found`` warning (a kernel without ipywidgets).
 
 What it is not: an output remover; every other output stays, since readers look at them in JupyterLab without
 running anything.
@@ -43,18 +39,10 @@ _IPROGRESS_WARNING = re.compile(r"^[^\n]*TqdmWarning: IProgress not found[^\n]*\
 
 
 def resolve_carriage_returns(text: str) -> str:
-    """The text a terminal would show for ``text``: within each line, what follows a carriage return overwrites the
-    line from its start (``"abcdef\\rxy"`` shows ``"xycdef"``); ``"\\r\\n"`` is a line end.
-
-    A line that held a carriage return and ends up blank (a progress bar that erased itself, as tqdm's
-    ``leave=False`` does) is dropped with its line end, and trailing spaces of the lines that held one (the padding
-    tqdm writes over a longer previous line) are removed; lines without carriage returns are kept as they are.
-
-    Args:
-        text: stream text, possibly the concatenation of many chunks.
-
-    Returns:
-        the text with every overwritten part removed.
+    """The text a terminal would show for ``text`` (stream text, possibly many chunks): within each line, what
+    follows a carriage return overwrites the line from its start (``"abcdef\\rxy"`` shows ``"xycdef"``);
+    ``"\\r\\n"`` is a line end. A line that held a carriage return loses its trailing spaces (a bar's padding) and is
+    dropped with its line end if it ends up blank (a bar that erased itself); other lines are kept as they are.
     """
     if "\r" not in text:
         return text
@@ -79,9 +67,9 @@ def _coalesce_streams(outputs: list) -> list:
     """Merge consecutive stream outputs of the same stream (stdout or stderr); the order of outputs is kept."""
     merged = []
     for out in outputs:
-        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
-                and merged[-1].get("name") == out.get("name")):
-            merged[-1]["text"] = merged[-1]["text"] + out["text"]
+        last = merged[-1] if merged else {}
+        if out.get("output_type") == last.get("output_type") == "stream" and last.get("name") == out.get("name"):
+            last["text"] = last["text"] + out["text"]
         else:
             merged.append(out)
     return merged
@@ -89,9 +77,7 @@ def _coalesce_streams(outputs: list) -> list:
 
 def _model(state: dict, ref) -> dict | None:
     """The stored model a widget reference (``"IPY_MODEL_<id>"`` or a bare id) points to, or None."""
-    if not isinstance(ref, str):
-        return None
-    return state.get(ref[len("IPY_MODEL_"):] if ref.startswith("IPY_MODEL_") else ref)
+    return state.get(ref.removeprefix("IPY_MODEL_")) if isinstance(ref, str) else None
 
 
 def _widget_text(value) -> str:
@@ -139,21 +125,14 @@ def _convert_widget_outputs(outputs: list, state: dict) -> list:
         text, hidden = _tqdm_final_line(_model(state, view.get("model_id")), state)
         if hidden or (text is None and not data.get("text/plain")) or view.get("model_id") == "":
             continue
-        new = {k: v for k, v in data.items() if k != WIDGET_VIEW}
-        if text is not None:
-            new = {"text/plain": text}
-        out["data"] = new
+        out["data"] = {"text/plain": text} if text is not None else {k: v for k, v in data.items() if k != WIDGET_VIEW}
         kept.append(out)
     return kept
 
 
 def clean_notebook_node(nb) -> None:
-    """Clean a notebook in memory (an ``nbformat`` NotebookNode, version 4); see the module docstring for what.
-
-    Outputs of every code cell: widget views become text (tqdm bars: their final line), consecutive same-stream
-    outputs are merged, carriage-return-overwritten text and tqdm's ``IProgress not found`` warning are removed,
-    streams left empty are dropped. Metadata: papermill's and the cells' timings go, the stored widget state goes.
-    """
+    """Clean a notebook in memory (an ``nbformat`` NotebookNode, version 4) as the module docstring says; streams
+    left empty are dropped."""
     pm = nb.metadata.get("papermill", {})
     for key in ("start_time", "end_time", "duration", "exception", "input_path", "output_path"):
         pm.pop(key, None)

@@ -2,19 +2,16 @@
 
 Usage: ``python -m specrepro.record.nbrun --profile profiles/quick.yaml notebooks/05_specinfer_trees.ipynb OUT.ipynb``
 
-What this file is: the step every ``make`` rule that executes a notebook runs. A profile (``profiles/*.yaml``) holds
-the sizes of every notebook; each notebook declares only its own in its ``parameters`` cell. Passing the whole profile
-made papermill warn once per key a notebook does not declare (hundreds of "Passed unknown parameter" lines per
-``make reproduce``) and wrote those keys into each executed notebook's injected cell. Here the profile is filtered to
-the notebook's declared parameters first (:func:`notebook_parameters`), the notebook runs from ``notebooks/`` (so
-relative paths behave as in JupyterLab), and the result is written atomically (a ``.partial`` file, cleaned by
-:func:`specrepro.record.nbclean.clean_notebook`, then renamed), so an interrupted run leaves no half-written notebook.
+The step every ``make`` rule that executes a notebook runs. A profile (``profiles/*.yaml``) holds the sizes of every
+notebook; each notebook declares only its own in its ``parameters`` cell, so the profile is filtered to those first
+(:func:`notebook_parameters`: papermill would warn of every other key and write it into the injected cell). The
+notebook runs from ``notebooks/`` (relative paths behave as in JupyterLab) and the result is written atomically (a
+``.partial`` file, cleaned by :func:`specrepro.record.nbclean.clean_notebook`, then renamed).
 
-Each executed notebook carries its own run time: :func:`stamp_run` writes the wall-clock minutes, the profile, the
-commit, the CPU and the date into the notebook's metadata (``metadata.specrepro.run``), which the ``runtimes`` block
-of docs/profiles.md (:func:`specrepro.record.report.render_runtimes`) tabulates. Run times are measured, never typed.
-It also carries what it was drawn from (:func:`stamp_inputs`): the sha256 of every table its kernel read or wrote
-and of its source's code cells, which ``python -m specrepro status`` compares with today's.
+Each executed notebook carries its own run (:func:`stamp_run`: minutes, profile, commit, CPU and date, which the
+``runtimes`` block of docs/profiles.md tabulates; measured, never typed) and what it was drawn from
+(:func:`stamp_inputs`: the sha256 of every table its kernel read or wrote and of its source's code cells, which
+``python -m specrepro status`` compares with today's).
 
 What it is not: the choice of where outputs go (the Makefile's ``EXECUTED_DIR``) or of what the record is
 (:mod:`specrepro.record.results`).
@@ -24,17 +21,41 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
+import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from specrepro.files import READS_ENV, hold_record_lock_for
+from specrepro.files import READS_ENV, atomic_write_text, hold_record_lock_for
 
-__all__ = ["RUN_KEY", "declared_parameters", "notebook_parameters", "stamp_run", "run_facts", "code_drift", "run_notebook",
-           "read_log", "source_code_sha256", "stamp_inputs", "recorded_inputs", "main"]
+__all__ = ["RUN_KEY", "declared_parameters", "notebook_parameters", "stamp_run", "run_facts", "code_drift",
+           "run_notebook", "read_log", "source_code_sha256", "stamp_inputs", "recorded_inputs", "main"]
 
 RUN_KEY = "specrepro"  # the executed notebook's metadata key that holds {"run": {...}} (:func:`stamp_run`)
+
+
+def _read(notebook: str | Path):
+    import nbformat  # the notebooks' extra: imported only where a notebook is read
+
+    return nbformat.read(str(notebook), as_version=4)
+
+
+def _stamp(notebook: str | Path, **entries) -> None:
+    """Set ``metadata.specrepro.<key>`` for each of ``entries`` in ``notebook``, atomically."""
+    import nbformat
+
+    path = Path(notebook)
+    nb = _read(path)
+    nb.metadata.setdefault(RUN_KEY, {}).update(entries)
+    atomic_write_text(path, nbformat.writes(nb) + "\n")
+
+
+def _code_cells(notebook: str | Path) -> list[str]:
+    """The code cells' text, each stripped at its end, papermill's injected-parameters cell left out."""
+    return [c.source.rstrip() for c in _read(notebook).cells
+            if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])]
 
 
 def declared_parameters(notebook: str | Path) -> list[str]:
@@ -43,16 +64,11 @@ def declared_parameters(notebook: str | Path) -> list[str]:
     Raises:
         ValueError: the notebook has no parameters cell, or more than one.
     """
-    import nbformat
-
-    nb = nbformat.read(str(notebook), as_version=4)
-    cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    cells = [c for c in _read(notebook).cells if "parameters" in c.metadata.get("tags", [])]
     if len(cells) != 1:
         raise ValueError(f"{notebook}: expected one cell tagged 'parameters', found {len(cells)}")
-    names = []
-    for node in ast.parse(cells[0].source).body:
-        if isinstance(node, ast.Assign):
-            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    names = [t.id for node in ast.parse(cells[0].source).body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)]
     return list(dict.fromkeys(names))
 
 
@@ -64,10 +80,9 @@ def notebook_parameters(profile: dict, notebook: str | Path) -> dict:
 
 def stamp_run(notebook: str | Path, seconds: float, profile: str) -> dict:
     """Write the facts of the run that produced ``notebook`` (an executed notebook) into its metadata, atomically:
-    ``metadata.specrepro.run = {"profile", "minutes", "commit", "cpu", "date"}`` with ``minutes`` the wall-clock run
-    time (``seconds`` / 60, one decimal), ``commit`` :func:`specrepro.files.git_commit` (``-dirty`` when the code
-    differed from it), ``cpu`` :func:`specrepro.files.cpu_description` and ``date`` the UTC day (YYYY-MM-DD; no time of
-    day, so that executed notebooks carry no timestamps). Returns the facts written.
+    ``metadata.specrepro.run = {"profile", "minutes", "commit", "cpu", "date"}``: the wall-clock run time
+    (``seconds`` / 60, one decimal), :func:`specrepro.files.git_commit`, :func:`specrepro.files.cpu_description` and
+    the UTC day (YYYY-MM-DD: executed notebooks carry no timestamps). Returns the facts written.
 
     Raises:
         ValueError: ``seconds`` is negative or not finite.
@@ -75,51 +90,32 @@ def stamp_run(notebook: str | Path, seconds: float, profile: str) -> dict:
     import datetime
     import math
 
-    import nbformat
-
-    from specrepro.files import atomic_write_text, cpu_description, git_commit
+    from specrepro.files import cpu_description, git_commit
 
     if not (math.isfinite(seconds) and seconds >= 0):
         raise ValueError(f"seconds must be finite and >= 0, got {seconds}")
-    path = Path(notebook)
-    nb = nbformat.read(str(path), as_version=4)
     facts = {"profile": profile, "minutes": round(seconds / 60, 1), "commit": git_commit(), "cpu": cpu_description(),
              "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
-    nb.metadata.setdefault(RUN_KEY, {})["run"] = facts
-    atomic_write_text(path, nbformat.writes(nb) + "\n")
+    _stamp(notebook, run=facts)
     return facts
 
 
 def run_facts(notebook: str | Path) -> dict | None:
     """The run facts :func:`stamp_run` wrote into ``notebook``'s metadata, or None (executed before they were
     recorded)."""
-    import nbformat
-
-    nb = nbformat.read(str(notebook), as_version=4)
-    run = nb.metadata.get(RUN_KEY, {}).get("run")
+    run = _read(notebook).metadata.get(RUN_KEY, {}).get("run")
     return dict(run) if run else None
 
 
 def code_drift(source: str | Path, executed: str | Path) -> list[int]:
-    """Where an executed notebook's code is not its source's: the 1-based numbers of the source's code cells whose
-    text differs from the executed notebook's code cell at the same place (papermill's injected-parameters cell is
-    skipped; a cell present on one side only counts as differing, numbered past the shorter side's end). Empty
-    when every code cell is the same, i.e. the executed notebook shows what its source runs today.
+    """Where an executed notebook's code is not its source's: the 1-based numbers of the code cells (papermill's
+    injected-parameters cell skipped) whose text differs at the same place, a cell on one side only included. Empty
+    when the executed notebook shows what its source runs today.
 
     Raises:
         FileNotFoundError: either notebook is missing.
     """
-    import nbformat
-
-    def code(path):
-        nb = nbformat.read(str(path), as_version=4)
-        return [c.source.rstrip() for c in nb.cells
-                if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])]
-
-    for path in (source, executed):
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"{path}: no such notebook")
-    a, b = code(source), code(executed)
+    a, b = _code_cells(source), _code_cells(executed)
     return [i + 1 for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i]]
 
 
@@ -128,7 +124,7 @@ def run_notebook(source: str | Path, output: str | Path, profile: str | Path, ke
 
     The notebook runs with ``notebooks/``'s working directory (its own folder), and the environment of this process
     (``SPECREPRO_RECORD`` included). ``output`` appears only when the run succeeded (written as
-    ``<output>.partial.ipynb``, cleaned, stamped with its run time by :func:`stamp_run`, then renamed).
+    ``<output>.partial.ipynb``, cleaned, stamped by :func:`stamp_run` and :func:`stamp_inputs`, then renamed).
 
     Returns:
         the output path.
@@ -173,8 +169,6 @@ def run_notebook(source: str | Path, output: str | Path, profile: str | Path, ke
 def read_log(path: str | Path) -> dict[str, str]:
     """The tables a notebook's kernel read or wrote, from the log :func:`specrepro.files.note_read` appends to
     (one JSON line each): ``{path: sha256}``, the last bytes of each, sorted by path; empty when there is no log."""
-    import json
-
     out: dict[str, str] = {}
     try:
         lines = Path(path).read_text().splitlines()
@@ -193,14 +187,7 @@ def source_code_sha256(source: str | Path) -> str:
     """The sha256 of a notebook's code cells (papermill's injected cell left out), the text of each stripped at its
     end and the cells joined by a NUL: what an executed notebook records of the source that ran, so that a change
     to the code shows it stale while a change to markdown alone does not."""
-    import hashlib
-
-    import nbformat
-
-    nb = nbformat.read(str(source), as_version=4)
-    code = [c.source.rstrip() for c in nb.cells
-            if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])]
-    return hashlib.sha256("\0".join(code).encode()).hexdigest()
+    return hashlib.sha256("\0".join(_code_cells(source)).encode()).hexdigest()
 
 
 def stamp_inputs(notebook: str | Path, inputs: dict[str, str], source: str | Path) -> None:
@@ -208,25 +195,13 @@ def stamp_inputs(notebook: str | Path, inputs: dict[str, str], source: str | Pat
     ``metadata.specrepro.inputs`` = ``{table path: sha256}`` of every table its kernel read or wrote
     (:func:`read_log`) and ``metadata.specrepro.source_code_sha256`` (:func:`source_code_sha256` of ``source``).
     ``python -m specrepro status`` compares both with the tables and the source as they are now."""
-    import nbformat
-
-    from specrepro.files import atomic_write_text
-
-    path = Path(notebook)
-    nb = nbformat.read(str(path), as_version=4)
-    meta = nb.metadata.setdefault(RUN_KEY, {})
-    meta["inputs"] = dict(inputs)
-    meta["source_code_sha256"] = source_code_sha256(source)
-    atomic_write_text(path, nbformat.writes(nb) + "\n")
+    _stamp(notebook, inputs=dict(inputs), source_code_sha256=source_code_sha256(source))
 
 
 def recorded_inputs(notebook: str | Path) -> dict[str, str] | None:
     """The ``{table path: sha256}`` :func:`stamp_inputs` wrote into an executed notebook, or None (executed before
     inputs were recorded)."""
-    import nbformat
-
-    nb = nbformat.read(str(notebook), as_version=4)
-    inputs = nb.metadata.get(RUN_KEY, {}).get("inputs")
+    inputs = _read(notebook).metadata.get(RUN_KEY, {}).get("inputs")
     return dict(inputs) if inputs is not None else None
 
 

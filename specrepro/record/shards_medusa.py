@@ -30,27 +30,21 @@ class MedusaShards(ShardGroup):
 
     The SmolLM2 timed shards and the ablation decode with trees built from the accuracy shards' tables as the record
     holds them, and record those trees in their settings: new accuracies make them stale. ``medusa2_runs`` decodes
-    with the tree of its own Medusa-1 heads' held-out accuracy, which its training settings fix. Each shard is read
-    when it exists under the same setting, else measured (the models load and the heads train only then; trained
-    pieces are cached) and saved with its sidecar; the timed ones resume from their checkpoint (blocks of one pass
-    over one prompt, every method).
-
-    Args:
-        params: notebook 06's parameters (the profile's names). profile: where tables are read and written.
-        context: a :class:`specrepro.lab.medusa_parts.MedusaContext` already holding the models, else made when
-            something must be measured.
+    with the tree of its own Medusa-1 heads' held-out accuracy, which its training settings fix. The models load and
+    the heads train only when something must be measured (``context``: a
+    :class:`~specrepro.lab.medusa_parts.MedusaContext` already holding them, else made then).
     """
 
     what = "a shard of notebook 06"
 
     accuracy_name = "medusa_head_accuracy"
     large_accuracy_name = "medusa_large_head_accuracy"
-    #: the shards decoding with a tree from the Medusa target's accuracy table, and their tree's name in the settings
+    #: the shards decoding with a tree from the Medusa target's accuracy table
     _tree_shards = ("medusa_greedy_runs", "medusa_tree_size_runs", "medusa_sampling_runs")
 
     def __init__(self, params: dict, profile: str = STANDARD, context=None, progress: bool = True):
-        self.params, self.profile, self.context, self.progress = dict(params), profile, context, progress
-        self.measured: list[str] = []
+        super().__init__(params, profile, progress)
+        self.context = context
 
     def names(self) -> list[str]:
         return ["medusa_training_loss", self.accuracy_name, "medusa_draft_kl", *self._tree_shards,
@@ -163,47 +157,41 @@ class MedusaShards(ShardGroup):
         trees = self.recorded_trees(name, folder)
         return self.settings(name, {} if trees is None else trees)
 
+    def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
+        """Shard ``name``'s table, measured by :mod:`specrepro.lab.medusa_parts` (the timed ones resume from
+        ``ckpt``: blocks of one pass over one prompt, every method)."""
+        from specrepro.core.sampling import SamplingConfig
+        from specrepro.data import load_workload
+        from specrepro.files import cpu_description
+        from specrepro.lab import medusa_parts as mp
+
+        c = self.ctx()
+
+        def timed(methods, prompts=None, **kw):
+            return mp.timed_runs(c, methods, c.speed_prompts if prompts is None else prompts, checkpoint=ckpt,
+                                 checkpoint_key={**s, "cpu": cpu_description()}, **kw)
+
+        shards = {
+            "medusa_training_loss": lambda: mp.training_losses(c),
+            self.accuracy_name: lambda: mp.head_accuracy(c),
+            "medusa_draft_kl": lambda: mp.draft_kl_table(c),
+            "medusa_greedy_runs": lambda: timed(mp.greedy_methods(c, s["tree"])),
+            # the trees its settings record, in the order of their sizes
+            "medusa_tree_size_runs": lambda: timed(mp.tree_size_methods(c, s["trees"])),
+            "medusa_sampling_runs": lambda: timed(mp.sampling_methods(c, s["tree"]), baseline=None,
+                                                  sampling=SamplingConfig(temperature=s["temperature"])),
+            self.large_accuracy_name: lambda: mp.large_head_accuracy(c),
+            "medusa_large_tree_ablation": lambda: mp.large_tree_ablation(c, s["trees"],
+                                                                         self.run(self.large_accuracy_name)),
+            "medusa2_quality": lambda: mp.medusa2_quality(c),
+            "medusa2_runs": lambda: timed(mp.medusa2_methods(c), load_workload(s["workload"], n=s["prompts"])),
+        }
+        return shards[name]()
+
     def run(self, name: str) -> pd.DataFrame:
         """Shard ``name``'s table, read or measured (its accuracy table first, for a shard decoding with a tree from
         one). A ``text`` column (decoded outputs) reads back with empty strings, not NaN."""
-        from specrepro.lab import medusa_parts as mp
-
-        s = self.settings(name)
-
-        def measure(ckpt):
-            from specrepro.core.sampling import GREEDY, SamplingConfig
-            from specrepro.files import cpu_description
-
-            c = self.ctx()
-            key = {**s, "cpu": cpu_description()}
-            if name == "medusa_training_loss":
-                return mp.training_losses(c)
-            if name == self.accuracy_name:
-                return mp.head_accuracy(c)
-            if name == "medusa_draft_kl":
-                return mp.draft_kl_table(c)
-            if name == "medusa_greedy_runs":
-                return mp.timed_runs(c, mp.greedy_methods(c, s["tree"]), c.speed_prompts, checkpoint=ckpt,
-                                     checkpoint_key=key)
-            if name == "medusa_tree_size_runs":  # the trees its settings record, in the order of their sizes
-                return mp.timed_runs(c, mp.tree_size_methods(c, s["trees"]), c.speed_prompts, checkpoint=ckpt,
-                                     checkpoint_key=key)
-            if name == "medusa_sampling_runs":
-                return mp.timed_runs(c, mp.sampling_methods(c, s["tree"]), c.speed_prompts,
-                                     sampling=SamplingConfig(temperature=s["temperature"]), baseline=None,
-                                     checkpoint=ckpt, checkpoint_key=key)
-            if name == self.large_accuracy_name:
-                return mp.large_head_accuracy(c)
-            if name == "medusa_large_tree_ablation":
-                return mp.large_tree_ablation(c, s["trees"], self.run(self.large_accuracy_name))
-            if name == "medusa2_quality":
-                return mp.medusa2_quality(c)
-            from specrepro.data import load_workload
-
-            return mp.timed_runs(c, mp.medusa2_methods(c), load_workload(s["workload"], n=s["prompts"]),
-                                 sampling=GREEDY, checkpoint=ckpt, checkpoint_key=key)
-
-        out = self._get(name, s, measure)
+        out = super().run(name)
         if "text" in out.columns:
             out["text"] = out["text"].fillna("")
         return out

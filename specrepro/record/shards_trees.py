@@ -6,92 +6,93 @@ shard per decoding and pass). Each is read or measured as :func:`specrepro.recor
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
 
+from specrepro.files import cpu_description
 from specrepro.record.results import STANDARD, load_table, save_table, table_at
 from specrepro.record.shardkit import ShardGroup
 
 __all__ = ["MSSShard", "TreeSpeedShards", "WidthShards"]
 
 
-def _draft_name(shard) -> str:
-    """A notebook-05 shard's draft name: its loaded models' (the notebook's), else
-    :func:`specrepro.lab.specinfer.tree_draft_name` of its parameters."""
-    from specrepro.lab.specinfer import tree_draft_name
+class _TreeShards(ShardGroup):
+    """A group of notebook 05's shards (``params``: the notebook's). ``models``: ``(target, draft, tokenizer, draft
+    name)`` already loaded (the notebook's), else loaded when needed (:func:`specrepro.lab.specinfer.load_tree_models`).
+    """
 
-    if shard.models is not None:
-        return shard.models[3]
-    p = shard.params
-    return tree_draft_name(p["target"], p.get("draft"), bool(p.get("tree_int8_draft")))
+    def __init__(self, params: dict, profile: str = STANDARD, models=None, progress: bool = True):
+        super().__init__(params, profile, progress)
+        self.models = models
+
+    def _draft_name(self) -> str:
+        """The loaded models' draft name, else :func:`specrepro.lab.specinfer.tree_draft_name` of the parameters."""
+        from specrepro.lab.specinfer import tree_draft_name
+
+        if self.models is not None:
+            return self.models[3]
+        p = self.params
+        return tree_draft_name(p["target"], p.get("draft"), bool(p.get("tree_int8_draft")))
+
+    def _tree_models(self):
+        """``models``, loaded once from the parameters when not given."""
+        if self.models is None:
+            from specrepro.lab.specinfer import load_tree_models
+
+            p = self.params
+            self.models = load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
+                                           int8_draft=bool(p.get("tree_int8_draft")))
+        return self.models
+
+    def _prompts(self, n: int):
+        from specrepro.data import load_workload
+
+        return load_workload(self.params["workload"], n)
+
+    def _models_settings(self, name: str) -> dict:
+        """The settings every notebook-05 shard starts with: its name, the models, dtype and workload."""
+        p = self.params
+        return {"shard": name, "target": p["target"], "draft": self._draft_name(), "dtype": p["dtype"],
+                "workload": p["workload"]}
 
 
-def _tree_models(shard):
-    """A notebook-05 shard's ``(target, draft, tokenizer, draft name)``: the ones it was given, else loaded once from
-    its parameters (:func:`specrepro.lab.specinfer.load_tree_models`) and kept on it."""
-    if shard.models is None:
-        from specrepro.lab.specinfer import load_tree_models
-
-        p = shard.params
-        shard.models = load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
-                                        int8_draft=bool(p.get("tree_int8_draft")))
-    return shard.models
-
-
-class MSSShard(ShardGroup):
+class MSSShard(_TreeShards):
     """Notebook 05's naive-vs-MSS table (SpecInfer Table 3, :func:`specrepro.lab.specinfer.naive_vs_mss_table`) as
     the shard ``specinfer_table3_runs``: ``mss_prompts`` HumanEval prompts × ``mss_repeats`` passes ×
-    ``mss_tokens`` tokens, trees ⟨w, 1, ..., 1⟩ with w the largest of ``widths`` and depth ``tree_depth``, T = 1.
-    Read when it exists under the same setting, else measured (the models load only then) and saved.
-
-    Args:
-        params: notebook 05's parameters (the profile's names). profile: where it is read and written.
-        models: ``(target, draft, tokenizer, draft name)`` already loaded (the notebook's), else loaded when needed
-            (:func:`specrepro.lab.specinfer.load_tree_models`).
-    """
+    ``mss_tokens`` tokens, trees ⟨w, 1, ..., 1⟩ with w the largest of ``widths`` and depth ``tree_depth``, T = 1."""
 
     name = "specinfer_table3_runs"
     what = "the MSS shard"
 
-    def __init__(self, params: dict, profile: str = STANDARD, models=None, progress: bool = True):
-        self.params, self.profile, self.models, self.progress = dict(params), profile, models, progress
-        self.measured: list[str] = []
-
     def names(self) -> list[str]:
         return [self.name]
-
-    def settings(self, name: str | None = None) -> dict:
-        """What the sidecar records and a reader must find: models, dtype, workload, sizes, tree and seed."""
-        p = self.params
-        return {"shard": self.name, "target": p["target"], "draft": _draft_name(self), "dtype": p["dtype"],
-                "workload": p["workload"], "prompts": int(p["mss_prompts"]), "tokens": int(p["mss_tokens"]),
-                "repeats": int(p["mss_repeats"]), "width": int(max(p["widths"])), "depth": int(p["tree_depth"]),
-                "seed": int(p["seed"]), "temperature": 1.0}
 
     def table(self) -> pd.DataFrame:
         """The shard's table (one row per pass, prompt and method)."""
         return self.run(self.name)
 
-    def run(self, name: str) -> pd.DataFrame:
-        self._require(name)
-        s = self.settings()
+    def settings(self, name: str | None = None) -> dict:
+        """What the sidecar records and a reader must find: models, dtype, workload, sizes, tree and seed."""
+        if name is not None:
+            self._require(name)
+        p = self.params
+        return {**self._models_settings(self.name), "prompts": int(p["mss_prompts"]), "tokens": int(p["mss_tokens"]),
+                "repeats": int(p["mss_repeats"]), "width": int(max(p["widths"])), "depth": int(p["tree_depth"]),
+                "seed": int(p["seed"]), "temperature": 1.0}
 
-        def measure(ckpt):
-            from specrepro.data import load_workload
-            from specrepro.files import cpu_description
-            from specrepro.lab.specinfer import naive_vs_mss_table
+    def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
+        from specrepro.lab.specinfer import naive_vs_mss_table
 
-            tmodel, dmodel, tokenizer, _ = _tree_models(self)
-            return naive_vs_mss_table(tmodel, dmodel, tokenizer, load_workload(s["workload"], s["prompts"]),
-                                      width=s["width"], depth=s["depth"], max_new_tokens=s["tokens"],
-                                      seed=s["seed"], repeats=s["repeats"], checkpoint=ckpt,
-                                      checkpoint_key=dict(s, cpu=cpu_description()), progress=self.progress)
-
-        return self._get(self.name, s, measure)
+        tmodel, dmodel, tokenizer, _ = self._tree_models()
+        return naive_vs_mss_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), width=s["width"],
+                                  depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"], repeats=s["repeats"],
+                                  checkpoint=ckpt, checkpoint_key=dict(s, cpu=cpu_description()),
+                                  progress=self.progress)
 
 
-class TreeSpeedShards(ShardGroup):
+class TreeSpeedShards(_TreeShards):
     """Notebook 05's hardware-aware tree choice and its tree-vs-chain timing as shards.
 
     * ``specinfer_tree_costs``: the verification cost curves (:func:`specrepro.lab.specinfer.tree_cost_table`): one
@@ -105,33 +106,22 @@ class TreeSpeedShards(ShardGroup):
     The tree and the best chain are :func:`specrepro.lab.specinfer.choose_tree`'s, from the cost curves and the
     stochastic ⟨w, 1, ..., 1⟩ runs of Table 2 (``specinfer_tree_costs`` and ``specinfer_table2_root_runs``, read, or
     measured when missing): a part is fixed by that choice, which its sidecar records (``tree``, ``gamma``), so new
-    cost curves that change the choice make the parts stale.
-
-    Args:
-        params: notebook 05's parameters (the profile's names). profile: where tables are read and written.
-        models: ``(target, draft, tokenizer, draft name)`` already loaded (the notebook's), else loaded when needed.
-        root_runs: the ⟨w, 1, ..., 1⟩ runs of Table 2 when the caller has them (the notebook), else read or measured.
+    cost curves that change the choice make the parts stale. ``root_runs``: those runs when the caller has them.
     """
 
     what = "a tree-speed shard"
 
     cost_name = "specinfer_tree_costs"
     part_prefix = "specinfer_tree_speed_p"
+    root_name = "specinfer_table2_root_runs"
 
     def __init__(self, params: dict, profile: str = STANDARD, models=None, root_runs: pd.DataFrame | None = None,
                  progress: bool = True):
-        self.params, self.profile, self.models, self.progress = dict(params), profile, models, progress
-        self._root_runs, self.measured = root_runs, []
-
-    def _prompts(self, n: int):
-        from specrepro.data import load_workload
-
-        return load_workload(self.params["workload"], n)
+        super().__init__(params, profile, models, progress)
+        self._root_runs = root_runs
 
     def slices(self) -> list[tuple[int, int]]:
         """The prompt slices ``[start, stop)`` of the timing parts: ``speed_shard_prompts`` each (default: all)."""
-        import math
-
         n = int(self.params["tree_prompts"])
         size = int(self.params.get("speed_shard_prompts") or n)
         if n < 1 or size < 1:
@@ -144,31 +134,62 @@ class TreeSpeedShards(ShardGroup):
 
     def cost_settings(self) -> dict:
         p = self.params
-        return {"shard": self.cost_name, "target": p["target"], "draft": _draft_name(self), "dtype": p["dtype"],
-                "workload": p["workload"], "cost_sizes": [int(n) for n in p["cost_sizes"]],
-                "draft_widths": list(range(1, int(max(p["widths"])) + 1)),
-                "repeats": int(p["tree_cost_repeats"])}
+        return {**self._models_settings(self.cost_name), "cost_sizes": [int(n) for n in p["cost_sizes"]],
+                "draft_widths": list(range(1, int(max(p["widths"])) + 1)), "repeats": int(p["tree_cost_repeats"])}
 
-    def costs(self) -> pd.DataFrame:
-        """The cost curves' shard: one row per (model, N): model, n_nodes, fed_tokens, ms, ms_min."""
-        s = self.cost_settings()
+    def part_settings(self, k: int, picks: dict | None = None) -> dict:
+        """What part ``k``'s sidecar records and a reader must find: models, workload slice, sizes, seed and the
+        choice (``picks``: :meth:`picks` when None; ``{}`` leaves the choice out)."""
+        p = self.params
+        return {**self._models_settings(f"{self.part_prefix}{k}"), "prompts": int(p["tree_prompts"]),
+                "part_prompts": list(self.slices()[k]), "tokens": int(p["speed_tokens"]),
+                "repeats": int(p["speed_repeats"]), "seed": int(p["seed"]), "temperature": 1.0,
+                **(self.picks() if picks is None else picks)}
 
-        def measure(ckpt):
-            from specrepro.lab.specinfer import tree_cost_table
+    def settings(self, name: str, picks: dict | None = None) -> dict:
+        """:meth:`cost_settings` or :meth:`part_settings` of shard ``name``.
 
-            tmodel, dmodel, tokenizer, draft_name = _tree_models(self)
+        Raises:
+            KeyError: not one of :meth:`names`.
+        """
+        self._require(name)
+        if name == self.cost_name:
+            return self.cost_settings()
+        return self.part_settings(int(name.removeprefix(self.part_prefix)), picks)
+
+    def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
+        from specrepro.lab.specinfer import tree_cost_table, tree_vs_chain_speed
+
+        tmodel, dmodel, tokenizer, draft_name = self._tree_models()
+        if name == self.cost_name:
             prefix = tokenizer(self._prompts(1)[0].text, return_tensors="pt").input_ids[0]
             target_cost = tree_cost_table(tmodel, prefix, s["cost_sizes"], repeats=s["repeats"], name=s["target"])
             draft_cost = tree_cost_table(dmodel, prefix, [w - 1 for w in s["draft_widths"]], repeats=s["repeats"],
                                          name=draft_name)
             return pd.concat([target_cost, draft_cost], ignore_index=True)
+        start, stop = s["part_prompts"]
+        key = {**{k: v for k, v in s.items() if k != "prompts"}, "n_prompts": s["prompts"], "cpu": cpu_description()}
+        return tree_vs_chain_speed(tmodel, dmodel, tokenizer, self._prompts(stop)[start:stop], tree=tuple(s["tree"]),
+                                   gamma=s["gamma"], max_new_tokens=s["tokens"], seed=s["seed"], repeats=s["repeats"],
+                                   progress=self.progress, checkpoint=ckpt, prompt_offset=start, checkpoint_key=key)
 
-        return self._get(self.cost_name, s, measure)
+    def costs(self) -> pd.DataFrame:
+        """The cost curves' shard: one row per (model, N): model, n_nodes, fed_tokens, ms, ms_min."""
+        return self.run(self.cost_name)
+
+    def part(self, k: int) -> pd.DataFrame:
+        """Timing part ``k``: one row per (pass, prompt, method) (:func:`specrepro.lab.specinfer.tree_vs_chain_speed`).
+        """
+        return self.run(f"{self.part_prefix}{k}")
+
+    def table(self) -> pd.DataFrame:
+        """Every timing part, concatenated (the whole tree-vs-chain timing)."""
+        return pd.concat([self.part(k) for k in range(len(self.slices()))], ignore_index=True)
 
     def root_settings(self) -> dict:
         """The settings notebook 05 saves Table 2's ⟨w, 1, ..., 1⟩ runs under (``specinfer_table2_root_runs``)."""
         p = self.params
-        return dict(shape="root", target=p["target"], draft=_draft_name(self), prompts=int(p["tree_prompts"]),
+        return dict(shape="root", target=p["target"], draft=self._draft_name(), prompts=int(p["tree_prompts"]),
                     tokens=int(p["tree_tokens"]), depth=int(p["tree_depth"]), widths=[int(w) for w in p["widths"]],
                     seed=int(p["seed"]))
 
@@ -179,13 +200,12 @@ class TreeSpeedShards(ShardGroup):
             from specrepro.lab.specinfer import tree_width_table
 
             s = self.root_settings()
-            found = load_table("specinfer_table2_root_runs", self.profile, **s)
+            found = load_table(self.root_name, self.profile, **s)
             if found is None:
-                tmodel, dmodel, tokenizer, _ = _tree_models(self)
+                tmodel, dmodel, tokenizer, _ = self._tree_models()
                 found = tree_width_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), widths=s["widths"],
                                          depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"], shape="root")
-                save_table(found, "specinfer_table2_root_runs", profile=self.profile, device=self.params["device"],
-                           **s)
+                save_table(found, self.root_name, profile=self.profile, device=self.device, **s)
             self._root_runs = found
         return self._root_runs
 
@@ -209,61 +229,16 @@ class TreeSpeedShards(ShardGroup):
         """:meth:`picks` from the cost curves and root runs as recorded in ``folder`` (e.g. ``data/results``),
         measuring nothing: None when either table is missing or was measured under other settings."""
         costs = table_at(folder / f"{self.cost_name}.csv", **self.cost_settings())
-        roots = table_at(folder / "specinfer_table2_root_runs.csv", **self.root_settings())
+        roots = table_at(folder / f"{self.root_name}.csv", **self.root_settings())
         return None if costs is None or roots is None else _picks(self._rank(costs, roots))
-
-    def part_settings(self, k: int, picks: dict | None = None) -> dict:
-        """What part ``k``'s sidecar records and a reader must find: models, workload slice, sizes, seed and the
-        choice (``picks``: :meth:`picks` when None; ``{}`` leaves the choice out)."""
-        p = self.params
-        start, stop = self.slices()[k]
-        return {"shard": f"{self.part_prefix}{k}", "target": p["target"], "draft": _draft_name(self),
-                "dtype": p["dtype"], "workload": p["workload"], "prompts": int(p["tree_prompts"]),
-                "part_prompts": [start, stop], "tokens": int(p["speed_tokens"]), "repeats": int(p["speed_repeats"]),
-                "seed": int(p["seed"]), "temperature": 1.0, **(self.picks() if picks is None else picks)}
-
-    def part(self, k: int) -> pd.DataFrame:
-        """Timing part ``k``: one row per (pass, prompt, method) (:func:`~specrepro.lab.specinfer.tree_vs_chain_speed`)."""
-        s = self.part_settings(k)
-
-        def measure(ckpt):
-            from specrepro.files import cpu_description
-            from specrepro.lab.specinfer import tree_vs_chain_speed
-
-            tmodel, dmodel, tokenizer, _ = _tree_models(self)
-            start, stop = s["part_prompts"]
-            return tree_vs_chain_speed(tmodel, dmodel, tokenizer, self._prompts(stop)[start:stop],
-                                       tree=tuple(s["tree"]), gamma=s["gamma"], max_new_tokens=s["tokens"],
-                                       seed=s["seed"], repeats=s["repeats"], progress=self.progress,
-                                       checkpoint=ckpt, prompt_offset=start, checkpoint_key={
-                                           **{k: v for k, v in s.items() if k != "prompts"},
-                                           "n_prompts": s["prompts"], "cpu": cpu_description()})
-
-        return self._get(s["shard"], s, measure)
-
-    def table(self) -> pd.DataFrame:
-        """Every timing part, concatenated (the whole tree-vs-chain timing)."""
-        return pd.concat([self.part(k) for k in range(len(self.slices()))], ignore_index=True)
-
-    def run(self, name: str) -> pd.DataFrame:
-        """The shard ``name`` (one of :meth:`names`), read or measured.
-
-        Raises:
-            KeyError: not a shard of this setting.
-        """
-        self._require(name)
-        return self.costs() if name == self.cost_name else self.part(int(name.removeprefix(self.part_prefix)))
 
     def expected(self, name: str, folder: Path) -> dict:
         """A timing part's tree and chain are the choice that the cost curves and root runs recorded in ``folder``
         make (left out when either is missing)."""
-        self._require(name)
-        if name == self.cost_name:
-            return self.cost_settings()
-        return self.part_settings(int(name.removeprefix(self.part_prefix)), self.recorded_picks(folder) or {})
+        return self.settings(name, None if name == self.cost_name else self.recorded_picks(folder) or {})
 
 
-class WidthShards(ShardGroup):
+class WidthShards(_TreeShards):
     """SpecInfer Table 2 (verified tokens per step vs tree width) at the size a verdict needs, as shards:
     ``width_prompts`` HumanEval prompts × ``width_tokens`` tokens on SpecInfer's trees ⟨1,1,w,1,...,1⟩ of depth
     ``tree_depth`` for every width of ``widths`` (:func:`specrepro.lab.specinfer.tree_width_table`, shape "paper").
@@ -273,21 +248,12 @@ class WidthShards(ShardGroup):
     * ``specinfer_table2_width_t1_r<k>``: T = 1 (MSS on i.i.d. children), pass k of ``width_passes``, seeded
       ``seed + k``.
 
-    Tokens per step are counted, not timed. Each shard is read when it exists under the same setting, else measured
-    (resumable over sittings from its checkpoint) and saved with its sidecar.
-
-    Args:
-        params: notebook 05's parameters (the profile's names). profile: where tables are read and written.
-        models: ``(target, draft, tokenizer, draft name)`` already loaded, else loaded when needed.
+    Tokens per step are counted, not timed.
     """
 
     what = "a tree-width shard"
 
     prefix = "specinfer_table2_width_"
-
-    def __init__(self, params: dict, profile: str = STANDARD, models=None, progress: bool = True):
-        self.params, self.profile, self.models, self.progress = dict(params), profile, models, progress
-        self.measured: list[str] = []
 
     def names(self) -> list[str]:
         """The shards: the greedy pass, then the T = 1 passes."""
@@ -305,31 +271,21 @@ class WidthShards(ShardGroup):
         self._require(name)
         p = self.params
         greedy = name.endswith("greedy")
-        return {"shard": name, "target": p["target"],
-                "draft": _draft_name(self), "dtype": p["dtype"],
-                "workload": p["workload"], "prompts": int(p["width_prompts"]), "tokens": int(p["width_tokens"]),
+        return {**self._models_settings(name), "prompts": int(p["width_prompts"]), "tokens": int(p["width_tokens"]),
                 "depth": int(p["tree_depth"]), "widths": [int(w) for w in p["widths"]], "shape": "paper",
                 "seed": int(p["seed"]), "decoding": "greedy" if greedy else "stochastic",
                 "pass": 0 if greedy else int(name.rsplit("_r", 1)[1])}
 
-    def run(self, name: str) -> pd.DataFrame:
-        """Shard ``name``'s table (one row per prompt and width), read or measured."""
-        s = self.settings(name)
+    def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
+        from specrepro.lab.specinfer import tree_width_table
 
-        def measure(ckpt):
-            from specrepro.data import load_workload
-            from specrepro.files import cpu_description
-            from specrepro.lab.specinfer import tree_width_table
-
-            tmodel, dmodel, tokenizer, _ = _tree_models(self)
-            return tree_width_table(tmodel, dmodel, tokenizer, load_workload(s["workload"], s["prompts"]),
-                                    widths=s["widths"], depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"],
-                                    decodings=(s["decoding"],), shape=s["shape"], progress=self.progress,
-                                    passes=(s["pass"],), checkpoint=ckpt,
-                                    checkpoint_key={"target": s["target"], "draft": s["draft"], "dtype": s["dtype"],
-                                                    "cpu": cpu_description()})
-
-        return self._get(name, s, measure)
+        tmodel, dmodel, tokenizer, _ = self._tree_models()
+        return tree_width_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), widths=s["widths"],
+                                depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"],
+                                decodings=(s["decoding"],), shape=s["shape"], progress=self.progress,
+                                passes=(s["pass"],), checkpoint=ckpt,
+                                checkpoint_key={**{k: s[k] for k in ("target", "draft", "dtype")},
+                                                "cpu": cpu_description()})
 
 
 def _picks(choice: pd.DataFrame) -> dict:
