@@ -1,14 +1,10 @@
 """``python -m specrepro audit``: transformers' own speculative samplers through the exactness battery.
 
-What this file is: the command around :func:`specrepro.sim.audit.audit_table`. It prints the table (per setting and
-implementation: TV to the exact distribution, p-value, n, the TV detected with 90% power at that n, verdict, the
-transformers version), saves it as the result table ``audit_transformers`` (the committed record only under ``make
-reproduce``, :func:`specrepro.record.results.save_table`) and writes a standalone reproduction script for every
-audited transformers row that fails (every row with ``--all-repros``) under ``--out``. With ``--runtime llama.cpp``
-it audits llama.cpp's own speculative programs instead (:mod:`specrepro.sim.llamacpp_audit`; table
-``audit_llamacpp``, reproduction scripts ``repro_llamacpp_*.py``).
-
-What it is not: the audit itself (:mod:`specrepro.sim.audit`).
+The command around :func:`specrepro.sim.audit.audit_table` (with ``--runtime llama.cpp``, llama.cpp's speculative
+programs, :func:`specrepro.sim.llamacpp_audit.audit_llamacpp_table`): it prints the table (per setting and
+implementation: TV to the exact distribution, p-value, n, the TV detected with 90% power, verdict), saves it as the
+result table ``audit_transformers`` (``audit_llamacpp``; :func:`specrepro.record.results.save_table`) and writes a
+standalone reproduction script for every audited row that fails (every one with ``--all-repros``) under ``--out``.
 """
 
 from __future__ import annotations
@@ -24,8 +20,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     from specrepro.sim.audit import QUICK_SETTINGS
 
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
-    parser.add_argument("--quick", action="store_true",
-                        help=f"small n, a smoke test without the power guarantee (settings {', '.join(QUICK_SETTINGS)})")
+    parser.add_argument("--quick", action="store_true", help="small n, a smoke test without the power guarantee "
+                        f"(settings {', '.join(QUICK_SETTINGS)})")
     parser.add_argument("--seed", type=int, default=0, help="seed of every run")
     parser.add_argument("--profile", default="standard", help="profile the table is saved under (results directory)")
     parser.add_argument("--out", default="build/audit", help="folder for the reproduction scripts")
@@ -44,74 +40,53 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
 
     Returns:
         0 when every control behaved as expected (our samplers and HF's plain sampling pass, the replayed bugs
-        fail), whatever transformers' own verdicts are (a failing audited row is a finding, with its reproduction);
-        1 when a control misbehaved (the audit is then not trustworthy).
+        fail), whatever the audited samplers' verdicts are (a failing audited row is a finding, with its
+        reproduction); 1 when a control misbehaved (the audit is then not trustworthy) or llama.cpp's programs are
+        not built.
     """
     import pandas as pd
 
     from specrepro.files import atomic_write_text
     from specrepro.record.results import check_clean_for_record, save_table
-    from specrepro.sim.audit import COLUMNS, LEVEL, audit_table, reproduction_script
 
     check_clean_for_record(args.profile)  # before the minutes of sampling, not after
-    if getattr(args, "runtime", "transformers") == "llama.cpp":
-        return _run_llamacpp(args)
-    df = audit_table(quick=args.quick, seed=args.seed, progress=True)
-    name = "audit_transformers_quick" if args.quick else "audit_transformers"
-    path = save_table(df, name, profile=args.profile, seed=args.seed, quick=bool(args.quick),
-                      transformers=str(df["transformers_version"].iloc[0]), level=LEVEL,
+    llama = getattr(args, "runtime", "transformers") == "llama.cpp"
+    if llama:
+        from specrepro.sim import llamacpp_audit as sim
+
+        try:
+            df = sim.audit_llamacpp_table(quick=args.quick, seed=args.seed, n=args.n, progress=True)
+        except FileNotFoundError as e:
+            print(e)
+            return 1
+        name, version = "audit_llamacpp", {"llama_cpp_python": str(df["llama_cpp_python"].iloc[0])}
+        what = f"llama.cpp of llama-cpp-python {version['llama_cpp_python']}"
+    else:
+        from specrepro.sim import audit as sim
+
+        df = sim.audit_table(quick=args.quick, seed=args.seed, progress=True)
+        name, version = "audit_transformers", {"transformers": str(df["transformers_version"].iloc[0])}
+        what = f"transformers {version['transformers']}"
+    path = save_table(df, name + ("_quick" if args.quick else ""), profile=args.profile, seed=args.seed,
+                      quick=bool(args.quick), level=sim.LEVEL, **version,
                       seconds=round(float(df.attrs.get("seconds", float("nan"))), 1))
-    with pd.option_context("display.width", 200, "display.max_columns", None):
-        print(df[COLUMNS[:-1] + ["role"]].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    print(f"transformers {df['transformers_version'].iloc[0]}; level {LEVEL:g}; table: {path}")
-    return _repros_and_controls(
-        df, Path(args.out), args.all_repros,
-        lambda r: f"repro_{r['setting'].replace('=', '').replace('-', '_')}_{r['implementation']}.py",
-        lambda r: reproduction_script(r["setting"], r["implementation"], seed=args.seed))
-
-
-def _repros_and_controls(df, out: Path, all_repros: bool, file_name, script) -> int:
-    """Write a reproduction script (``script(row)``, named ``file_name(row)``, under ``out``) for every failing
-    audited row (every audited row with ``all_repros``); return 1 when a control did not behave as expected, else 0."""
-    from specrepro.files import atomic_write_text
-
-    for _, r in df.iterrows():
-        if r["role"] == "audited" and (r["verdict"] == "fail" or all_repros):
-            path = out / file_name(r)
-            out.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, script(r))
-            print("reproduction:", path)
+    with pd.option_context("display.width", 220 if llama else 200, "display.max_columns", None):
+        print(df[sim.COLUMNS[:-1] + ["role"]].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(f"{what}; level {sim.LEVEL:g}; table: {path}")
+    out = Path(args.out)
+    for _, r in df[(df["role"] == "audited") & ((df["verdict"] == "fail") | args.all_repros)].iterrows():
+        setting = r["setting"].replace("=", "").replace("-", "_")
+        if llama:
+            file = f"repro_llamacpp_{setting.replace('.', '')}_{r['implementation'].replace('-', '_')}.py"
+            script = sim.reproduction_script(r["setting"], r["implementation"])
+        else:
+            file = f"repro_{setting}_{r['implementation']}.py"
+            script = sim.reproduction_script(r["setting"], r["implementation"], seed=args.seed)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / file, script)
+        print("reproduction:", out / file)
     bad = df[(df["role"] != "audited") & ~df["as_expected"]]
     if len(bad):
         print("controls misbehaved:", ", ".join(f"{a}/{b}" for a, b in zip(bad["setting"], bad["implementation"])))
         return 1
     return 0
-
-
-def _run_llamacpp(args: argparse.Namespace) -> int:
-    """The llama.cpp audit (:func:`specrepro.sim.llamacpp_audit.audit_llamacpp_table`): print and save the table
-    ``audit_llamacpp``, write a reproduction script for every failing audited row (every one with ``--all-repros``).
-    Returns 1 when a control misbehaved (or the programs are not built), else 0."""
-    import pandas as pd
-
-    from specrepro.files import atomic_write_text
-    from specrepro.record.results import save_table
-    from specrepro.sim.llamacpp_audit import COLUMNS, LEVEL, audit_llamacpp_table, reproduction_script
-
-    try:
-        df = audit_llamacpp_table(quick=args.quick, seed=args.seed, n=args.n, progress=True)
-    except FileNotFoundError as e:
-        print(e)
-        return 1
-    name = "audit_llamacpp_quick" if args.quick else "audit_llamacpp"
-    path = save_table(df, name, profile=args.profile, seed=args.seed, quick=bool(args.quick),
-                      llama_cpp_python=str(df["llama_cpp_python"].iloc[0]), level=LEVEL,
-                      seconds=round(float(df.attrs.get("seconds", float("nan"))), 1))
-    with pd.option_context("display.width", 220, "display.max_columns", None):
-        print(df[COLUMNS[:-1] + ["role"]].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    print(f"llama.cpp of llama-cpp-python {df['llama_cpp_python'].iloc[0]}; level {LEVEL:g}; table: {path}")
-    tag = lambda r: r["setting"].replace("=", "").replace("-", "_").replace(".", "")  # noqa: E731
-    return _repros_and_controls(
-        df, Path(args.out), args.all_repros,
-        lambda r: f"repro_llamacpp_{tag(r)}_{r['implementation'].replace('-', '_')}.py",
-        lambda r: reproduction_script(r["setting"], r["implementation"]))

@@ -1,10 +1,10 @@
-"""The bench-file blocks of the record's pages: the benchmark of record (:func:`render_bench`, with the divergences
-from greedy AR explained and the chat workload's categories), the performance targets checked on it
-(:func:`targets_table`, :func:`render_targets`, :func:`prediction_gaps`), and the markdown helpers every block
-shares (:func:`cell`, :func:`rel`, :func:`profile_results`, :func:`provenance_note`, :func:`render_template`: the
-prose and table heads of the blocks are templates, ``specrepro/record/templates/*.md.j2``).
+"""The bench-file blocks of the record's pages, and the markdown helpers every block shares.
 
-What it is not: the scorecard or the pages that hold the blocks (:mod:`specrepro.record.report`).
+:func:`render_bench` (the benchmark of record, with the divergences from greedy AR explained and the chat workload's
+categories), the performance targets (:func:`targets_table`, :func:`render_targets`, :func:`prediction_gaps`), and
+:func:`cell`, :func:`ci_cell`, :func:`rel`, :func:`profile_results`, :func:`provenance_note` and
+:func:`render_template` (the blocks' prose and table heads are templates, ``specrepro/record/templates/*.md.j2``).
+The pages that hold the blocks are :mod:`specrepro.record.report`'s.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import functools
 import io
 import json
 import math
+import numbers
 import os
 import re
 from pathlib import Path
@@ -20,16 +21,29 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.files import read_noted, repo_root
-from specrepro.record.results import STANDARD, record_dir, results_dir
+from specrepro.record.results import STANDARD, figures_dir, read_json, record_dir, results_dir
 
-__all__ = ["cell", "rel", "profile_results", "render_template", "provenance_note", "bench_files", "render_bench",
-           "targets_table", "prediction_gaps", "render_targets"]
+__all__ = ["cell", "ci_cell", "rel", "profile_results", "profile_figures", "render_template", "provenance_note",
+           "bench_files", "render_bench", "targets_table", "prediction_gaps", "render_targets"]
 
 
 def cell(text) -> str:
     """``text`` as one markdown table cell: None and NaN empty, pipes escaped, newlines as spaces."""
     s = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
     return s.replace("|", "\\|").replace("\n", " ")
+
+
+def _finite(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def ci_cell(v, lo=None, hi=None, spec: str = ".2f") -> str:
+    """``v [lo, hi]`` in format ``spec``; ``v`` alone without a finite interval; "—" when ``v`` is not finite."""
+    if not _finite(v):
+        return "—"
+    if not (_finite(lo) and _finite(hi)):
+        return format(float(v), spec)
+    return f"{float(v):{spec}} [{float(lo):{spec}}, {float(hi):{spec}}]"
 
 
 def rel(path: Path, base: Path | None) -> str:
@@ -48,6 +62,11 @@ def profile_results(profile: str) -> Path:
     return record_dir("results") if profile == STANDARD else results_dir(profile)
 
 
+def profile_figures(profile: str) -> Path:
+    """The figures the pages show for ``profile``, as :func:`profile_results` the tables."""
+    return record_dir("figures") if profile == STANDARD else figures_dir(profile)
+
+
 @functools.cache
 def _templates():
     import jinja2
@@ -64,20 +83,10 @@ def render_template(name: str, **context) -> str:
 
 def provenance_note(path: Path) -> str:
     """"commit `c`, profile p, device" from ``path``'s provenance sidecar, or "provenance unknown"."""
-    sidecar = path.with_suffix(".provenance.json")
-    try:
-        prov = json.loads(sidecar.read_text())
-    except (OSError, ValueError):
+    prov = read_json(path.with_suffix(".provenance.json"))
+    if prov is None:
         return "provenance unknown"
     return f"commit `{prov.get('commit', '?')}`, profile {prov.get('profile', '?')}, {prov.get('device', '?')}"
-
-
-def _bf16_note(cfg: dict) -> str:
-    """" (emulated: ...)" after a bfloat16 CPU run's dtype when the CPU had no bfloat16 instructions, " (native)" when
-    it had them; nothing for other dtypes, devices, or runs that did not record it (``cpu_bf16``)."""
-    if cfg.get("dtype") != "bfloat16" or cfg.get("cpu_bf16") is None:
-        return ""
-    return " (native: AVX-512 BF16 or AMX)" if cfg["cpu_bf16"] else " (emulated: this CPU has no AVX-512 BF16 or AMX)"
 
 
 def _bench_cell(v, digits: int = 2) -> str:
@@ -91,46 +100,124 @@ def _bench_cell(v, digits: int = 2) -> str:
     return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
-def _fin_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _ratio_cell(row: dict, key: str) -> str:
-    """A value with its 95% bootstrap interval over prompts when the JSON has one (``key_lo``/``key_hi``): a paired
-    speedup (:func:`specrepro.measure.harness.paired_speedup`) or a pooled rate, α or tokens per step
-    (:func:`specrepro.bench.run.rate_intervals`); bench JSON written before intervals existed shows the value only."""
+    """``row[key]`` with its 95% interval over prompts (``key_lo``, ``key_hi``) where the JSON has one."""
     v, lo, hi = row.get(key), row.get(f"{key}_lo"), row.get(f"{key}_hi")
-    cell = _bench_cell(v)
-    if cell == "—" or lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
-        return cell
-    return f"{cell} [{lo:.2f}, {hi:.2f}]"
+    text = _bench_cell(v)
+    if text == "—" or not (_finite(lo) and _finite(hi)) or lo == hi:
+        return text
+    return f"{text} [{lo:.2f}, {hi:.2f}]"
+
+
+#: paired ratios over other baselines than our AR and transformers' assisted generation: a column where a file has them
+_BASELINE_COLUMNS = (("speedup_vs_hf_ar", "× HF AR [95% CI]"),
+                     ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"),
+                     ("speedup_vs_hf_assisted_int8_pruned", "× HF assisted, int8 pruned-head draft [95% CI]"),
+                     ("speedup_vs_hf_assisted_int4", "× HF assisted, 4-bit draft [95% CI]"),
+                     ("speedup_vs_llama_server_ar", "× llama.cpp AR (llama-server-ar) [95% CI]"),
+                     ("speedup_vs_llama_ar", "× llama-ar [95% CI]"))
+
+
+def _bench_head(cfg: dict, summary: list[dict], link: str) -> str:
+    """A bench table's heading: pair, workload, prompts × passes, tokens, sampling, γ, hardware, dtype, CPU linear
+    path, library versions, commit, whether the draft as loaded was kept, and the file."""
+    greedy = float(cfg.get("temperature") or 0) == 0
+    sampling = "greedy (T = 0)" if greedy else f"T = {cfg.get('temperature')}, top-p {cfg.get('top_p')}" + (
+        f", top-k {cfg['top_k']}" if cfg.get("top_k") else "")
+    # the run's --gamma reaches only the speculative methods named without "@γ"
+    plain = [str(r["method"]) for r in summary if "@" not in str(r["method"]) and r.get("gamma")]
+    bf16 = "" if cfg.get("dtype") != "bfloat16" or cfg.get("cpu_bf16") is None else (
+        " (native: AVX-512 BF16 or AMX)" if cfg["cpu_bf16"] else " (emulated: this CPU has no AVX-512 BF16 or AMX)")
+    kept = {True: "kept (a method drafts with it)", False: "released"}.get(cfg.get("float_draft_kept"))
+    return " · ".join(x for x in (
+        f"**{cfg.get('target')} + {cfg.get('draft')}**",
+        f"{cfg.get('workload')}, {cfg.get('n_prompts')} prompts × {cfg.get('repeats', 1)}",
+        f"{cfg.get('max_new_tokens')} new tokens", sampling, plain and f"γ = {cfg.get('gamma')} ({', '.join(plain)})",
+        f"{cfg.get('device_description', cfg.get('device'))}" + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "")
+        + f", {cfg.get('dtype')}{bf16}" + (f", CPU linear {cfg['cpu_linear']}" if cfg.get("cpu_linear") else ""),
+        f"torch {cfg.get('torch')}, transformers {cfg.get('transformers')}",
+        cfg.get("commit") and f"commit `{cfg['commit']}`",
+        kept and f"draft as loaded {kept} before timing",
+        f"[`{link}`]({link})") if x)
+
+
+def _bench_table(data: dict, greedy: bool) -> list[str]:
+    """A bench file's table: a column per quantity the file has (see :func:`render_bench`), a row per method."""
+    from specrepro.bench.ladder import is_llama_run
+    from specrepro.measure.harness import decode_ms_per_token
+
+    summary = data["summary"]
+
+    def has(key):
+        return any(r.get(key) is not None for r in summary)
+
+    prefill = has("predicted_speedup_with_prefill")
+
+    def pred(r):
+        with_prefill = r.get("predicted_speedup_with_prefill")
+        return _bench_cell(r.get("predicted_speedup")) + (
+            " / " + _bench_cell(with_prefill) if prefill and with_prefill is not None else "")
+
+    def equal(r, b):
+        return r.get(f"equal_to_{b}_runs") or _bench_cell(r.get(f"greedy_equal_to_{b}"))
+
+    decode = {}  # llama.cpp files: decode time per token beside end to end
+    if is_llama_run(data) and data.get("runs"):
+        runs = pd.DataFrame(data["runs"])
+        decode = {r["method"]: decode_ms_per_token(runs, r["method"])[:3] for r in summary}
+    # greedy runs with llama.cpp's AR: whether each output equals its greedy tokens too
+    llama_eq = [b for b in ("llama_server_ar", "llama_ar") if greedy and has(f"greedy_equal_to_{b}")]
+    # (title, alignment, cell of a summary row) per column the file has
+    columns = [("method", "---", lambda r: f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)")),
+               ("tokens/s", "---:", lambda r: _bench_cell(r.get("tokens_per_s"))),
+               ("ms/token", "---:", lambda r: _bench_cell(r.get("ms_per_token"), 0)),
+               *([("decode ms/token, prefill left out [95% CI]", "---:",
+                   lambda r: ci_cell(*decode.get(r["method"], (math.nan,) * 3), spec=".1f"))] if decode else []),
+               ("× our AR [95% CI]", "---:", lambda r: _ratio_cell(r, "speedup_vs_ar")),
+               ("× HF assisted [95% CI]", "---:", lambda r: _ratio_cell(r, "speedup_vs_hf_assisted")),
+               *[(title, "---:", lambda r, key=key: _ratio_cell(r, key)) for key, title in _BASELINE_COLUMNS
+                 if any(key in r for r in summary)],
+               ("α [95% CI]", "---:", lambda r: _ratio_cell(r, "alpha")),
+               ("tokens/step [95% CI]", "---:", lambda r: _ratio_cell(r, "tokens_per_step")),
+               ("per-position acceptance", "---", lambda r: _bench_cell(r.get("per_position_acceptance"))),
+               *([("draft ms per drafted token (cost model)", "---:",
+                   lambda r: _bench_cell(r.get("draft_ms_per_token"), 1)),
+                  ("predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "") + ")",
+                   "---:", pred),
+                  ("free-draft bound", "---:", lambda r: _bench_cell(r.get("free_draft_bound"))),
+                  ("measured / predicted", "---:", lambda r: _bench_cell(r.get("measured_over_predicted")))]
+                 if has("predicted_speedup") else []),
+               *([("predicted from the run's own costs", "---:",
+                   lambda r: _bench_cell(r.get("predicted_speedup_in_run"))),
+                  ("measured / that", "---:", lambda r: _bench_cell(r.get("measured_over_predicted_in_run")))]
+                 if has("predicted_speedup") and has("predicted_speedup_in_run") else []),
+               # the largest resident high-water mark of the method's calls (MiB in the JSON), in 10^9 bytes
+               *([("peak resident GB", "---:", lambda r: _bench_cell(r["peak_rss_mb"] * 2**20 / 1e9, 1)
+                   if _finite(r.get("peak_rss_mb")) else "—")]
+                 if any(_finite(r.get("peak_rss_mb")) for r in summary) else []),
+               *([("equal to greedy AR", "---", lambda r: equal(r, "ar"))] if greedy else []),
+               *[(f"equal to greedy {b.replace('_', '-')}", "---", lambda r, b=b: equal(r, b)) for b in llama_eq]]
+    return ["| " + " | ".join(c[0] for c in columns) + " |", "|" + "".join(c[1] + "|" for c in columns),
+            *("| " + " | ".join(c[2](r) for c in columns) + " |" for r in summary)]
 
 
 def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
-    """Markdown for the README's benchmark-of-record block: one table per ``bench_*.json`` that ``make reproduce``
-    wrote into the profile's results directory (:func:`specrepro.bench.run_bench` JSON), each headed by its setting
-    (pair, workload, prompts, tokens, sampling, γ, hardware, dtype, CPU linear path, library versions, commit).
-
-    Columns: median tokens/s and ms/token, speedup over our AR and over transformers' assisted generation (ratios of
-    the same interleaved run; over transformers' AR and its assisted generation with the int8 draft where the run has
-    them), α and tokens per target step (pooled, with 95% intervals over prompts), per-position acceptance, the hardware-aware prediction (the decoding loop's,
-    and the whole request's with AR's measured prefill), the free-draft bound and measured / predicted (against the
-    whole request's) where the run measured costs (fixed-γ chains), and (greedy) whether every output equals
-    greedy AR, and the largest resident memory of each method's calls where the run measured it (GB of 10^9 bytes;
-    the header says whether the draft as loaded was released before timing). A file that cannot be read is named with the error rather than skipped silently. Links are relative
-    to ``base``, the directory of the page that holds the block (default: the repository root).
-
-    A run with methods on llama.cpp's kernels (``bench_llamacpp_*``) also gets, where present, the paired ratios over
-    llama.cpp's own AR (``llama-server-ar``) and our loop's (``llama-ar``), whether each greedy output equals theirs,
-    and below its table the llama.cpp cost model with its intervals and each method's limit ladder
-    (:func:`specrepro.bench.ladder.ladder_markdown`). In the standard profile the block ends with the bench files a
-    target names that are not in the record yet.
+    """Markdown for the README's benchmark-of-record block: per bench JSON of the profile (:func:`bench_files`) its
+    setting (:func:`_bench_head`) and a table, a row per method: median tokens/s and ms/token; paired speedups over our
+    AR, transformers' assisted generation and the other baselines the run has (transformers' AR and assisted
+    generation with compressed drafts, llama.cpp's ``llama-server-ar``, our ``llama-ar``); α and tokens per step
+    (pooled); per-position acceptance; where the run measured costs, the hardware-aware prediction (the loop's, and
+    with AR's prefill), the free-draft bound and measured / predicted; the peak resident GB (10^9 bytes); for greedy
+    runs whether each output equals greedy AR's (and llama.cpp's). Intervals are 95% over prompts. Below a table: a
+    llama.cpp run's cost model and limit ladders (:func:`specrepro.bench.ladder.ladder_markdown`), the divergences
+    from greedy AR explained, the chat workload's categories. An unreadable file is named with its error; in the
+    standard profile the block ends with the bench files a target names that the record lacks. Links are relative to
+    ``base``, the directory of the page that holds the block (default: the repository root).
     """
     from specrepro.bench.ladder import is_llama_run, ladder_markdown
     from specrepro.bench.run import refresh_predictions
 
-    rdir = profile_results(profile)
-    paths = bench_files(rdir)
+    paths = bench_files(profile_results(profile))
     if not paths:
         return f"No benchmark results for profile {profile} yet: `make reproduce PROFILE={profile}` writes them.\n"
     parts = []
@@ -143,93 +230,7 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
             parts.append(f"`{link}`: unreadable ({exc}).\n")
             continue
         greedy = float(cfg.get("temperature") or 0) == 0
-        sampling = "greedy (T = 0)" if greedy else f"T = {cfg.get('temperature')}, top-p {cfg.get('top_p')}" + (
-            f", top-k {cfg['top_k']}" if cfg.get("top_k") else "")
-        linear = f", CPU linear {cfg['cpu_linear']}" if cfg.get("cpu_linear") else ""
-        # the run's --gamma reaches only the speculative methods named without "@γ"; the others carry theirs in
-        # their name (sd-draft@4), and AR and transformers' assisted generation take none
-        plain = [str(r["method"]) for r in summary if "@" not in str(r["method"]) and r.get("gamma")]
-        gamma = f"γ = {cfg.get('gamma')} ({', '.join(plain)}) · " if plain else ""
-        head = (f"**{cfg.get('target')} + {cfg.get('draft')}** · {cfg.get('workload')}, {cfg.get('n_prompts')} prompts "
-                f"× {cfg.get('repeats', 1)} · {cfg.get('max_new_tokens')} new tokens · {sampling} · "
-                f"{gamma}{cfg.get('device_description', cfg.get('device'))}"
-                + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "") + f", {cfg.get('dtype')}{_bf16_note(cfg)}{linear}"
-                f" · torch "
-                f"{cfg.get('torch')}, transformers {cfg.get('transformers')}"
-                + (f" · commit `{cfg['commit']}`" if cfg.get("commit") else "")
-                + ("" if cfg.get("float_draft_kept") is None else
-                   f" · draft as loaded {'kept (a method drafts with it)' if cfg['float_draft_kept'] else 'released'}"
-                   " before timing")
-                + f" · [`{link}`]({link})")
-        # transformers' and llama.cpp's baselines beyond hf-assisted get a column only where the file has them
-        extra = [(key, title) for key, title in (("speedup_vs_hf_ar", "× HF AR [95% CI]"),
-                                                 ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"),
-                                                 ("speedup_vs_hf_assisted_int8_pruned",
-                                                  "× HF assisted, int8 pruned-head draft [95% CI]"),
-                                                 ("speedup_vs_hf_assisted_int4", "× HF assisted, 4-bit draft [95% CI]"),
-                                                 ("speedup_vs_llama_server_ar",
-                                                  "× llama.cpp AR (llama-server-ar) [95% CI]"),
-                                                 ("speedup_vs_llama_ar", "× llama-ar [95% CI]"))
-                 if any(key in r for r in summary)]
-        # greedy runs with llama.cpp's AR: whether each output equals its greedy tokens too
-        llama_eq = [b for b in ("llama-server-ar", "llama-ar") if greedy and any(
-            f"greedy_equal_to_{b.replace('-', '_')}" in r for r in summary)]
-        prefill = any(r.get("predicted_speedup_with_prefill") is not None for r in summary)
-
-        def pred(r):
-            with_prefill = r.get("predicted_speedup_with_prefill")
-            return _bench_cell(r.get("predicted_speedup")) + (
-                " / " + _bench_cell(with_prefill) if prefill and with_prefill is not None else "")
-
-        def equal(r, b):
-            return r.get(f"equal_to_{b}_runs") or _bench_cell(r.get(f"greedy_equal_to_{b}"))
-
-        def has(key):
-            return any(r.get(key) is not None for r in summary)
-
-        # (title, alignment, cell of a summary row): one description of each column, None where the file lacks it
-        decode = {}
-        if is_llama_run(data) and data.get("runs"):  # llama.cpp files: decode time per token beside end to end
-            from specrepro.measure.harness import decode_ms_per_token
-
-            runs = pd.DataFrame(data["runs"])
-            decode = {r["method"]: decode_ms_per_token(runs, r["method"]) for r in summary}
-
-        def decode_cell(r):
-            ms, lo, hi, _ = decode.get(r["method"], (math.nan,) * 3 + (0,))
-            return "—" if not math.isfinite(ms) else (
-                f"{ms:.1f} [{lo:.1f}, {hi:.1f}]" if math.isfinite(lo) else f"{ms:.1f}")
-
-        columns = [("method", "---", lambda r: f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)")),
-                   ("tokens/s", "---:", lambda r: _bench_cell(r.get("tokens_per_s"))),
-                   ("ms/token", "---:", lambda r: _bench_cell(r.get("ms_per_token"), 0)),
-                   *([("decode ms/token, prefill left out [95% CI]", "---:", decode_cell)] if decode else []),
-                   ("× our AR [95% CI]", "---:", lambda r: _ratio_cell(r, "speedup_vs_ar")),
-                   ("× HF assisted [95% CI]", "---:", lambda r: _ratio_cell(r, "speedup_vs_hf_assisted")),
-                   *[(title, "---:", lambda r, key=key: _ratio_cell(r, key)) for key, title in extra],
-                   ("α [95% CI]", "---:", lambda r: _ratio_cell(r, "alpha")),
-                   ("tokens/step [95% CI]", "---:", lambda r: _ratio_cell(r, "tokens_per_step")),
-                   ("per-position acceptance", "---", lambda r: _bench_cell(r.get("per_position_acceptance"))),
-                   *([("draft ms per drafted token (cost model)", "---:",
-                       lambda r: _bench_cell(r.get("draft_ms_per_token"), 1)),
-                      ("predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "") + ")",
-                       "---:", pred),
-                      ("free-draft bound", "---:", lambda r: _bench_cell(r.get("free_draft_bound"))),
-                      ("measured / predicted", "---:", lambda r: _bench_cell(r.get("measured_over_predicted")))]
-                     if has("predicted_speedup") else []),
-                   *([("predicted from the run's own costs", "---:",
-                       lambda r: _bench_cell(r.get("predicted_speedup_in_run"))),
-                      ("measured / that", "---:", lambda r: _bench_cell(r.get("measured_over_predicted_in_run")))]
-                     if has("predicted_speedup") and has("predicted_speedup_in_run") else []),
-                   # the largest resident high-water mark of the method's calls (MiB in the JSON), in 10^9 bytes
-                   *([("peak resident GB", "---:", lambda r: _bench_cell(r["peak_rss_mb"] * 2**20 / 1e9, 1)
-                       if _fin_number(r.get("peak_rss_mb")) else "—")]
-                     if any(_fin_number(r.get("peak_rss_mb")) for r in summary) else []),
-                   *([("equal to greedy AR", "---", lambda r: equal(r, "ar"))] if greedy else []),
-                   *[(f"equal to greedy {b}", "---", lambda r, b=b: equal(r, b.replace("-", "_"))) for b in llama_eq]]
-        lines = [head, "", "| " + " | ".join(c[0] for c in columns) + " |", "|" + "".join(c[1] + "|" for c in columns),
-                 *("| " + " | ".join(c[2](r) for c in columns) + " |" for r in summary)]
-        parts.append("\n".join(lines) + "\n")
+        parts.append("\n".join([_bench_head(cfg, summary, link), "", *_bench_table(data, greedy)]) + "\n")
         if is_llama_run(data):  # llama.cpp's cost model with its intervals and each method's limit ladder
             parts.append(ladder_markdown(data))
         explained = _render_divergences(path, summary) if greedy else ""
@@ -261,43 +262,29 @@ def _render_divergences(bench_path: Path, summary) -> str:
     table = bench_path.with_name(f"divergences_{bench_path.stem}.csv")
     make = f"`make {table.relative_to(repo_root()) if table.is_relative_to(repo_root()) else table}`"
     if not table.exists():
-        methods = {str(r.get("method")) for r in summary}
-        if "ar" in methods and all(str(r.get("method")).startswith("llama-") for r in unequal):
-            return ("Only llama.cpp's methods part from our greedy AR here: the two backends run different "
-                    "arithmetic on the same weights (llama.cpp's quantized kernels against float32 on the "
-                    "dequantized weights), so their greedy outputs are compared within each backend (the columns "
-                    "above), not across.\n")
-        return f"Outputs that differ from greedy AR are not explained yet ({make}).\n"
-    try:
-        prov = json.loads(table.with_suffix(".provenance.json").read_text())
-    except (OSError, ValueError):
-        prov = {}
+        across = any(r.get("method") == "ar" for r in summary) and all(
+            str(r.get("method")).startswith("llama-") for r in unequal)
+        return render_template("divergences", kind="across_backends" if across else "unexplained", make=make)
+    prov = read_json(table.with_suffix(".provenance.json")) or {}
     if prov.get("bench_sha256") != hashlib.sha256(bench_path.read_bytes()).hexdigest():
-        return f"The table of divergences explains another run of this file; rerun {make}.\n"
+        return render_template("divergences", kind="other_run", make=make)
     df = pd.read_csv(io.BytesIO(read_noted(table)))
     if df.empty:
         return ""
     if "reference" in df.columns:  # a llama.cpp file: its outputs against its baseline and llama-ar
         return _render_llama_divergences(df, prov, table)
-    bound = (f"max({prov.get('tie_bound', 1e-3):g}, {prov.get('tie_spacings', 2):g} spacings of the dtype at those "
-             "logits)")
-    n_ok = int(df["explained"].astype(bool).sum())
     items = "; ".join(
         f"`{r.method}` {r.prompt_id} ({r.passes} passes) at token {int(r.diverged_at)}: "
         + (f"gap {r.gap:+.4g} / {r.gap_incremental:+.4g} (full forward / AR's cached path), spacing {r.spacing:.4g}"
            if "gap" in df.columns and pd.notna(r.gap) else "one output ends where the other goes on")
         for r in df.itertuples())
-    return (f"Greedy outputs that differ from greedy AR: {len(df)} (method, prompt) pairs, {n_ok} of them near-ties "
-            f"(AR's token and the other's within {bound}); `{table.name}`: {items}.\n")
+    return render_template("divergences", kind="ours", n=len(df), n_ok=int(df["explained"].astype(bool).sum()),
+                           prov=prov, table=table.name, items=items)
 
 
 def _render_llama_divergences(df: pd.DataFrame, prov: dict, table: Path) -> str:
     """The divergences of a llama.cpp bench file (``greedy-equality --from-bench``, llama.cpp branch): counts, the
     rule fixed in advance, and per divergence point the methods, passes and each replayed path's gap."""
-    n_ok = int(df["explained"].astype(bool).sum())
-    n_order = int(df["order_differs"].astype(bool).sum()) if "order_differs" in df.columns else 0
-    bound = (f"max({prov.get('tie_bound', 1e-3):g}, {prov.get('tie_disagreements', 4):g} d), d the replayed paths' "
-             "largest disagreement on either token's logit")
     points = df.groupby(["prompt_id", "diverged_at", "ref_token", "other_token"], sort=False)
     items = "; ".join(
         f"{pid} token {int(at)}: "
@@ -305,11 +292,10 @@ def _render_llama_divergences(df: pd.DataFrame, prov: dict, table: Path) -> str:
         + f" — gap one token / batch / server {g['gap_one_token'].iloc[0]:+.3g} / {g['gap_batch'].iloc[0]:+.3g} / "
           f"{g['gap_server'].iloc[0]:+.3g}, d {g['disagreement'].iloc[0]:.3g}"
         for (pid, at, _, _), g in points)
-    return (f"Greedy outputs that differ from the baseline's or llama-ar's: {len(df)} (method, reference, prompt) "
-            f"rows at {points.ngroups} points, {n_ok} of them near-ties (the two tokens' logits within {bound}, on "
-            f"every path: one token per decode as llama-ar, the whole prefix in one decode, the prompt in one decode "
-            f"then one token each as llama-server-ar), {n_order} where the replayed paths themselves rank the two "
-            f"tokens differently; `{table.name}`: {items}.\n")
+    return render_template("divergences", kind="llama", n=len(df), points=points.ngroups,
+                           n_ok=int(df["explained"].astype(bool).sum()),
+                           n_order=int(df["order_differs"].astype(bool).sum()) if "order_differs" in df else 0,
+                           prov=prov, table=table.name, items=items)
 
 
 def _render_groups(runs) -> str:
@@ -323,25 +309,21 @@ def _render_groups(runs) -> str:
         return "Per category: the run has no AR to pair with.\n"
     if g.empty:
         return ""
+
+    def one(r) -> str:
+        text = _ratio_cell({"x": r.speedup, "x_lo": r.speedup_lo, "x_hi": r.speedup_hi}, "x")
+        return (text + ("×" if text != "—" else "")
+                + (f"; {r.tokens_per_step:.2f}" if math.isfinite(r.tokens_per_step) else ""))
+
     groups = list(dict.fromkeys(g["group"]))
     n = g.groupby("group", sort=False)["n_prompts"].max()
+    cells = (g.assign(cell=[one(r) for r in g.itertuples()]).drop_duplicates(["method", "group"])
+             .pivot(index="method", columns="group", values="cell")
+             .reindex(index=list(dict.fromkeys(g["method"])), columns=groups).fillna("—"))
     lines = ["Per category (× our AR [95% CI], paired within the category's prompts; then tokens per step):", "",
              "| method | " + " | ".join(f"{c} (n = {int(n[c])})" for c in groups) + " |",
-             "|---|" + "---:|" * len(groups)]
-    for m in dict.fromkeys(g["method"]):
-        cells = []
-        for c in groups:
-            r = g[(g["group"] == c) & (g["method"] == m)]
-            if r.empty:
-                cells.append("—")
-                continue
-            r = r.iloc[0].to_dict()
-            cell = _ratio_cell({"x": r["speedup"], "x_lo": r["speedup_lo"], "x_hi": r["speedup_hi"]}, "x")
-            cell += "×" if cell != "—" else ""
-            if math.isfinite(r["tokens_per_step"]):
-                cell += f"; {r['tokens_per_step']:.2f}"
-            cells.append(cell)
-        lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
+             "|---|" + "---:|" * len(groups),
+             *(f"| `{m}` | " + " | ".join(row) + " |" for m, row in zip(cells.index, cells.to_numpy()))]
     return "\n".join(lines) + "\n"
 
 
@@ -366,16 +348,15 @@ def prediction_gaps(profile: str = STANDARD) -> pd.DataFrame:
 
 
 def render_targets(profile: str = STANDARD) -> str:
-    """Markdown for the README's performance-targets block: each target of
-    :data:`specrepro.bench.targets.TARGETS`  checked against the profile's bench JSON files
-    (:func:`specrepro.bench.targets.check_targets`): status, the measured ratio with its 95% interval over prompts,
-    the method (best of several by the median, said so), the prompts and the file."""
+    """Markdown for the README's performance-targets block: each target of :data:`specrepro.bench.targets.TARGETS`
+    checked on the profile's bench files (:func:`targets_table`): status, the measured ratio with its 95% interval over
+    prompts, the method (best of several by the median, said so), the prompts and the file."""
     table = targets_table(profile)
     counts = table["status"].value_counts()
     records = table.to_dict(orient="records")
     rows = [(cell(r["target"]), r["status"] if r["status"] != "missed" else "**missed**", cell(r["measured"]),
-             cell(r["method"]), "" if r["n_prompts"] is None or r["n_prompts"] != r["n_prompts"] else
-             int(r["n_prompts"]), f"`{r['file']}.json`") for r in records]
+             cell(r["method"]), "" if pd.isna(r["n_prompts"]) else int(r["n_prompts"]), f"`{r['file']}.json`")
+            for r in records]
     return render_template("targets", rows=rows, why=[(r["target"], r["why"]) for r in records if r.get("why")],
                            counts=" · ".join(f"{int(counts.get(s, 0))} {s}"
                                              for s in ("met", "met on the median", "missed", "not run")))

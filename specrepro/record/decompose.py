@@ -1,20 +1,13 @@
 """Where each speedup on the card comes from: the card's speed ratios split into tokens per step, the cost of the
 verifying forward, and the draft's and the loop's share of a step, from the same timed runs the verdict reads.
 
-Per timed run (one prompt, one pass) of a method and of its baseline, the decoding time per token (the prompt's
-prefill left out) is ``loop_ms / tokens_per_step`` (``loop_ms``: ms per step after the prefill; the harness,
-:func:`specrepro.measure.harness.run_interleaved`). The decode-time speedup of a method over its baseline is then the
+Per timed run the decoding time per token (prefill left out) is ``loop_ms / tokens_per_step``
+(:func:`specrepro.measure.harness.run_interleaved`), so a method's decode-time speedup over its baseline is the
 product of three ratios, each paired per prompt and pass as the card's speedups are
-(:func:`specrepro.measure.harness.paired_ratios`, geometric mean over passes):
-
-* tokens per step, method over baseline (1 for AR's baseline, so Leviathan et al.'s Eq. 1 quantity itself);
-* the forward-cost ratio, the baseline's target forward per step over the method's (for a chain of γ drafted tokens
-  against AR, t(1) / t(γ + 1) as the runs measured it);
-* the share of a step the target's forward takes, method over baseline (what the draft and the loop cost).
-
-Each factor and their product are medians over prompts with 95% intervals (:func:`specrepro.stats.stat_ci`); the
-product is the decode-time speedup, above the card's end-to-end ratio where the prefill, the same work for both,
-dilutes it. This reads the claims' tables and parameters only; it judges nothing and no verdict depends on it.
+(:func:`specrepro.measure.harness.paired_ratios`): tokens per step (method over baseline), the forward-cost ratio
+(the baseline's target forward per step over the method's; t(1) / t(γ + 1) for a chain against AR), and the target
+forward's share of a step (method over baseline: what the draft and the loop cost). Each is a median over prompts with
+its 95% interval (:func:`specrepro.stats.stat_ci`). This judges nothing; no verdict depends on it.
 """
 
 from __future__ import annotations
@@ -29,13 +22,10 @@ from specrepro.record.tables import Tables
 from specrepro.record.verdicts import NotRun, fmt_ci, prompt_unit
 from specrepro.stats import stat_ci
 
-__all__ = ["SPEED_RULES", "FACTORS", "decompose_claim", "speedup_decomposition"]
+__all__ = ["SPEED_RULES", "decompose_claim", "speedup_decomposition"]
 
 #: the rules whose claims are speed ratios of timed runs (with ``value`` tokens_per_s, the default)
 SPEED_RULES = ("paired_ratio", "needs_precondition")
-
-#: the derived per-run columns, in the order of the product (name, column header)
-FACTORS = (("tps", "tokens per step"), ("fwd", "× forward-cost ratio"), ("share", "× target's share of a step"))
 
 
 def _derived(df: pd.DataFrame) -> pd.DataFrame:
@@ -53,10 +43,10 @@ def _derived(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def decompose_claim(claim, tables: Tables) -> dict | None:
-    """The decomposition of one speed claim: its method (the fastest by the median paired ratio where the claim's
-    query names several, as its rule picks it) over its baseline, each factor and the decode-time speedup as
-    ``fmt_ci`` text with n. None for a claim that is not a speed ratio of timed runs with per-step times, or whose
-    rows were not measured in this profile."""
+    """The decomposition of one speed claim: its method (the fastest by the median paired ratio where the claim
+    names several) over its baseline, each factor (``tps``, ``fwd``, ``share``) and the decode-time speedup
+    (``decode``) as ``fmt_ci`` text, and n. None for a claim that is not a speed ratio of timed runs with per-step
+    times, or whose rows were not measured in this profile."""
     if claim["rule"] not in SPEED_RULES:
         return None
     p = params_of(claim)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from specrepro.files import read_noted, repo_root
-from specrepro.record.bench_blocks import profile_results, render_template
+from specrepro.record.bench_blocks import ci_cell, profile_results, render_template
 from specrepro.record.results import STANDARD
 
 __all__ = ["GPU_ALPHA_METHOD", "gpu_dir", "gpu_files", "write_gpu_sidecars", "render_gpu"]
@@ -30,11 +30,10 @@ def gpu_files(gdir: Path, prefix: str) -> list[Path]:
 
 
 def write_gpu_sidecars(gdir: Path | None = None) -> list[Path]:
-    """Give each measurement under ``data/gpu`` the provenance sidecar every table of the record has,
-    ``<name>.provenance.json``: the run's commit, date, device and library versions (read from the file itself) and
-    the sha256 of the file and of its companion log (``test_cuda_<gpu>.log``; ``run_<gpu>.log`` for
-    ``cost_curves_<gpu>.json``), so that ``record_hash_mismatches`` checks them too. A sidecar already recording
-    the same bytes is left as it is. Returns the sidecars written.
+    """Give each measurement under ``data/gpu`` a provenance sidecar ``<name>.provenance.json``: the run's commit,
+    date, device and library versions (read from the file itself) and the sha256 of the file and of its log
+    (``test_cuda_<gpu>.log``; ``run_<gpu>.log`` for ``cost_curves_<gpu>.json``), which ``record_hash_mismatches``
+    checks. A sidecar already recording the same is left as it is. Returns the sidecars written.
 
     Raises:
         ValueError: a measurement file that names no commit.
@@ -66,15 +65,13 @@ def write_gpu_sidecars(gdir: Path | None = None) -> list[Path]:
 
 
 def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
-    """Markdown for the ``gpu`` block of docs/gpu.md, from the files under :func:`gpu_dir`:
+    """Markdown for the ``gpu`` block of docs/gpu.md, from the files under ``gdir`` (default :func:`gpu_dir`):
 
-    * each ``cost_curves_*.json`` of ``python -m specrepro cost-curves`` (a target and a draft architecture): t(n) in
-      ms per cache mode (eager dynamic cache, static cache, CUDA graphs), with the median's 95% interval where the
-      file has one (files written before the command kept per-round spreads have none, and say so), Leviathan et al.'s c = t_draft(1) /
-      t_target(1) per mode, and the hardware-aware prediction (:func:`specrepro.theory.hardware_aware_speedup`) of the
-      draft-model chain at γ = 4 and at its best γ, and of a free draft (:func:`specrepro.theory.free_draft_bound`),
-      with the α that the bench of record measured on the CPU (:data:`GPU_ALPHA_METHOD` in
-      ``bench_qwen_greedy.json``): predictions, not measured speedups;
+    * each ``cost_curves_*.json`` (``python -m specrepro cost-curves``): t(n) in ms per cache mode (eager, static
+      cache, CUDA graphs), with the median's 95% interval where the file has one; for a target and a draft, per mode
+      c = t_draft(1) / t_target(1) and the hardware-aware predictions (:func:`specrepro.theory.hardware_aware_speedup`)
+      of the chain at γ = 4 and at its best γ and of a free draft, at the α the bench of record measured on the CPU
+      (:data:`GPU_ALPHA_METHOD` in ``bench_qwen_greedy.json``): predictions, not measured speedups;
     * each ``test_cuda_*.json`` with its ``.log``: tests collected, passed, failed, and not reached.
     """
     from specrepro.theory import CostCurve, free_draft_bound, hardware_aware_speedup, optimal_gamma_hardware
@@ -85,36 +82,33 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
     if bench.exists():
         for row in json.loads(read_noted(bench))["summary"]:
             if row["method"] == GPU_ALPHA_METHOD and row.get("alpha") is not None:
-                alpha, alpha_n = float(row["alpha"]), f"{row['n_prompts']} prompts x {row['runs'] // row['n_prompts']} passes"
-    files = []
+                alpha = float(row["alpha"])
+                alpha_n = f"{row['n_prompts']} prompts x {row['runs'] // row['n_prompts']} passes"
+    files, modes = [], ("eager", "static", "graphs")
     for path in gpu_files(gdir, "cost_curves_"):
         res = json.loads(read_noted(path))
         cfg, models = res["config"], res["models"]
-        ns, names, modes = cfg["ns"], list(models), ("eager", "static", "graphs")
-        short = {m: Path(m).name for m in names}
+        short = {m: Path(m).name for m in models}
         times = []
-        for m in names:
-            for mode in modes:
-                ms = models[m].get(f"{mode}_ms")
-                if ms is None:
-                    continue
+        for m in models:
+            for mode in (mode for mode in modes if models[m].get(f"{mode}_ms") is not None):
+                ms = models[m][f"{mode}_ms"]
                 low = models[m].get(f"{mode}_ms_low") or [None] * len(ms)
                 high = models[m].get(f"{mode}_ms_high") or [None] * len(ms)
-                times.append([short[m], mode, *(f"{v:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None
-                                                             else "") for v, lo, hi in zip(ms, low, high))])
-        diffs = {short[m]: models[m].get("graphs_max_abs_logit_diff") for m in names}
+                times.append([short[m], mode, *(ci_cell(v, lo, hi) for v, lo, hi in zip(ms, low, high))])
+        diffs = {short[m]: models[m].get("graphs_max_abs_logit_diff") for m in models}
         f = {"name": path.name, "cfg": cfg, "times": times, "predictions": [],
-             "with_ci": any(models[m].get(f"{mode}_ms_low") is not None for m in names for mode in modes),
+             "with_ci": any(models[m].get(f"{mode}_ms_low") is not None for m in models for mode in modes),
              "diffs": ", ".join(f"{k} {v:g}" for k, v in diffs.items() if v is not None)}
-        if len(names) == 2 and alpha is not None:
-            target, draft = names
+        if len(models) == 2 and alpha is not None:
+            target, draft = models
             f.update(target=short[target], draft=short[draft])
             for mode in modes:
                 t_ms, d_ms = models[target].get(f"{mode}_ms"), models[draft].get(f"{mode}_ms")
                 if t_ms is None or d_ms is None:
                     continue
-                t_curve, d_curve = CostCurve(ns, t_ms), CostCurve(ns, d_ms)
-                g = optimal_gamma_hardware(alpha, t_curve, d_curve, max_gamma=max(ns) - 1)
+                t_curve, d_curve = CostCurve(cfg["ns"], t_ms), CostCurve(cfg["ns"], d_ms)
+                g = optimal_gamma_hardware(alpha, t_curve, d_curve, max_gamma=max(cfg["ns"]) - 1)
                 f["predictions"].append((mode, f"{d_curve(1) / t_curve(1):.2f}",
                                          f"{hardware_aware_speedup(alpha, 4, t_curve, d_curve):.2f}x",
                                          f"{hardware_aware_speedup(alpha, g, t_curve, d_curve):.2f}x (γ = {g})",

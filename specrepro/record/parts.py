@@ -1,20 +1,10 @@
 """Whole-workload record tables measured in parts, then merged (``greedy-equality`` and ``pass-at-1`` with
-``--part I/K``, then ``--merge``).
+``--part I/K``, then ``--merge``), so that a table of hours is made in sittings of at most an hour each.
 
-What this file is: the bookkeeping that lets a table of hours (every HumanEval problem decoded twice) be made in
-sittings of at most an hour each. Part I of K decodes the I-th of K consecutive slices of the workload's prompts
-(:func:`specrepro.bench.run.part_bounds`: sizes differing by at most one, the larger first) and is saved as its own
-table ``<name>.p<I>`` with its own sidecar: the part, its prompts' span, its sitting's run time and CPU. Every prompt
-is decoded as it is in the whole run (its seed is its index in the whole workload), so the merged table holds the
-rows the whole run would have. :func:`read_parts` checks the parts before anything is merged: each part's bytes
-against its sidecar's sha256, the parts 0..K-1 each once, their spans consecutive, and every setting and the CPU
-the same (a table never mixes machines). :func:`merged_provenance` is the merged table's sidecar: the common
-settings, ``parts`` (per part its file, sha256, span, commit and run time), the summed run time and the union of the
-rows' commits and CPUs. ``python -m specrepro status`` reports a merged table by its longest part's sitting and marks
-it stale when a part has changed or gone.
-
-What it is not: the bench's parts (:func:`specrepro.bench.run.merge_parts`, which also recomputes paired speedups and
-averages the parts' cost models); this merges tables whose rows are independent per prompt.
+Part I of K decodes the I-th of K consecutive slices of the prompts (:func:`specrepro.bench.run.part_bounds`), each
+prompt as in the whole run, and is saved as its own table ``<name>.p<I>`` with its own sidecar. :func:`read_parts`
+checks the parts before a merge; :func:`merged_provenance` is the merged table's sidecar. The bench's own parts are
+:func:`specrepro.bench.run.merge_parts`'.
 """
 
 from __future__ import annotations
@@ -73,10 +63,8 @@ def part_span(n_prompts: int, part) -> tuple[int, int, int, int]:
 
 
 def read_parts(paths) -> list[tuple[Path, dict]]:
-    """The part tables at ``paths``, checked, as ``(path, sidecar)`` in part order.
-
-    Args:
-        paths: the ``<name>.p<i>.csv`` files of one run, in any order.
+    """The part tables at ``paths`` (the ``<name>.p<i>.csv`` files of one run, in any order), checked, as ``(path,
+    sidecar)`` in part order.
 
     Raises:
         FileNotFoundError: a part or its sidecar is missing.
@@ -91,9 +79,9 @@ def read_parts(paths) -> list[tuple[Path, dict]]:
     for p in map(Path, paths):
         parse_part_name(p)
         side = p.with_suffix(".provenance.json")
-        if not p.is_file() or not side.is_file():
-            raise FileNotFoundError(f"{p if not p.is_file() else side}: missing (each part is a table and its "
-                                    "sidecar, written with --part I/K)")
+        for f in (p, side):
+            if not f.is_file():
+                raise FileNotFoundError(f"{f}: missing (each part is a table and its sidecar, written with --part I/K)")
         prov = json.loads(side.read_text())
         if (prov.get("sha256") or {}).get(p.name) != sha256_bytes(p.read_bytes()):
             raise ValueError(f"{p}: its bytes differ from the sha256 in {side.name}")
@@ -110,11 +98,10 @@ def read_parts(paths) -> list[tuple[Path, dict]]:
 
 
 def merged_provenance(parts: list[tuple[Path, dict]]) -> dict:
-    """The merged table's sidecar settings from :func:`read_parts`' parts: every common setting (the CPU included),
-    ``parts`` (per part: file, sha256, part, part_prompts, commit, seconds), ``seconds`` (the parts' sum: no one
-    sitting made the table; ``status`` bounds the longest part's), ``resumed_prompts`` summed and the union of the
-    rows' commits and CPUs. The keys :func:`specrepro.record.results.provenance` fills for the merging process
-    (commit, date, torch) are left to it, except ``cpu``, which is the parts'."""
+    """The merged table's sidecar settings from :func:`read_parts`' parts: every common setting (the CPU included; the
+    merging process's commit, date and versions are left to :func:`specrepro.record.results.provenance`), ``parts``
+    (per part: file, sha256, part, part_prompts, commit, seconds), ``seconds`` and ``resumed_prompts`` summed, and the
+    union of the rows' commits and CPUs."""
     first = parts[0][1]
     out = {key: v for key, v in first.items() if key not in PER_PART | {"profile", "device", "torch", "transformers"}}
     out["parts"] = [{"file": p.name, "sha256": prov["sha256"][p.name], "part": prov["part"],

@@ -1,16 +1,11 @@
 """The scorecard's rendering and the pages that hold the record's generated blocks.
 
-What this file is: :func:`render_markdown` (the full scorecard with every reason, in its groups, for
-``scorecard.md``), :func:`render_summary` (the README's short scorecard, one table per group headed by its verdict
-counts), :func:`render_figures` (the README's key figures with their provenance), :func:`render_battery` (the
-exactness battery's power and false alarms), :func:`render_runtimes` (each committed executed notebook's run time),
-:func:`render_ar_cost` and :func:`render_llama_audit`, :func:`write_scorecard` (the ``scorecard`` table and
-``scorecard.md``), :func:`replace_block` / :func:`render_pages` / :func:`update_readme` (each generated block rendered
-into whichever page - README.md or a docs/*.md file - holds its markers, atomically, only under ``make reproduce``
-unless forced) and :func:`plot_verdicts`. The bench and targets blocks are :mod:`specrepro.record.bench_blocks`', the
-GPU block :mod:`specrepro.record.gpu`'s (both re-exported here).
-
-What it is not: the claims or the verdict rules (:mod:`specrepro.record.scorecard`); nothing here decides a verdict.
+:func:`render_markdown` (``scorecard.md``) and :func:`render_summary` (the README's short scorecard), the figures,
+battery, runtimes, arcost and llamaaudit blocks (the bench and targets blocks are
+:mod:`specrepro.record.bench_blocks`', gpu :mod:`specrepro.record.gpu`'s, speed and formats
+:mod:`specrepro.record.speed`'s, all re-exported here), :func:`write_scorecard`, and :func:`render_pages` /
+:func:`update_readme`, which render each block into whichever page (README.md or docs/*.md) holds its markers.
+Nothing here decides a verdict (:mod:`specrepro.record.scorecard` does).
 """
 
 from __future__ import annotations
@@ -25,51 +20,23 @@ import numpy as np
 import pandas as pd
 
 from specrepro.files import atomic_write_files, hold_record_lock_for, read_noted, repo_root
-from specrepro.record.bench_blocks import (  # noqa: F401 - re-exported: the blocks' public names
-    bench_files,
-    prediction_gaps,
-    profile_results,
-    render_bench,
-    render_template,
-    render_targets,
-    targets_table,
-)
-from specrepro.record.bench_blocks import cell as _cell
-from specrepro.record.bench_blocks import provenance_note as _provenance_note
-from specrepro.record.bench_blocks import rel as _rel
-from specrepro.record.gpu import GPU_ALPHA_METHOD, gpu_dir, render_gpu, write_gpu_sidecars  # noqa: F401 - re-exported
+from specrepro.record.bench_blocks import (  # noqa: F401 - bench_files ... targets_table re-exported
+    bench_files, cell, ci_cell, prediction_gaps, profile_figures, profile_results, provenance_note, rel, render_bench,
+    render_targets, render_template, targets_table)
+from specrepro.record.gpu import GPU_ALPHA_METHOD, gpu_dir, render_gpu  # noqa: F401 - re-exported
 from specrepro.record.registry import with_registration
+from specrepro.record.results import (STANDARD, read_json, record_dir,  # noqa: F401 - record_dir re-exported
+                                      save_table, writes_record)
+from specrepro.record.scorecard import (COMPUTED, EXACT, GROUPS, INCONCLUSIVE, JUDGED, N_PHRASE, NOT_REPRODUCED,
+                                        NOT_RUN, NOT_TESTABLE, TREND, VERDICTS, score, verdict_definitions)
 from specrepro.record.speed import render_formats, render_speed
-from specrepro.record.results import (
-    STANDARD,
-    figures_dir,
-    record_dir,
-    save_table,
-    writes_record,
-)
-from specrepro.record.scorecard import (
-    COMPUTED,
-    EXACT,
-    GROUPS,
-    INCONCLUSIVE,
-    JUDGED,
-    N_PHRASE,
-    NOT_REPRODUCED,
-    NOT_RUN,
-    NOT_TESTABLE,
-    TREND,
-    VERDICTS,
-    score,
-    verdict_definitions,
-)
 
 __all__ = ["KEY_FIGURES", "VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_counts", "render_markdown",
            "render_summary", "render_figures", "render_bench", "render_targets", "render_battery", "render_runtimes",
-           "targets_table",
-           "prediction_gaps", "write_scorecard", "replace_block", "block_names", "record_pages", "render_block",
-           "render_pages", "update_readme", "plot_verdicts"]
+           "targets_table", "prediction_gaps", "write_scorecard", "replace_block", "block_names", "record_pages",
+           "render_block", "render_pages", "update_readme", "plot_verdicts"]
 
-#: every generated block but the scorecard (rendered from the card): name -> (profile, directory of its page) -> markdown
+#: every generated block but the scorecard: name -> (profile, directory of its page) -> markdown
 _RENDERERS = {"figures": lambda p, base: render_figures(p, base), "bench": lambda p, base: render_bench(p, base),
               "targets": lambda p, base: render_targets(p), "battery": lambda p, base: render_battery(p),
               "runtimes": lambda p, base: render_runtimes(), "gpu": lambda p, base: render_gpu(p),
@@ -99,12 +66,17 @@ VERDICT_COLORS = {EXACT: "#1b9e77", TREND: "#7fc97f", INCONCLUSIVE: "#fdc086", N
                   COMPUTED: "#80b1d3", NOT_TESTABLE: "#969696", NOT_RUN: "#bdbdbd"}
 
 
-def _groups(card: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """The card's rows by group, in :data:`GROUPS` order (claims order within each), then any other group (a card
-    without the column, or rows without a group, form one group named "")."""
+def _grouped(card: pd.DataFrame, row_cells) -> list[tuple[str, list[tuple]]]:
+    """The card's rows by group, in :data:`GROUPS` order (claims order within each), then any other group (rows
+    without a group form one, "ungrouped"): each group's :func:`group_counts` heading and ``row_cells(row)`` per row."""
     col = card["group"].fillna("").astype(str) if "group" in card else pd.Series("", index=card.index)
     names = [g for g in GROUPS if (col == g).any()] + sorted(set(col) - set(GROUPS))
-    return [(g, card[col == g]) for g in names]
+    return [(group_counts(card[col == g], g or "ungrouped"), [row_cells(r) for _, r in card[col == g].iterrows()])
+            for g in names]
+
+
+def _profile(card: pd.DataFrame, profile: str | None) -> str:
+    return profile or next((p for p in card["profile"] if p), STANDARD)
 
 
 def group_counts(rows: pd.DataFrame, group: str = "") -> str:
@@ -122,7 +94,7 @@ def group_counts(rows: pd.DataFrame, group: str = "") -> str:
             + (f"; not judged: {other}" if other else ""))
 
 
-def _card_head(card: pd.DataFrame, profile: str) -> str:
+def _card_head(card: pd.DataFrame) -> str:
     counts = card["verdict"].value_counts()
     summary = " · ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
     head = f"{card['id'].nunique()} distinct claims, one per statement of a paper: {summary}"
@@ -133,57 +105,51 @@ def _card_head(card: pd.DataFrame, profile: str) -> str:
     return head
 
 
+def _full_row(r) -> tuple:
+    """One row of ``scorecard.md``: where, claim, paper, ours, verdict, why."""
+    where = f"{r['paper']} · {r['source']}" + (f" (arXiv {r['arxiv']})" if r.get("arxiv") else "")
+    claim = cell(r["claim"]) + (f"<br><sub>{cell(r['setting'])}</sub>" if r["setting"] else "")
+    kind = " · ".join(x for x in (str(r.get("paper_kind") or ""), f"margin {r['margin']}" if r.get("margin") else "")
+                      if x)
+    paper = cell(r["paper_value"]) + (f"<br><sub>{cell(kind)}</sub>" if kind else "")
+    ours = cell(r["ours"]) or "—"
+    if r["ours"] and r["our_setting"]:
+        ran = "; ".join(x for x in (f"ran on {r['hardware']}" if r.get("hardware") else "",
+                                    f"tables of commit {r['commit']}" if r.get("commit") else "") if x)
+        ours += f"<br><sub>{cell(r['our_setting'])}" + (f"; {cell(ran)}" if ran else "") + "</sub>"
+    if r.get("interval"):
+        ours += f"<br><sub>interval: {cell(r['interval'])}</sub>"
+    why = cell(r["reason"]) + (f"<br><sub>{cell(r['stability'])}</sub>" if r.get("stability") else "")
+    if r.get("registered"):
+        why += f"<br><sub>rule {cell(r['registered'])}</sub>"
+    return cell(where), claim, paper, ours, f"**{r['verdict']}**", why
+
+
 def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
     """The full scorecard (``scorecard.md``): a line naming the profile, each machine with the number of claims
-    measured on it, the commits, the number of distinct claims (one per statement of a paper) and the count of each
-    verdict; then one table per group (correctness, performance), each headed by its group and its verdict counts.
-
-    Each row: paper, location and arXiv version; the claim with the paper's setting; the paper's number with its
-    kind (measured / computed / asserted); ours with its 95% interval and n, and our setting; the verdict; why.
-    Then where each speedup comes from (:func:`specrepro.record.decompose.speedup_decomposition`).
+    measured on it, the commits, the number of distinct claims and the count of each verdict; then one table per group,
+    headed by its verdict counts. Each row: paper, location and arXiv version; the claim with the paper's setting; the
+    paper's number with its kind; ours with its 95% interval, n and our setting; the verdict; why. Then where each
+    speedup comes from (:func:`specrepro.record.decompose.speedup_decomposition`).
     """
-    profile = profile or next((p for p in card["profile"] if p), STANDARD)
+    from specrepro.record.decompose import speedup_decomposition
+    from specrepro.record.scorecard import load_claims
+    from specrepro.record.tables import Tables
+
+    profile = _profile(card, profile)
     hw = card.loc[card["hardware"].fillna("").astype(str) != "", "hardware"].value_counts()
     commits = sorted({c for c in card["commit"] if c})
     machines = "; ".join(f"{h} ({n} claim{'s' if n > 1 else ''})" for h, n in hw.items())
     head = f"Profile **{profile}**" + (f" on {machines}" if machines else "")
     if commits:
         head += f", tables from commit{'s' if len(commits) > 1 else ''} " + ", ".join(f"`{c}`" for c in commits)
-    head += (f". {_card_head(card, profile)}. Intervals are 95%; each row names how its interval is computed "
+    head += (f". {_card_head(card)}. Intervals are 95%; each row names how its interval is computed "
              f"(medians: the sign test's distribution-free interval; means: a BCa bootstrap).")
-    groups = []
-    for group, rows in _groups(card):
-        cells = []
-        for _, r in rows.iterrows():
-            where = f"{r['paper']} · {r['source']}" + (f" (arXiv {r['arxiv']})" if r.get("arxiv") else "")
-            claim = _cell(r["claim"]) + (f"<br><sub>{_cell(r['setting'])}</sub>" if r["setting"] else "")
-            kind = " · ".join(x for x in (str(r.get("paper_kind") or ""),
-                                          f"margin {r['margin']}" if r.get("margin") else "") if x)
-            paper = _cell(r["paper_value"]) + (f"<br><sub>{_cell(kind)}</sub>" if kind else "")
-            ours = _cell(r["ours"]) or "—"
-            if r["ours"] and r["our_setting"]:
-                ran = "; ".join(x for x in (f"ran on {r['hardware']}" if r.get("hardware") else "",
-                                            f"tables of commit {r['commit']}" if r.get("commit") else "") if x)
-                ours += f"<br><sub>{_cell(r['our_setting'])}" + (f"; {_cell(ran)}" if ran else "") + "</sub>"
-            if r.get("interval"):
-                ours += f"<br><sub>interval: {_cell(r['interval'])}</sub>"
-            why = _cell(r["reason"]) + (f"<br><sub>{_cell(r['stability'])}</sub>" if r.get("stability") else "")
-            if r.get("registered"):
-                why += f"<br><sub>rule {_cell(r['registered'])}</sub>"
-            cells.append((_cell(where), claim, paper, ours, f"**{r['verdict']}**", why))
-        groups.append((group_counts(rows, group or "ungrouped"), cells))
-    from specrepro.record.decompose import speedup_decomposition
-    from specrepro.record.scorecard import load_claims
-    from specrepro.record.tables import Tables
-
-    return render_template("scorecard", head=head, definitions=verdict_definitions().rstrip("\n"), groups=groups,
-                           decomposition=speedup_decomposition(_measured(load_claims(), card), Tables(profile)))
-
-
-def _measured(claims: pd.DataFrame, card: pd.DataFrame) -> pd.DataFrame:
-    """The claims that ``card`` holds a reading of (its ``ours`` cell not empty), in the claims' order."""
-    read = set(card.loc[card["ours"].fillna("").astype(str) != "", "id"])
-    return claims[claims["id"].isin(read)]
+    read = set(card.loc[card["ours"].fillna("").astype(str) != "", "id"])  # the claims the card holds a reading of
+    claims = load_claims()
+    return render_template("scorecard", head=head, definitions=verdict_definitions().rstrip("\n"),
+                           groups=_grouped(card, _full_row),
+                           decomposition=speedup_decomposition(claims[claims["id"].isin(read)], Tables(profile)))
 
 
 _N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"),
@@ -195,15 +161,12 @@ SUMMARY_OURS_CHARS = 150
 def _short_ours(r) -> tuple[str, str]:
     """Our number for the summary (its interval kept, its "n = ..." phrases moved to the n column, cut to
     :data:`SUMMARY_OURS_CHARS`) and the n cell (the first "n = ..." phrase, else the card's n and its unit)."""
-    text = "" if r.get("ours") is None or (isinstance(r["ours"], float) and math.isnan(r["ours"])) else str(r["ours"])
+    text = "" if pd.isna(r.get("ours")) else str(r["ours"])
     m = N_PHRASE.search(text)
-    n_val = r.get("n")
     if m:
         n_cell = " ".join(g for g in m.groups() if g)
-    elif n_val is not None and not (isinstance(n_val, float) and math.isnan(n_val)) and str(n_val) != "":
-        unit = r.get("n_unit")
-        unit = "" if unit is None or (isinstance(unit, float) and math.isnan(unit)) else str(unit)
-        n_cell = f"{int(float(n_val))} {unit}".strip()
+    elif not pd.isna(r.get("n")) and str(r["n"]) != "":
+        n_cell = f"{int(float(r['n']))} {'' if pd.isna(r.get('n_unit')) else r['n_unit']}".strip()
     else:
         n_cell = "—"
     for pattern in _N_REMOVE:
@@ -221,58 +184,46 @@ def _dirty(r) -> bool:
     return str(r.get("commit") or "").endswith("-dirty")
 
 
-def _paper_short(paper: str) -> str:
-    """"Leviathan et al. 2023" -> "Leviathan 2023"; "SpecInfer (Miao et al. 2024)" -> "SpecInfer 2024"."""
-    year = re.search(r"(\d{4})", paper)
-    return f"{paper.split()[0]} {year.group(1)}" if year and paper else paper
+def _summary_row(r) -> tuple:
+    """One row of the README's scorecard: claim (with "Leviathan 2023" for "Leviathan et al. 2023" and its id),
+    paper, ours, n, verdict."""
+    ours, n_cell = _short_ours(r)
+    year = re.search(r"(\d{4})", str(r["paper"]))
+    paper = f"{str(r['paper']).split()[0]} {year.group(1)}" if year else str(r["paper"])
+    claim = f"{cell(r['claim'])} <sub>{cell(paper)} · `{cell(r['id'])}`</sub>"
+    marks = (" · unstable" if r.get("stability") else "") + (" · uncommitted code" if _dirty(r) else "")
+    return claim, cell(r["paper_value"]), cell(ours), cell(n_cell), f"**{r['verdict']}**" + marks
 
 
 def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | None = None) -> str:
-    """The README's scorecard: the number of distinct claims and of each verdict, where the full card is, then one
-    short table per group (claim | paper | ours [95% CI] | n | verdict), each headed by its group and its verdict
-    counts (:func:`group_counts`). The settings, hardware, commits and every reason stay in ``scorecard.md``
-    (:func:`render_markdown`), linked relative to ``base``, the directory of the page that holds the block."""
-    profile = profile or next((p for p in card["profile"] if p), STANDARD)
-    full = profile_results(profile) / "scorecard.md"
-    link = _rel(full, base)
-    groups = []
-    for group, rows in _groups(card):
-        cells = []
-        for _, r in rows.iterrows():
-            ours, n_cell = _short_ours(r)
-            claim = f"{_cell(r['claim'])} <sub>{_cell(_paper_short(str(r['paper'])))} · `{_cell(r['id'])}`</sub>"
-            marks = (" · unstable" if r.get("stability") else "") + (" · uncommitted code" if _dirty(r) else "")
-            cells.append((claim, _cell(r["paper_value"]), _cell(ours), _cell(n_cell), f"**{r['verdict']}**" + marks))
-        groups.append((group_counts(rows, group or "ungrouped"), cells))
-    return render_template("summary", profile=profile, card_head=_card_head(card, profile), link=link,
-                           definitions=verdict_definitions().rstrip("\n"), groups=groups,
+    """The README's scorecard: the number of distinct claims and of each verdict, a link to the full card
+    (``scorecard.md``, relative to ``base``, the directory of the page that holds the block), then one short table per
+    group (claim | paper | ours [95% CI] | n | verdict), each headed by its verdict counts (:func:`group_counts`)."""
+    profile = _profile(card, profile)
+    return render_template("summary", profile=profile, card_head=_card_head(card),
+                           link=rel(profile_results(profile) / "scorecard.md", base),
+                           definitions=verdict_definitions().rstrip("\n"), groups=_grouped(card, _summary_row),
                            unstable=card.get("stability", pd.Series(dtype=str)).astype(bool).any(),
                            dirty=any(_dirty(r) for _, r in card.iterrows()))
 
 
 def render_figures(profile: str = STANDARD, base: Path | None = None) -> str:
-    """Markdown for the README's key figures: each image with its caption and the commit, profile and device of the
-    run that drew it (from its provenance sidecar), or a note that ``make reproduce`` has not drawn it yet; links
+    """Markdown for the README's key figures: each image with its caption and the commit, profile, device and date of
+    the run that drew it (its provenance sidecar), or a note that ``make reproduce`` has not drawn it yet; links
     relative to ``base``, the directory of the page that holds the block (default: the repository root)."""
-    # the README shows the committed record for the standard profile, whoever renders it
-    fdir = record_dir("figures") if profile == STANDARD else figures_dir(profile)
-    rel = _rel(fdir, base)
-    parts = []
+    fdir, figures = profile_figures(profile), []
     for stem, caption in KEY_FIGURES:
-        prov_path = fdir / f"{stem}.provenance.json"
-        if (fdir / f"{stem}.png").exists() and prov_path.exists():
-            prov = json.loads(prov_path.read_text())
-            origin = (f"commit `{prov.get('commit', '?')}`, profile {prov.get('profile', profile)}, "
-                      f"{prov.get('device', '?')}, {prov.get('date', '?')}")
-        else:
-            origin = f"not drawn yet for profile {profile}: `make reproduce` writes it"
-        parts.append(f"![{caption}]({rel}/{stem}.png)\n\n*{caption}* [PDF]({rel}/{stem}.pdf); {origin}.\n")
-    return "\n".join(parts)
+        prov = read_json(fdir / f"{stem}.provenance.json") if (fdir / f"{stem}.png").exists() else None
+        origin = (f"not drawn yet for profile {profile}: `make reproduce` writes it" if prov is None else
+                  f"commit `{prov.get('commit', '?')}`, profile {prov.get('profile', profile)}, "
+                  f"{prov.get('device', '?')}, {prov.get('date', '?')}")
+        figures.append((stem, caption, origin))
+    return render_template("figures", figures=figures, link=rel(fdir, base))
 
 
 def write_scorecard(profile: str = STANDARD, device: str = "cpu", claims: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Score every claim for ``profile`` (:func:`specrepro.record.scorecard.score`), save it as the ``scorecard`` table (CSV
-    + provenance) and its markdown as ``scorecard.md`` beside it; returns the scorecard."""
+    """Score every claim for ``profile`` (:func:`specrepro.record.scorecard.score`), save it as the ``scorecard``
+    table (CSV + provenance) with its markdown ``scorecard.md`` beside it; returns the scorecard."""
     card = with_registration(score(profile, claims))
     save_table(card, "scorecard", profile=profile, device=device,
                companions={"scorecard.md": render_markdown(card, profile)})
@@ -323,69 +274,56 @@ def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None =
     return _RENDERERS[name](profile, base)
 
 
-def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
-    """Our AR baseline's cost in every bench file of ``profile`` beside what the same file measured of the machine:
-    one row per file with the CPU and dtype it ran on, AR's ms per token (median over prompts of each prompt's
-    median over passes, 95% bootstrap interval over prompts, n prompts), AR's target forward per step inside those
-    runs (ms, the same statistic), the cost model's one-token target forward measured before and after the timed
-    passes (ms; the mean of its rounds, as the file records it), and how many (pass, prompt) blocks ran under load
-    where the file records it. Files without a cost model give NaN there."""
-    from specrepro.stats import bootstrap_ci
-
-    rdir = profile_results(profile)
-    rows = []
-    for path in bench_files(rdir):
-        data = json.loads(read_noted(path))
-        cfg, runs = data.get("config") or {}, pd.DataFrame(data.get("runs") or [])
-        if runs.empty or "method" not in runs:
-            continue
-        ar = runs[runs["method"] == "ar"]
-        if ar.empty:
-            continue
-        per_prompt = ar.groupby("prompt")[["ms_per_token", "target_ms"]].median()
-        ms, ms_lo, ms_hi = bootstrap_ci(per_prompt["ms_per_token"].to_numpy(float))
-        fwd, fwd_lo, fwd_hi = bootstrap_ci(per_prompt["target_ms"].to_numpy(float))
-        cm = cfg.get("cost_model") or {}
-        before = ((cm.get("before") or {}).get("target_ms") or {}).get("1")
-        after = ((cm.get("after") or {}).get("target_ms") or {}).get("1")
-        rows.append({"file": path.name, "cpu": cfg.get("cpu") or "not recorded", "dtype": cfg.get("dtype", ""),
-                     "threads": cfg.get("torch_threads"), "n_prompts": int(len(per_prompt)),
-                     "ar_ms_per_token": ms, "ar_ms_lo": ms_lo, "ar_ms_hi": ms_hi,
-                     "ar_forward_ms": fwd, "ar_forward_lo": fwd_lo, "ar_forward_hi": fwd_hi,
-                     "t1_before_ms": float(before) if before is not None else math.nan,
-                     "t1_after_ms": float(after) if after is not None else math.nan,
-                     "blocks_under_load": cfg.get("blocks_under_load"), "blocks": cfg.get("blocks")})
-    return pd.DataFrame(rows)
-
-
 def render_llama_audit(profile: str = STANDARD) -> str:
-    """Markdown for the ``llamaaudit`` block (docs/battery.md): the table ``audit_llamacpp`` (``python -m specrepro
-    audit --runtime llama.cpp``), one row per setting and sampler with its role, n, the TV to the exact law, the
-    chi-square and G-test p-values, the TV detected with 90% power at that n, the verdict at the table's level, and
-    the acceptance rates (llama.cpp's as its program reports it, ours on the same pair), and for a sampler audited
-    against the law its code implies (``llama-speculative``) that law's TV to the exact one and the chi-square p-value
-    of the samples against it; a missing table is named."""
-    rdir = profile_results(profile)
-    path = rdir / "audit_llamacpp.csv"
+    """Markdown for the ``llamaaudit`` block (docs/battery.md) from the table ``audit_llamacpp`` (``python -m
+    specrepro audit --runtime llama.cpp``): per setting and sampler its role, n, TV to the exact law, the chi-square
+    and G-test p-values, the TV detected with 90% power, the verdict, both acceptance rates and, for a sampler audited
+    against the law its code implies, that law's TV to the exact one and the samples' p-value against it; a missing
+    table is named."""
+    path = profile_results(profile) / "audit_llamacpp.csv"
     if not path.exists():
         return ("No llama.cpp audit in the record yet: `make data/results/audit_llamacpp.csv` builds llama.cpp's "
                 "speculative programs and runs it.\n")
     df = pd.read_csv(io.BytesIO(read_noted(path)))
-
-    def num(x, fmt):
-        return format(float(x), fmt) if pd.notna(x) and math.isfinite(float(x)) else "—"
-
     rows = [(r.setting, f"`{r.implementation}`", r.role, int(r.n),
-             num(r.tv, ".3f") + (f" ({num(null, '.3f')})" if pd.notna(null := getattr(r, "tv_null_mean", math.nan))
-                                 else ""),
-             num(r.p_value, ".2g"), num(r.g_test_p, ".2g"), num(r.min_detectable_tv_90, ".3f"), f"**{r.verdict}**",
-             f"{num(r.llamacpp_accept_rate, '.2f')} / {num(r.specrepro_accept_rate, '.2f')}",
-             (f"{num(r.code_law_tv_to_exact, '.3f')} / {num(r.p_value_vs_code_law, '.2g')}"
+             ci_cell(r.tv, spec=".3f") + (f" ({ci_cell(null, spec='.3f')})"
+                                          if pd.notna(null := getattr(r, "tv_null_mean", math.nan)) else ""),
+             ci_cell(r.p_value, spec=".2g"), ci_cell(r.g_test_p, spec=".2g"),
+             ci_cell(r.min_detectable_tv_90, spec=".3f"), f"**{r.verdict}**",
+             f"{ci_cell(r.llamacpp_accept_rate)} / {ci_cell(r.specrepro_accept_rate)}",
+             (f"{ci_cell(r.code_law_tv_to_exact, spec='.3f')} / {ci_cell(r.p_value_vs_code_law, spec='.2g')}"
               if pd.notna(getattr(r, "p_value_vs_code_law", math.nan)) else "—")) for r in df.itertuples()]
     first = df.iloc[0]
-    return render_template("llamaaudit", prov=_provenance_note(path), level=num(first["level"], "g"),
+    return render_template("llamaaudit", prov=provenance_note(path), level=ci_cell(first["level"], spec="g"),
                            version=first["llama_cpp_python"], prompt=first["prompt"], length=int(first["length"]),
                            gamma=int(first["gamma"]), rows=rows)
+
+
+def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
+    """Our AR baseline's cost in every bench file of ``profile`` beside what the same file measured of the machine:
+    one row per file with its CPU, dtype and threads, AR's ms per token and AR's target forward per step in those runs
+    (ms; each the median over prompts of each prompt's median over passes, with its 95% bootstrap interval over
+    prompts and n prompts), the cost model's one-token target forward before and after the timed passes (ms; NaN
+    without a cost model), and how many (pass, prompt) blocks ran under load where the file records it."""
+    from specrepro.stats import bootstrap_ci
+
+    rows = []
+    for path in bench_files(profile_results(profile)):
+        data = json.loads(read_noted(path))
+        cfg, runs = data.get("config") or {}, pd.DataFrame(data.get("runs") or [])
+        if runs.empty or "method" not in runs or not (runs["method"] == "ar").any():
+            continue
+        per_prompt = runs[runs["method"] == "ar"].groupby("prompt")[["ms_per_token", "target_ms"]].median()
+        ms, ms_lo, ms_hi = bootstrap_ci(per_prompt["ms_per_token"].to_numpy(float))
+        fwd, fwd_lo, fwd_hi = bootstrap_ci(per_prompt["target_ms"].to_numpy(float))
+        t1 = {k: ((cfg.get("cost_model") or {}).get(k) or {}).get("target_ms") or {} for k in ("before", "after")}
+        rows.append({"file": path.name, "cpu": cfg.get("cpu") or "not recorded", "dtype": cfg.get("dtype", ""),
+                     "threads": cfg.get("torch_threads"), "n_prompts": int(len(per_prompt)),
+                     "ar_ms_per_token": ms, "ar_ms_lo": ms_lo, "ar_ms_hi": ms_hi,
+                     "ar_forward_ms": fwd, "ar_forward_lo": fwd_lo, "ar_forward_hi": fwd_hi,
+                     **{f"t1_{k}_ms": float(v["1"]) if v.get("1") is not None else math.nan for k, v in t1.items()},
+                     "blocks_under_load": cfg.get("blocks_under_load"), "blocks": cfg.get("blocks")})
+    return pd.DataFrame(rows)
 
 
 def render_ar_cost(profile: str = STANDARD) -> str:
@@ -393,19 +331,12 @@ def render_ar_cost(profile: str = STANDARD) -> str:
     df = ar_cost_table(profile)
     if df.empty:
         return f"No bench file for profile {profile} yet.\n"
-
-    def ci(est, lo, hi):
-        if not math.isfinite(est):
-            return "—"
-        return f"{est:.0f} [{lo:.0f}, {hi:.0f}]" if math.isfinite(lo) else f"{est:.0f}"
-
-    def num(x):
-        return f"{x:.0f}" if isinstance(x, (int, float)) and math.isfinite(x) else "—"
-
-    rows = [(f"`{r.file}`", _cell(r.cpu), r.dtype, r.n_prompts, ci(r.ar_ms_per_token, r.ar_ms_lo, r.ar_ms_hi),
-             ci(r.ar_forward_ms, r.ar_forward_lo, r.ar_forward_hi), f"{num(r.t1_before_ms)} / {num(r.t1_after_ms)}",
-             f"{int(r.blocks_under_load)} of {int(r.blocks)}" if r.blocks is not None and r.blocks == r.blocks
-             else "not recorded") for r in df.itertuples()]
+    rows = [(f"`{r.file}`", cell(r.cpu), r.dtype, r.n_prompts,
+             ci_cell(r.ar_ms_per_token, r.ar_ms_lo, r.ar_ms_hi, ".0f"),
+             ci_cell(r.ar_forward_ms, r.ar_forward_lo, r.ar_forward_hi, ".0f"),
+             f"{ci_cell(r.t1_before_ms, spec='.0f')} / {ci_cell(r.t1_after_ms, spec='.0f')}",
+             f"{int(r.blocks_under_load)} of {int(r.blocks)}" if pd.notna(r.blocks) else "not recorded")
+            for r in df.itertuples()]
     return render_template("arcost", rows=rows)
 
 
@@ -415,9 +346,8 @@ def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
     :func:`record_pages`), each generated block rendered into the page that holds its markers. Writes nothing.
 
     Raises:
-        ValueError: README.md (the first page) lacks the markers of a block of :data:`README_BLOCKS`, a block's
-            markers are missing, repeated or out of order, a block appears on two pages, or a page names a block
-            that is not in :data:`BLOCKS`.
+        ValueError: README.md (the first page) lacks a block of :data:`README_BLOCKS`, a block's markers are missing,
+            repeated or out of order, a block appears on two pages, or a page names a block not in :data:`BLOCKS`.
     """
     pages = [Path(p) for p in (record_pages() if pages is None else pages)]
     texts = {p: p.read_text() for p in pages}
@@ -444,44 +374,38 @@ def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
 
 def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, readme: str | Path | None = None,
                   force: bool = False) -> bool:
-    """Rewrite every generated block (:data:`BLOCKS`) in whichever page holds its markers - README.md (``readme``)
-    or a docs/*.md file beside it (:func:`render_pages`) - from ``card`` (default:
-    :func:`specrepro.record.scorecard.score`) and the result files and figures of ``profile``; the changed pages are
-    written in one step (:func:`specrepro.files.atomic_write_files`). Returns True if any page changed.
-
-    Only ``make reproduce`` (and ``make scorecard``) rewrites the pages (:func:`specrepro.record.results.writes_record`:
-    the standard profile with ``SPECREPRO_RECORD=1``; an interactive run or the quick profile in CI must not), unless
-    ``force``.
+    """Rewrite every generated block in whichever page holds its markers, README.md (``readme``) or a docs/*.md file
+    beside it (:func:`render_pages`), from ``card`` (default: :func:`specrepro.record.scorecard.score`) and
+    ``profile``'s tables and figures; the changed pages are written in one step. Only under ``make reproduce`` or
+    ``make scorecard`` (:func:`specrepro.record.results.writes_record`) unless ``force``. True if a page changed.
 
     Raises:
-        ValueError: README.md lacks the scorecard or figures markers, or a block is misplaced (:func:`render_pages`).
+        ValueError: a block is missing from README.md or misplaced (:func:`render_pages`).
     """
     if not writes_record(profile) and not force:
         return False
     hold_record_lock_for(repo_root() / "README.md")
     pages = render_pages(profile, card, record_pages(readme))
     changed = {p: new.encode() for p, (old, new) in pages.items() if new != old}
-    if not changed:
-        return False
-    atomic_write_files(changed)
-    return True
+    if changed:
+        atomic_write_files(changed)
+    return bool(changed)
 
 
 def render_battery(profile: str = STANDARD) -> str:
-    """Markdown for the README's exactness-battery block, from notebook 01's tables of ``profile`` (the committed
-    record for the standard profile): each goodness-of-fit test's measured false-alarm rate (with its binomial
-    standard error, over the null experiments) and the smallest TV deviation it detects with 90% power, and the
-    published-bug registry's count of negative controls caught and look-alikes passed. A missing table is named."""
+    """Markdown for the exactness-battery block, from notebook 01's tables of ``profile``: each goodness-of-fit test's
+    false-alarm rate (± its binomial standard error over the null experiments) and the smallest TV deviation it
+    detects with 90% power, and the published-bug registry's negative controls caught and look-alikes passed. A
+    missing table is named."""
     rdir = profile_results(profile)
     power_path, bugs_path = rdir / "exactness_power_false_alarm.csv", rdir / "exactness_bug_registry.csv"
     context = {"profile": profile, "rows": None, "bugs": None}
     if power_path.exists():
         power = pd.read_csv(io.BytesIO(read_noted(power_path)))
-        context.update(prov=_provenance_note(power_path), ok=int(power["within_level"].astype(bool).sum()),
+        context.update(prov=provenance_note(power_path), ok=int(power["within_level"].astype(bool).sum()),
                        undetected=not power["min_tv_detected_90"].map(math.isfinite).all(),
-                       rows=[(_cell(r.test), int(r.n), f"{r.level:g}", f"{r.false_alarm:.2%} ± {r.false_alarm_se:.2%}",
-                              f"{r.min_tv_detected_90:.3f}" if math.isfinite(r.min_tv_detected_90) else "—")
-                             for r in power.itertuples()])
+                       rows=[(cell(r.test), int(r.n), f"{r.level:g}", f"{r.false_alarm:.2%} ± {r.false_alarm_se:.2%}",
+                              ci_cell(r.min_tv_detected_90, spec=".3f")) for r in power.itertuples()])
     if bugs_path.exists():
         bugs = pd.read_csv(io.BytesIO(read_noted(bugs_path)))
         neg, pos = bugs[bugs["negative"].astype(bool)], bugs[~bugs["negative"].astype(bool)]
@@ -499,12 +423,11 @@ SCORECARD_NOTEBOOK = "08_scorecard"
 
 
 def render_runtimes(executed: Path | None = None, sources: Path | None = None) -> str:
-    """Markdown for the ``runtimes`` block of docs/profiles.md: for each committed executed notebook of
-    :data:`RUNTIME_PROFILES` (under ``executed``, default ``notebooks/executed/``), the wall-clock run time in minutes
-    that its run stamped into it (:func:`specrepro.record.nbrun.stamp_run`), with the commit, CPU and date of that run.
-    A notebook executed before run times were stamped says so instead of giving a number. The last column says
-    whether the executed notebook's code is its source's today (``sources``, default ``notebooks/``;
-    :func:`specrepro.record.nbrun.code_drift`), and which code cells changed since it ran."""
+    """Markdown for the ``runtimes`` block of docs/profiles.md: per committed executed notebook of
+    :data:`RUNTIME_PROFILES` (under ``executed``, default ``notebooks/executed/``) the run time (minutes) its run
+    stamped into it (:func:`specrepro.record.nbrun.stamp_run`; "not recorded" before stamps existed), with that run's
+    commit, CPU and date, and whether its code cells are its source's today (``sources``, default ``notebooks/``;
+    :func:`specrepro.record.nbrun.code_drift`)."""
     from specrepro.record.nbrun import code_drift, run_facts
 
     root = Path(executed) if executed is not None else repo_root() / "notebooks" / "executed"
@@ -515,8 +438,7 @@ def render_runtimes(executed: Path | None = None, sources: Path | None = None) -
         for nb in sorted((root / prof).glob("[0-9][0-9]_*.ipynb")):
             if nb.name.endswith(".partial.ipynb") or nb.stem == SCORECARD_NOTEBOOK:
                 continue
-            src = sources / nb.name
-            drift = code_drift(src, nb) if src.is_file() else None
+            drift = code_drift(sources / nb.name, nb) if (sources / nb.name).is_file() else None
             stale += bool(drift)
             same = ("no source" if drift is None else "yes" if not drift else
                     f"**no**: code cell{'s' if len(drift) > 1 else ''} {', '.join(map(str, drift))} changed since")
@@ -524,14 +446,14 @@ def render_runtimes(executed: Path | None = None, sources: Path | None = None) -
             missing += run is None
             lines.append(f"| `{nb.stem}` | {prof} | not recorded | | | | {same} |" if run is None else
                          f"| `{nb.stem}` | {run.get('profile', prof)} | {float(run['minutes']):.1f} | "
-                         f"`{run.get('commit', '?')}` | {_cell(run.get('cpu', '?'))} | {run.get('date', '?')} | {same} |")
+                         f"`{run.get('commit', '?')}` | {cell(run.get('cpu', '?'))} | {run.get('date', '?')} | "
+                         f"{same} |")
     return render_template("runtimes", lines=lines, missing=missing, stale=stale,
                            scorecard_notebook=SCORECARD_NOTEBOOK)
 
 
 def plot_verdicts(card: pd.DataFrame, ax=None):
-    """Horizontal stacked bars: the number of distinct claims of each paper per verdict (integer ticks). Returns the
-    axes."""
+    """Horizontal stacked bars: the number of distinct claims of each paper per verdict. Returns the axes."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 

@@ -1,19 +1,12 @@
 """Where results go, and how they are written: atomically, with provenance.
 
-What this file is: the notebooks' one way to save a result table (CSV under ``data/results/``) or a figure (PNG and
-PDF under ``figures/``), each with a provenance sidecar ``<name>.provenance.json`` (git commit, profile, device,
-date, library versions), and to skip work whose result already exists (``make reproduce`` resumes).
-
-Layout by profile, and who writes the record: only ``make reproduce`` writes the committed record. It runs the
-standard profile with the environment variable ``SPECREPRO_RECORD=1`` (:data:`RECORD_ENV`), and only then do tables
-go to ``data/results/`` and figures to ``figures/`` (and notebook 08 rewrite README.md). Every other run - a notebook
-opened in JupyterLab and run top to bottom, papermill without the Makefile, the quick profile in CI - writes to
-``build/<profile>/results/`` and ``build/<profile>/figures/`` (git-ignored), whatever its parameters say, so it can
-never overwrite what the repository reports. Reading follows the same rule, with one fallback: :class:`Tables`-style
-readers (the scorecard) that find no table of the standard profile under ``build/standard/`` read the committed
-record (:func:`read_dirs`), so an interactive notebook 08 scores the record without rewriting it.
-
-What it is not: plotting style (:mod:`specrepro.record.plots`).
+The notebooks' one way to save a result table (CSV) or a figure (PNG and PDF), each with a provenance sidecar
+``<name>.provenance.json`` (commit, profile, device, date, library versions, sha256), and to skip work whose result
+already exists (``make reproduce`` resumes). Only ``make reproduce`` writes the committed record: it runs the standard
+profile with ``SPECREPRO_RECORD=1`` (:data:`RECORD_ENV`), and only then do tables go to ``data/results/`` and figures
+to ``figures/``. Every other run (JupyterLab, papermill without the Makefile, the quick profile in CI) writes under
+``build/<profile>/`` (git-ignored), so it can never overwrite what the repository reports; a reader of the standard
+profile's tables falls back to the committed record (:func:`read_dirs`).
 """
 
 from __future__ import annotations
@@ -24,20 +17,13 @@ import json
 import os
 from pathlib import Path
 
-from specrepro.files import (
-    atomic_write_files,
-    cpu_description,
-    device_description,
-    git_commit,
-    hold_record_lock,
-    note_read,
-    reads,
-    repo_root,
-    sha256_bytes,
-)
+from specrepro.files import (atomic_write_files, cpu_description, device_description, git_commit, hold_record_lock,
+                             note_read, reads, repo_root, sha256_bytes)
 
-__all__ = ["STANDARD", "RECORD_ENV", "writes_record", "record_dir", "results_dir", "figures_dir", "read_dirs", "provenance", "save_table", "load_table", "table_at", "add_footer", "save_figure",
-           "DirtyTreeError", "check_clean_for_record", "RUN_KEYS", "write_with_provenance", "record_hash_mismatches"]
+__all__ = ["STANDARD", "RECORD_ENV", "writes_record", "record_dir", "results_dir", "figures_dir", "read_dirs",
+           "provenance", "save_table", "load_table", "table_at", "add_footer", "save_figure", "DirtyTreeError",
+           "check_clean_for_record", "RUN_KEYS", "write_with_provenance", "record_hash_mismatches", "read_json",
+           "file_changes"]
 
 STANDARD = "standard"
 #: Set to "1" by ``make reproduce`` (and only there): the standard profile then writes the committed record.
@@ -57,20 +43,22 @@ def record_dir(kind: str = "results") -> Path:
     return repo_root() / ("data/results" if kind == "results" else "figures")
 
 
+def _run_dir(kind: str, profile: str) -> Path:
+    d = record_dir(kind) if writes_record(profile) else repo_root() / f"build/{profile}/{kind}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def results_dir(profile: str = STANDARD) -> Path:
     """Where this run writes (and resumes) result tables: the record when :func:`writes_record`, else
     ``build/<profile>/results/`` (created)."""
-    d = record_dir("results") if writes_record(profile) else repo_root() / f"build/{profile}/results"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return _run_dir("results", profile)
 
 
 def figures_dir(profile: str = STANDARD) -> Path:
     """Where this run writes figures: the record's ``figures/`` when :func:`writes_record`, else
     ``build/<profile>/figures/`` (created)."""
-    d = record_dir("figures") if writes_record(profile) else repo_root() / f"build/{profile}/figures"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return _run_dir("figures", profile)
 
 
 def read_dirs(profile: str = STANDARD) -> list[Path]:
@@ -88,17 +76,17 @@ def provenance(profile: str, device: str = "cpu", **extra) -> dict:
     import torch
     import transformers
 
-    rec = {
-        "commit": git_commit(),
-        "profile": profile,
-        "device": device_description(device),
-        "cpu": cpu_description(),
-        "date": datetime.date.today().isoformat(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
-    rec.update(extra)
-    return rec
+    return {"commit": git_commit(), "profile": profile, "device": device_description(device), "cpu": cpu_description(),
+            "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+            "transformers": transformers.__version__, **extra}
+
+
+def read_json(path: Path):
+    """The JSON content of ``path`` (a provenance sidecar, say), or None when it is missing or not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 class DirtyTreeError(RuntimeError):
@@ -129,19 +117,13 @@ RUN_KEYS = frozenset({"commit", "date", "device", "cpu", "torch", "transformers"
 
 
 def write_with_provenance(files: dict, sidecar: Path, prov: dict) -> bool:
-    """Write ``files`` (``{path: bytes}``) and their provenance ``sidecar`` as one step
-    (:func:`specrepro.files.atomic_write_files`); the sidecar records ``sha256``: {file name: sha256 of its bytes}.
-
-    A table re-derived from finished work (a resumed notebook saves again what it read back) often comes out byte for
-    byte as it is on disk. Then nothing is written: the existing sidecar already records the same bytes under the same
-    settings (every key but :data:`RUN_KEYS`), and it names the run that made them, where a rewrite would name a run
-    that only copied them. Returns True when the files were written, False when they were kept.
+    """Write ``files`` (``{path: bytes}``) and their provenance ``sidecar`` (``prov`` with ``sha256``: {file name:
+    sha256}) in one step (:func:`specrepro.files.atomic_write_files`), unless the files on disk already have those
+    bytes and the sidecar the same settings (every key but :data:`RUN_KEYS`): then the sidecar keeps naming the run
+    that made them. Returns True when the files were written, False when they were kept.
     """
     prov = {**prov, "sha256": {Path(p).name: sha256_bytes(b) for p, b in files.items()}}
-    try:
-        old = json.loads(Path(sidecar).read_text())
-    except (OSError, ValueError):
-        old = None
+    old = read_json(sidecar)
     if (isinstance(old, dict) and all(Path(p).exists() and sha256_bytes(Path(p).read_bytes()) == h
                                       for p, h in zip(files, prov["sha256"].values()))
             and {k: v for k, v in old.items() if k not in RUN_KEYS}
@@ -153,11 +135,9 @@ def write_with_provenance(files: dict, sidecar: Path, prov: dict) -> bool:
 
 def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", companions: dict | None = None,
                **extra) -> Path:
-    """Write ``df`` as ``<results_dir>/<name>.csv`` and its provenance sidecar ``<name>.provenance.json`` in one step:
-    the sidecar holds the commit, machine, settings (``extra``) and the sha256 of the table's bytes (and of each
-    ``companions`` file, ``{file name: text}`` written beside it, e.g. the scorecard's markdown). Returns the CSV path.
-    A table identical to the one on disk under the same settings is left as it is, provenance included
-    (:func:`write_with_provenance`).
+    """Write ``df`` as ``<results_dir>/<name>.csv`` with its provenance sidecar (commit, machine, settings ``extra``,
+    sha256 of the table and of each ``companions`` file, ``{file name: text}`` written beside it) in one step
+    (:func:`write_with_provenance`: a table as on disk under the same settings is left as it is). Returns the path.
 
     Raises:
         DirtyTreeError: writing the committed record from a dirty tree (:func:`check_clean_for_record`).
@@ -172,12 +152,8 @@ def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", comp
 
 
 def record_hash_mismatches(dirs=None) -> list[str]:
-    """Every committed result file whose bytes differ from the sha256 its provenance sidecar records, and every
-    sidecar that records none (one line each; empty when the record is consistent).
-
-    Args:
-        dirs: directories to check (default: the record's ``data/results``, ``figures`` and ``data/gpu``).
-    """
+    """Every file under ``dirs`` (default: the record's ``data/results``, ``figures`` and ``data/gpu``) whose bytes
+    differ from the sha256 its provenance sidecar records, and every sidecar that records none: one line each."""
     out = []
     for d in dirs if dirs is not None else (record_dir("results"), record_dir("figures"), repo_root() / "data/gpu"):
         for side in sorted(Path(d).glob("*.provenance.json")):
@@ -185,24 +161,29 @@ def record_hash_mismatches(dirs=None) -> list[str]:
             if not hashes:
                 out.append(f"{side}: no sha256 recorded")
                 continue
-            for fname, digest in sorted(hashes.items()):
-                f = side.parent / fname
-                if not f.exists():
-                    out.append(f"{f}: missing (its provenance records it)")
-                elif sha256_bytes(f.read_bytes()) != digest:
-                    out.append(f"{f}: sha256 differs from {side.name}")
+            out += [f"{side.parent / name}: missing (its provenance records it)" if state == "missing" else
+                    f"{side.parent / name}: sha256 differs from {side.name}"
+                    for name, state in file_changes(hashes, side.parent).items()]
+    return out
+
+
+def file_changes(digests: dict, folder: Path) -> dict[str, str]:
+    """The files of ``digests`` (``{path under folder, or absolute: sha256}``), in sorted order, that are "missing" or
+    "changed" (other bytes than recorded): ``{path: state}``."""
+    out = {}
+    for name, digest in sorted(digests.items()):
+        path = Path(folder) / name
+        if not path.is_file():
+            out[name] = "missing"
+        elif sha256_bytes(path.read_bytes()) != digest:
+            out[name] = "changed"
     return out
 
 
 def load_table(name: str, profile: str = STANDARD, **settings):
-    """Read ``<results_dir>/<name>.csv`` back as a DataFrame; None if it does not exist yet.
-
-    With ``settings`` (keyword arguments that were also passed to :func:`save_table`, e.g. ``prompts=2,
-    tokens=24``), the table is returned only if its provenance sidecar recorded the same value for every one of
-    them; a table written under other settings (or before the setting was recorded) is stale and gives None, so a
-    resumed notebook recomputes it instead of reusing numbers measured for a different experiment. Values are
-    compared after a JSON round trip (tuples and lists are equal).
-    """
+    """``<results_dir>/<name>.csv`` as a DataFrame; None if it does not exist yet, or if its sidecar did not record
+    the same value for each of ``settings`` (as passed to :func:`save_table`, compared after a JSON round trip), so a
+    resumed notebook recomputes a table measured for another experiment."""
     return table_at(results_dir(profile) / f"{name}.csv", **settings)
 
 
@@ -215,13 +196,8 @@ def table_at(path: Path, **settings):
     if not path.exists():
         return None
     if settings:
-        sidecar = path.with_suffix(".provenance.json")
-        try:
-            recorded = json.loads(sidecar.read_text())
-        except (OSError, ValueError):
-            return None
-        wanted = json.loads(json.dumps(settings))
-        if any(recorded.get(k, _MISSING) != v for k, v in wanted.items()):
+        recorded = read_json(path.with_suffix(".provenance.json"))
+        if recorded is None or any(recorded.get(k, _MISSING) != v for k, v in json.loads(json.dumps(settings)).items()):
             return None
     data = path.read_bytes()
     note_read(path, data)
@@ -232,9 +208,8 @@ _MISSING = object()
 
 
 def add_footer(fig, text: str):
-    """Put ``text`` (small, grey, right-aligned) just below everything already drawn on ``fig`` - tick labels, axis
-    labels, legends and captions placed under the axes - so it overlaps none of them (a fixed position such as
-    y = -0.02 collides with x labels of some layouts). Returns the Text artist."""
+    """Put ``text`` (small, grey, right-aligned) just below everything already drawn on ``fig`` (tick and axis labels,
+    legends, captions), overlapping none of them. Returns the Text artist."""
     fig.canvas.draw()  # lay out (tight/constrained layout) so the extents below are final
     bb = fig.get_tightbbox(fig.canvas.get_renderer())  # inches, figure origin
     w, h = fig.get_figwidth(), fig.get_figheight()
@@ -243,13 +218,10 @@ def add_footer(fig, text: str):
 
 
 def save_figure(fig, name: str, profile: str = STANDARD, device: str = "cpu", **extra) -> Path:
-    """Save ``fig`` as PNG and PDF under ``figures_dir(profile)`` with a provenance footer and sidecar.
-
-    The footer names the commit, profile and device so a figure carries where it came from. The sidecar also records
-    ``inputs``: ``{table path: sha256}`` of every table this process had read or written when the figure was saved
-    (:func:`specrepro.files.reads`; :func:`save_table`, :func:`load_table` and the scorecard's readers note them), so
-    that ``python -m specrepro status`` shows the figure stale once one of those tables changes. Returns the PNG
-    path.
+    """Save ``fig`` as PNG and PDF under ``figures_dir(profile)`` with a footer naming the commit, profile and device,
+    and a provenance sidecar that also records ``inputs``: ``{table path: sha256}`` of every table this process had
+    read or written (:func:`specrepro.files.reads`), so that ``status`` shows the figure stale once one changes.
+    Returns the PNG path.
     """
     check_clean_for_record(profile)
     prov = provenance(profile, device, **extra)

@@ -1,19 +1,18 @@
-"""The README's speed block: which way of running the pair is fastest on the CPU of record, where speculation pays
-and where it cannot, and why, from the weight-format table of llama.cpp (``data/results/llamacpp_formats.csv``,
-:mod:`specrepro.bench.formats`)."""
+"""The README's speed block and docs/bench.md's formats block: which way of running the pair is fastest on the CPU of
+record, where speculation pays and where it cannot, and why, from llama.cpp's weight-format table
+(``data/results/llamacpp_formats.csv``, :mod:`specrepro.bench.formats`)."""
 
 from __future__ import annotations
 
 import io
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from specrepro.files import read_noted
-from specrepro.record.bench_blocks import profile_results, rel, render_template
-from specrepro.record.results import STANDARD, figures_dir, record_dir
+from specrepro.record.bench_blocks import ci_cell, profile_figures, profile_results, rel, render_template
+from specrepro.record.results import STANDARD
 
 __all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "SIXTEEN_BIT_TARGETS", "render_speed", "render_formats", "speed_rows",
            "gap_rows", "sixteen_bit_rows", "save_formats_figure"]
@@ -21,28 +20,20 @@ __all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "SIXTEEN_BIT_TARGETS", "render_spe
 #: the table the block reads and the figure it shows
 FORMATS_TABLE = "llamacpp_formats.csv"
 FORMATS_FIGURE = "fig_llamacpp_formats.png"
-
-
-def _ci(v, lo, hi, fmt: str = "{:.2f}") -> str:
-    if any(not isinstance(x, (int, float)) or not math.isfinite(x) for x in (v, lo, hi)):
-        return "—" if not (isinstance(v, (int, float)) and math.isfinite(v)) else fmt.format(v)
-    return f"{fmt.format(v)} [{fmt.format(lo)}, {fmt.format(hi)}]"
+#: the columns of :func:`speed_rows` the README's short table shows: format, AR ms, γ, decode and end-to-end speedups
+_SHORT = (0, 2, 4, 8, 9)
 
 
 def speed_rows(df: pd.DataFrame) -> list[tuple]:
     """One markdown row per weight format: file size, llama.cpp's AR decode ms per token, our chain's, the
     block-cost ratio at the measured γ, the free-draft bound, the prediction at the measured α, the measured decode
     and end-to-end speedups (95% intervals) and α."""
-    rows = []
-    for r in df.itertuples():
-        rows.append((
-            f"`{r.format}`", f"{r.file_mib:.0f}", _ci(r.ar_decode_ms, r.ar_decode_ms_lo, r.ar_decode_ms_hi, "{:.1f}"),
-            _ci(r.sd_decode_ms, r.sd_decode_ms_lo, r.sd_decode_ms_hi, "{:.1f}"), str(int(r.measured_gamma)),
-            f"{r.block_ratio:.2f}", f"{r.free_draft_bound:.2f}×", f"{r.predicted_at_measured_alpha:.2f}×",
-            _ci(r.decode_speedup, r.decode_speedup_lo, r.decode_speedup_hi) + "×",
-            _ci(r.speedup, r.speedup_lo, r.speedup_hi) + "×",
-            _ci(r.measured_alpha, r.measured_alpha_lo, r.measured_alpha_hi)))
-    return rows
+    return [(f"`{r.format}`", f"{r.file_mib:.0f}", ci_cell(r.ar_decode_ms, r.ar_decode_ms_lo, r.ar_decode_ms_hi, ".1f"),
+             ci_cell(r.sd_decode_ms, r.sd_decode_ms_lo, r.sd_decode_ms_hi, ".1f"), str(int(r.measured_gamma)),
+             f"{r.block_ratio:.2f}", f"{r.free_draft_bound:.2f}×", f"{r.predicted_at_measured_alpha:.2f}×",
+             ci_cell(r.decode_speedup, r.decode_speedup_lo, r.decode_speedup_hi) + "×",
+             ci_cell(r.speedup, r.speedup_lo, r.speedup_hi) + "×",
+             ci_cell(r.measured_alpha, r.measured_alpha_lo, r.measured_alpha_hi)) for r in df.itertuples()]
 
 
 def gap_rows(df: pd.DataFrame) -> list[tuple]:
@@ -51,15 +42,6 @@ def gap_rows(df: pd.DataFrame) -> list[tuple]:
     return [(f"`{r.format}`", f"{r.measured_over_predicted:.2f}", f"{r.ar_decode_over_t1:.2f}",
              f"{r.tokens_per_step_over_eq1:.2f}", f"{r.target_step_over_cost:.2f}", f"{r.draft_step_over_t1:.2f}")
             for r in df.itertuples()]
-
-
-def short_rows(df: pd.DataFrame) -> list[tuple]:
-    """The README's rows: per format, llama.cpp's AR decode time, γ, and the chain's decode and end-to-end speedups
-    (95% CIs)."""
-    return [(f"`{r.format}`", _ci(r.ar_decode_ms, r.ar_decode_ms_lo, r.ar_decode_ms_hi, "{:.1f}"),
-             str(int(r.measured_gamma)),
-             _ci(r.decode_speedup, r.decode_speedup_lo, r.decode_speedup_hi) + "×",
-             _ci(r.speedup, r.speedup_lo, r.speedup_hi) + "×") for r in df.itertuples()]
 
 
 #: the 16-bit files' targets the block reports (:data:`specrepro.bench.targets.TARGETS`), with their short labels
@@ -71,10 +53,9 @@ SIXTEEN_BIT_TARGETS = {"llama-16bit-decode-vs-llama-ar": "greedy, over its AR in
 
 def sixteen_bit_rows(profile: str = STANDARD, base: Path | None = None) -> list[dict]:
     """The 16-bit files' targets (:data:`SIXTEEN_BIT_TARGETS`) checked on ``profile``'s bench files
-    (:func:`specrepro.bench.targets.check_targets`): per target its label, the number it names, its status, the
-    measured ratio with its 95% interval over prompts (the first the check reports: against llama.cpp's server where
-    the run has it), our method and llama.cpp's (for a comparison with its speculation), n, and the file's link;
-    targets whose file is not in the profile are left out."""
+    (:func:`specrepro.bench.targets.check_targets`), those whose file is in the profile: per target its label,
+    threshold, status, the measured ratio with its 95% interval (the first the check reports), our method and
+    llama.cpp's, n, and the file's link."""
     from specrepro.bench.targets import TARGETS, check_targets
 
     chosen = [t for t in TARGETS if t.id in SIXTEEN_BIT_TARGETS]
@@ -98,29 +79,26 @@ def _context(profile: str, base: Path | None) -> dict:
     if path.exists():
         df = pd.read_csv(io.BytesIO(read_noted(path)))
         prov = json.loads(path.with_suffix(".provenance.json").read_text())
-        ar = df.loc[df["ar_decode_ms"].idxmin()]
-        sd = df.loc[df["sd_decode_ms"].idxmin()]
+        ar, sd = df.loc[df["ar_decode_ms"].idxmin()], df.loc[df["sd_decode_ms"].idxmin()]
         best = ("ar", ar) if ar["ar_decode_ms"] <= sd["sd_decode_ms"] else ("sd", sd)
-        pays = df[df["decode_speedup_lo"] > 1.0]
-        loses = df[df["decode_speedup_hi"] < 1.0]
-        fig = (record_dir("figures") if profile == STANDARD else figures_dir(profile)) / FORMATS_FIGURE
+        fig = profile_figures(profile) / FORMATS_FIGURE
+        rows = speed_rows(df)
         context.update(
-            rows=speed_rows(df), gaps=gap_rows(df), short=short_rows(df), commit=prov.get("commit", "?"),
-            cpu=prov.get("cpu", "?"), variant=", ".join(sorted(set(df["cpu_variant"].astype(str)))),
-            threads=int(df["threads"].iloc[0]), n_prompts=int(df["n_prompts"].iloc[0]),
-            passes=int(df["passes"].iloc[0]), alpha=float(df["alpha"].iloc[0]),
+            rows=rows, gaps=gap_rows(df), short=[tuple(r[i] for i in _SHORT) for r in rows],
+            commit=prov.get("commit", "?"), cpu=prov.get("cpu", "?"),
+            variant=", ".join(sorted(set(df["cpu_variant"].astype(str)))), threads=int(df["threads"].iloc[0]),
+            n_prompts=int(df["n_prompts"].iloc[0]), passes=int(df["passes"].iloc[0]), alpha=float(df["alpha"].iloc[0]),
             alpha_from=(prov.get("alpha") or {}).get("method", "?"), best_kind=best[0], best=best[1],
-            pays=list(pays["format"]), loses=list(loses["format"]), n_formats=len(df),
+            pays=list(df.loc[df["decode_speedup_lo"] > 1.0, "format"]),
+            loses=list(df.loc[df["decode_speedup_hi"] < 1.0, "format"]), n_formats=len(df),
             figure=rel(fig, base) if fig.exists() else None)
     return context
 
 
 def render_speed(profile: str = STANDARD, base: Path | None = None) -> str:
-    """Markdown for the README's ``speed`` block: the fastest way to run the pair, where our exact chain beats
-    llama.cpp's AR on the same file and where it loses, and one short table, from the weight-format table of
-    ``profile`` (the committed record for the standard profile; a missing table is named with its command); then
-    the 16-bit files' targets (:func:`sixteen_bit_rows`): every method side by side on the file where blocks are
-    cheapest."""
+    """Markdown for the README's ``speed`` block from ``profile``'s weight-format table (a missing table is named with
+    its command): the fastest way to run the pair, where our exact chain beats llama.cpp's AR on the same file and
+    where it loses, one short table, then the 16-bit files' targets (:func:`sixteen_bit_rows`)."""
     return render_template("speed", **_context(profile, base), sixteen=sixteen_bit_rows(profile, base))
 
 
@@ -132,9 +110,8 @@ def render_formats(profile: str = STANDARD, base: Path | None = None) -> str:
 
 
 def save_formats_figure(profile: str = STANDARD) -> Path:
-    """Draw :func:`specrepro.bench.formats.plot_formats` from the weight-format table of ``profile`` and save it as
-    :data:`FORMATS_FIGURE` (PNG and PDF with its provenance sidecar, :func:`specrepro.record.results.save_figure`).
-    Returns the PNG path.
+    """Draw :func:`specrepro.bench.formats.plot_formats` from ``profile``'s weight-format table and save it as
+    :data:`FORMATS_FIGURE` (:func:`specrepro.record.results.save_figure`). Returns the PNG path.
 
     Raises:
         FileNotFoundError: the table is not there.
@@ -142,6 +119,5 @@ def save_formats_figure(profile: str = STANDARD) -> Path:
     from specrepro.bench.formats import plot_formats
     from specrepro.record.results import save_figure
 
-    df = pd.read_csv(io.BytesIO(read_noted(profile_results(profile) / FORMATS_TABLE)))
-    ax = plot_formats(df)
+    ax = plot_formats(pd.read_csv(io.BytesIO(read_noted(profile_results(profile) / FORMATS_TABLE))))
     return save_figure(ax.figure, Path(FORMATS_FIGURE).stem, profile=profile)

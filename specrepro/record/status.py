@@ -1,26 +1,17 @@
 """Where the record stands: every shard, executed notebook and figure, current, stale (and why) or missing.
 
-What this file is: ``python -m specrepro status`` (``make status``). It compares what each artifact of the committed
-record was made from with what the repository holds now, so that staleness is detected rather than remembered:
+``python -m specrepro status`` (``make status``) compares what each artifact of the committed record was made from
+with what the repository holds now, so that staleness is detected rather than remembered:
 
-- a **shard** (one ``make`` target that measures and writes one table of the record outside the notebooks: the
-  bench files, the whole-workload greedy equality and pass@1 runs, the audit, ...) is stale when its bytes differ
-  from the sha256 its sidecar records, or, for a bench file, when the settings it recorded (methods, prompts, tokens,
-  sampling, passes, dtype, options) differ from its ``make`` recipe today (``make -n``);
-- an **executed notebook** (``notebooks/executed/standard/``) is stale when its code cells differ from its source's
-  (:func:`specrepro.record.nbrun.code_drift`), or when a table it read or wrote (``metadata.specrepro.inputs``,
-  :func:`specrepro.record.nbrun.stamp_inputs`) no longer has the bytes it had; one executed before inputs were
-  recorded is stale until its next run ("inputs not recorded");
-- a **figure** (``figures/*.provenance.json``) is stale when its files differ from its sidecar's sha256, or a table it
-  was drawn from (the sidecar's ``inputs``, :func:`specrepro.record.results.save_figure`) has changed since.
+- a **shard** (one ``make`` target that measures one table outside the notebooks) is stale when its bytes differ from
+  its sidecar's sha256, or, for a bench file, when the settings it recorded differ from its ``make`` recipe today;
+- an **executed notebook** is stale when its code cells differ from its source's
+  (:func:`specrepro.record.nbrun.code_drift`) or a table it read or wrote no longer has the bytes it had;
+- a **figure** is stale when its files differ from its sidecar's sha256 or a table it was drawn from has changed.
 
-Each row also gives the artifact's last measured run time (minutes, from the notebook's run stamp or the shard's
-recorded seconds), the CPU it ran on, and an estimate for this machine: that time scaled by the ratio of the 1.5B
-target's one-token forward cost here to its cost on that CPU (:func:`forward_costs` reads them from the record's cost
-models; ``--measure`` times a random-weight model of the target's architecture on this machine when the record has
-none for its CPU).
-
-What it is not: a runner (``make reproduce`` and the shards' targets run things) or the scorecard.
+Each row also gives the artifact's last run time (minutes), the CPU it ran on, and an estimate for this machine: that
+time scaled by the 1.5B target's one-token forward cost here over its cost on that CPU (:func:`forward_costs`;
+``--measure`` times it here, :func:`measure_forward_ms`). Not a runner: ``make`` runs things.
 """
 
 from __future__ import annotations
@@ -35,15 +26,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import cpu_description, repo_root, sha256_bytes
+from specrepro.files import cpu_description, repo_root
 from specrepro.record.nbrun import code_drift, recorded_inputs, run_facts
+from specrepro.record.results import file_changes
 
-__all__ = ["Shard", "SHARDS", "OTHER_SHARDS", "record_shards", "BENCH_PARTS", "STATES", "shard_status",
-           "notebook_status", "figure_status", "input_changes", "forward_costs", "measure_forward_ms",
-           "SHARD_BOUND_MIN", "expected_settings", "status_table", "configure_parser", "run_command"]
+__all__ = ["Shard", "SHARDS", "OTHER_SHARDS", "record_shards", "BENCH_PARTS", "shard_status", "notebook_status",
+           "figure_status", "input_changes", "forward_costs", "measure_forward_ms", "SHARD_BOUND_MIN",
+           "expected_settings", "status_table", "configure_parser", "run_command"]
 
-#: the states an artifact can be in
-STATES = ("current", "stale", "missing")
 #: a shard is sized to finish within this many minutes on the slowest CPU the record has met; a sitting that took
 #: longer is noted (the shard resumes over sittings, but should be split)
 SHARD_BOUND_MIN = 60
@@ -88,11 +78,8 @@ OTHER_SHARDS: tuple[Shard, ...] = (
     _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
     *(_csv(f"divergences_{n}") for n in ("bench_qwen_bf16", "bench_llamacpp_greedy", "bench_llamacpp_spec",
                                          "bench_llamacpp_chat")),
-    _csv("audit_transformers"),
-    _csv("audit_llamacpp"),
-    _csv("llamacpp_formats"),
-    _csv("llamacpp_variants"),
-    _csv("verdict_history"),
+    *(_csv(n) for n in ("audit_transformers", "audit_llamacpp", "llamacpp_formats", "llamacpp_variants",
+                        "verdict_history")),
 )
 
 
@@ -106,8 +93,8 @@ def _standard_groups(root: Path | None = None) -> dict:
 
 
 def record_shards() -> tuple[Shard, ...]:
-    """Every shard of the record: :data:`OTHER_SHARDS`, then notebooks 03-06's shards of the standard profile, as
-    :func:`specrepro.record.shards.shard_groups` describes them (also ``SHARDS``)."""
+    """Every shard of the record (also ``SHARDS``): :data:`OTHER_SHARDS`, then notebooks 03-06's shards of the
+    standard profile (:func:`specrepro.record.shards.shard_groups`)."""
     return OTHER_SHARDS + tuple(_csv(n) for n in _standard_groups())
 
 
@@ -118,10 +105,8 @@ def __getattr__(name: str):
 
 
 def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
-    """What a notebook-03, 04, 05 or 06 shard's sidecar must record to be the measurement the standard profile asks
-    for today (the group's ``expected``: :class:`specrepro.record.shards.Table2Shards`' T = 1 parts' methods, which
-    follow the greedy parts, are not compared; a tree-speed part's tree and chain, and a Medusa shard's tree from an
-    accuracy table, are compared with the choice the recorded tables make); None for other shards."""
+    """What a notebook-03 to 06 shard's sidecar must record to be the measurement the standard profile asks for today
+    (its group's ``expected``, :mod:`specrepro.record.shards`); None for other shards."""
     root = root or repo_root()
     group = _standard_groups(root).get(shard.name)
     return None if group is None else group.expected(shard.name, root / "data" / "results")
@@ -130,27 +115,20 @@ def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
 def input_changes(inputs: dict[str, str], root: Path | None = None) -> list[str]:
     """The recorded inputs (``{path relative to the repository: sha256}``) whose bytes are not those recorded: one
     phrase each ("<path> changed", "<path> missing"); empty when all are as recorded."""
-    root = root or repo_root()
-    out = []
-    for rel, digest in sorted(inputs.items()):
-        path = Path(rel) if Path(rel).is_absolute() else root / rel
-        if not path.is_file():
-            out.append(f"{rel} missing")
-        elif sha256_bytes(path.read_bytes()) != digest:
-            out.append(f"{rel} changed")
-    return out
+    return [f"{rel} {state}" for rel, state in file_changes(inputs, root or repo_root()).items()]
+
+
+def _input_reasons(inputs: dict | None, root: Path, made: str) -> list[str]:
+    if inputs is None:
+        return [f"inputs not recorded ({made} before they were)"]
+    return input_changes(inputs, root)
 
 
 # --- bench files: recorded settings against the make recipe -------------------------------------------------------
 
-#: bench config key -> (bench CLI option dest, how to compare); the settings that decide what a bench file measures
-_BENCH_SETTINGS = ("methods", "n_prompts", "prompt_offset", "part", "max_new_tokens", "temperature", "top_p", "top_k",
-                   "seed", "repeats", "workload", "options", "chat_template", "dtype")
-
-
 def make_recipe(target: str, root: Path | None = None) -> list[str]:
-    """The command lines ``make`` would run for ``target`` today (``make -n -B``, dry run; nothing is executed),
-    with make's own lines and the environment's set-up left out."""
+    """The ``python -m specrepro`` command lines ``make`` would run for ``target`` today (``make -n -B``: nothing is
+    executed)."""
     out = subprocess.run(["make", "--no-print-directory", "-n", "-B", target], cwd=root or repo_root(),
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
@@ -160,41 +138,37 @@ def make_recipe(target: str, root: Path | None = None) -> list[str]:
 
 
 def _recipe_settings(line: str) -> dict:
-    """The settings a ``python -m specrepro bench ...`` command line asks for, as the bench records them."""
+    """The settings a ``python -m specrepro bench ...`` command line asks for, as the bench records them: those that
+    decide what a bench file measures."""
     from specrepro.bench.cli import configure_parser as bench_parser
+    from specrepro.bench.run import parse_part
 
     words = shlex.split(line)
-    words = words[words.index("bench") + 1:]
     p = argparse.ArgumentParser(add_help=False)
     bench_parser(p)
-    args, _ = p.parse_known_args(words)
+    args, _ = p.parse_known_args(words[words.index("bench") + 1:])
     methods = [m.strip() for m in (args.methods or "").split(",") if m.strip()]
     if methods and args.baseline not in methods:  # the bench runs its baseline first when it is not named
         methods.insert(0, args.baseline)
-    options = dict(o.split("=", 1) for o in args.opt)
-    from specrepro.bench.run import parse_part
-
     return {"methods": methods, "n_prompts": args.n_prompts, "prompt_offset": args.prompt_offset,
             "part": None if args.part is None else list(parse_part(args.part)),
             "max_new_tokens": args.max_new_tokens,
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed,
-            "repeats": args.repeats, "workload": args.workload, "options": options, "chat_template": bool(args.chat),
-            "dtype": None if args.dtype == "auto" else args.dtype}
+            "repeats": args.repeats, "workload": args.workload, "options": dict(o.split("=", 1) for o in args.opt),
+            "chat_template": bool(args.chat), "dtype": None if args.dtype == "auto" else args.dtype}
 
 
 def bench_setting_changes(config: dict, recipe: dict) -> list[str]:
-    """Where a bench file's recorded ``config`` differs from what its ``make`` recipe asks for today (one phrase per
-    setting; a dtype of ``auto`` in the recipe matches any; options are compared as the bench's ``--opt`` values, so
-    an option the recipe does not set is not compared; methods by the names that are their whole configuration,
-    :func:`specrepro.bench.registry.canonical_method`, so ``sd-draft-adaptive@20`` with ``--opt draft_kind=int8`` is
-    ``sd-draft-adaptive-int8@20``)."""
+    """Where a bench file's recorded ``config`` differs from what its ``make`` recipe asks for today
+    (:func:`_recipe_settings`), one phrase per setting. A recipe's dtype ``auto`` matches any; only the options the
+    recipe sets are compared; methods by their canonical names (:func:`specrepro.bench.registry.canonical_method`)."""
     from specrepro.bench.registry import canonical_method
 
     out = []
-    config = {**config, "methods": [canonical_method(m, config.get("options")) for m in config.get("methods") or []]}
-    recipe = {**recipe, "methods": [canonical_method(m, recipe.get("options")) for m in recipe.get("methods") or []]}
-    for key in _BENCH_SETTINGS:
-        want, have = recipe.get(key), config.get(key)
+    config, recipe = ({**d, "methods": [canonical_method(m, d.get("options")) for m in d.get("methods") or []]}
+                      for d in (config, recipe))
+    for key, want in recipe.items():
+        have = config.get(key)
         if key == "dtype" and want is None:
             continue
         if key == "prompt_offset":  # files written before the option existed start at the first prompt
@@ -209,44 +183,58 @@ def bench_setting_changes(config: dict, recipe: dict) -> list[str]:
     return out
 
 
-def _merged_from_parts(row: dict, parts: list[dict], folder: Path) -> list[str]:
-    """A table merged from parts: each part was its own sitting, so ``row``'s minutes are the longest part's; the
-    reasons it is stale (a part missing, or changed since the merge)."""
-    row["minutes"] = round(max(float(p.get("seconds") or 0.0) for p in parts) / 60, 1)
-    row["note"] = f"merged from {len(parts)} parts (minutes: the longest part's sitting)"
-    reasons = []
-    for p in parts:
-        f = folder / str(p.get("file"))
-        if not f.is_file():
-            reasons.append(f"its part {p.get('file')} is missing")
-        elif sha256_bytes(f.read_bytes()) != p.get("sha256"):
-            reasons.append(f"its part {p.get('file')} changed since the merge")
-    return reasons
-
-
-def _run_time(row: dict, meta: dict, folder: Path) -> list[str]:
-    """``row``'s CPU and minutes from what a run recorded (``meta``: a bench file's config or a table's sidecar): the
-    whole run's seconds, or the longest part's of a table merged from parts (then the reasons it is stale)."""
-    row["cpu"] = meta.get("cpu") or ""
-    if meta.get("parts"):  # merged from parts (bench, greedy-equality or pass-at-1 --merge)
-        return _merged_from_parts(row, meta["parts"], folder)
-    if meta.get("seconds") is not None:
-        row["minutes"] = round(float(meta["seconds"]) / 60, 1)
-    return []
-
-
 def _add_note(row: dict, text: str) -> None:
     row["note"] = "; ".join(filter(None, [row.get("note"), text]))
 
 
+def _run_time(row: dict, meta: dict, folder: Path) -> list[str]:
+    """``row``'s CPU and minutes from what a run recorded (``meta``: a bench file's config or a table's sidecar), and
+    the reasons a table merged from parts is stale (a part missing or changed since); such a table's minutes are its
+    longest part's, each part being its own sitting."""
+    row["cpu"] = meta.get("cpu") or ""
+    parts = meta.get("parts")
+    if not parts:
+        if meta.get("seconds") is not None:
+            row["minutes"] = round(float(meta["seconds"]) / 60, 1)
+        return []
+    row["minutes"] = round(max(float(p.get("seconds") or 0.0) for p in parts) / 60, 1)
+    row["note"] = f"merged from {len(parts)} parts (minutes: the longest part's sitting)"
+    changes = file_changes({str(p.get("file")): p.get("sha256") for p in parts}, folder)
+    return [f"its part {name} is missing" if state == "missing" else f"its part {name} changed since the merge"
+            for name, state in changes.items()]
+
+
 def _hash_reasons(digests: dict | None, folder: Path) -> list[str]:
     """The files of a sidecar's ``sha256`` (``{file name: digest}``, under ``folder``) missing or not those bytes."""
-    return [f"{name} differs from its sidecar's sha256" for name, digest in sorted((digests or {}).items())
-            if not (folder / name).is_file() or sha256_bytes((folder / name).read_bytes()) != digest]
+    return [f"{name} differs from its sidecar's sha256" for name in file_changes(digests or {}, folder)]
+
+
+def _bench_reasons(row: dict, shard: Shard, root: Path, recipe: list[str] | None) -> list[str]:
+    """A bench file's run time and the reasons it is stale: its parts, settings other than its recipe's, its bytes."""
+    path = root / shard.target
+    data = json.loads(path.read_text())
+    config = data.get("config", {})
+    reasons = _run_time(row, config, path.parent)
+    if not config.get("parts") and config.get("seconds") is None:  # written before the bench recorded its run time
+        timed = sum(float(r.get("seconds") or 0.0) for r in data.get("runs", []))
+        row["minutes"] = round(timed / 60, 1) if timed else math.nan
+        row["note"] = "run time of its timed calls alone (a lower bound)"
+    lines = recipe if recipe is not None else make_recipe(shard.target, root)
+    bench = [ln for ln in lines if " bench " in f" {ln} " and " --merge " not in f" {ln} "]
+    if bench and not config.get("parts"):
+        reasons += bench_setting_changes(config, _recipe_settings(bench[0]))
+    if config.get("blocks_under_load"):
+        _add_note(row, f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load")
+    sidecar = path.with_suffix(".provenance.json")
+    if not sidecar.is_file():
+        _add_note(row, "no sha256 sidecar (written before the bench wrote one)")
+        return reasons
+    return reasons + _hash_reasons({path.name: (json.loads(sidecar.read_text()).get("sha256") or {}).get(path.name)},
+                                   path.parent)
 
 
 def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | None = None) -> dict:
-    """One shard's state (:data:`STATES`), the reasons, and its last run (minutes, CPU) where recorded.
+    """One shard's state ("current", "stale" or "missing"), why, its last run (minutes, CPU) and notes.
 
     Args:
         recipe: the shard's command lines (default: :func:`make_recipe`), for bench files.
@@ -254,54 +242,26 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
     root = root or repo_root()
     row = {"kind": "shard", "name": shard.target, "state": "current", "why": "", "minutes": math.nan, "cpu": "",
            "note": ""}
-    missing = [o for o in shard.outputs if not (root / o).is_file()]
-    if missing:
+    if any(not (root / o).is_file() for o in shard.outputs):
         return {**row, "state": "missing", "why": f"`make {shard.target}` writes it"}
-    reasons = []
     path = root / shard.target
+    sidecar = path.with_suffix(".provenance.json")
     if path.suffix == ".json":
-        config = json.loads(path.read_text()).get("config", {})
-        parts = config.get("parts") or []
-        reasons += _run_time(row, config, path.parent)
-        if not parts and config.get("seconds") is None:  # written before the bench recorded its run time: the
-            # timed calls alone (loading and cost model not included, so a lower bound)
-            timed = sum(float(r.get("seconds") or 0.0) for r in json.loads(path.read_text()).get("runs", []))
-            row["minutes"] = round(timed / 60, 1) if timed else math.nan
-            row["note"] = "run time of its timed calls alone (a lower bound)"
-        lines = recipe if recipe is not None else make_recipe(shard.target, root)
-        bench = [ln for ln in lines if " bench " in f" {ln} " and " --merge " not in f" {ln} "]
-        if bench and not parts:
-            reasons += bench_setting_changes(config, _recipe_settings(bench[0]))
-        if config.get("blocks_under_load"):
-            _add_note(row, f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load")
-        sidecar = path.with_suffix(".provenance.json")
-        if sidecar.is_file():
-            digest = (json.loads(sidecar.read_text()).get("sha256") or {}).get(path.name)
-            if digest != sha256_bytes(path.read_bytes()):
-                reasons.append(f"{path.name} differs from its sidecar's sha256")
-        else:
-            _add_note(row, "no sha256 sidecar (written before the bench wrote one)")
+        reasons = _bench_reasons(row, shard, root, recipe)
+    elif not sidecar.is_file():
+        reasons = ["no provenance sidecar"]
     else:
-        sidecar = path.with_suffix(".provenance.json")
-        if not sidecar.is_file():
-            reasons.append("no provenance sidecar")
-        else:
-            prov = json.loads(sidecar.read_text())
-            reasons += _run_time(row, prov, path.parent)
-            reasons += _hash_reasons(prov.get("sha256"), sidecar.parent)
-            want = expected_settings(shard, root)
-            if want is not None:
-                differ = sorted(k for k, v in json.loads(json.dumps(want)).items() if prov.get(k) != v)
-                if differ:
-                    reasons.append("measured under other settings than the profile's (" + ", ".join(differ)
-                                   + "): `SPECREPRO_RECORD=1 python -m specrepro shard " + shard.name
-                                   + " --profile profiles/standard.yaml` measures it afresh (make skips a file"
-                                   " that exists)")
+        prov = json.loads(sidecar.read_text())
+        reasons = _run_time(row, prov, path.parent) + _hash_reasons(prov.get("sha256"), sidecar.parent)
+        want = expected_settings(shard, root)
+        differ = sorted(k for k, v in json.loads(json.dumps(want or {})).items() if prov.get(k) != v)
+        if differ:
+            reasons.append("measured under other settings than the profile's (" + ", ".join(differ)
+                           + "): `SPECREPRO_RECORD=1 python -m specrepro shard " + shard.name
+                           + " --profile profiles/standard.yaml` measures it afresh (make skips a file that exists)")
     if math.isfinite(row["minutes"]) and row["minutes"] > SHARD_BOUND_MIN:
         _add_note(row, f"one sitting took over {SHARD_BOUND_MIN} min")
-    if reasons:
-        return {**row, "state": "stale", "why": "; ".join(reasons)}
-    return row
+    return {**row, "state": "stale", "why": "; ".join(reasons)} if reasons else row
 
 
 def notebook_status(source: Path, executed: Path, root: Path | None = None) -> dict:
@@ -312,51 +272,37 @@ def notebook_status(source: Path, executed: Path, root: Path | None = None) -> d
     if not executed.is_file():
         return {**row, "state": "missing", "why": f"`make {name}` runs it"}
     facts = run_facts(executed) or {}
-    row["minutes"] = float(facts.get("minutes", math.nan))
-    row["cpu"] = facts.get("cpu", "")
-    reasons = []
+    row.update(minutes=float(facts.get("minutes", math.nan)), cpu=facts.get("cpu", ""))
     drift = code_drift(source, executed)
-    if drift:
-        reasons.append("code cells " + ", ".join(map(str, drift)) + " changed since")
-    inputs = recorded_inputs(executed)
-    if inputs is None:
-        reasons.append("inputs not recorded (executed before they were)")
-    else:
-        reasons += input_changes(inputs, root)
+    reasons = (["code cells " + ", ".join(map(str, drift)) + " changed since"] if drift else []) + _input_reasons(
+        recorded_inputs(executed), root, "executed")
     return {**row, "state": "stale", "why": "; ".join(reasons)} if reasons else row
 
 
 def figure_status(sidecar: Path, root: Path | None = None) -> dict:
     """One figure's state against its files' sha256 and the tables it was drawn from."""
-    root = root or repo_root()
     prov = json.loads(sidecar.read_text())
-    name = sidecar.name.removesuffix(".provenance.json")
-    row = {"kind": "figure", "name": f"figures/{name}", "state": "current", "why": "", "minutes": math.nan,
-           "cpu": prov.get("cpu", "")}
-    reasons = []
-    for fname, digest in sorted((prov.get("sha256") or {}).items()):
-        f = sidecar.parent / fname
-        if not f.is_file():
-            return {**row, "state": "missing", "why": f"{fname} missing"}
-        if sha256_bytes(f.read_bytes()) != digest:
-            reasons.append(f"{fname} differs from its sidecar's sha256")
-    if "inputs" not in prov:
-        reasons.append("inputs not recorded (drawn before they were)")
-    else:
-        reasons += input_changes(prov["inputs"], root)
+    row = {"kind": "figure", "name": f"figures/{sidecar.name.removesuffix('.provenance.json')}", "state": "current",
+           "why": "", "minutes": math.nan, "cpu": prov.get("cpu", "")}
+    changes = file_changes(prov.get("sha256") or {}, sidecar.parent)
+    gone = [name for name, state in changes.items() if state == "missing"]
+    if gone:
+        return {**row, "state": "missing", "why": f"{gone[0]} missing"}
+    reasons = [f"{name} differs from its sidecar's sha256" for name in changes] + _input_reasons(
+        prov.get("inputs"), root or repo_root(), "drawn")
     return {**row, "state": "stale", "why": "; ".join(reasons)} if reasons else row
 
 
 # --- run-time estimates -----------------------------------------------------------------------------------------
 
 def forward_costs(root: Path | None = None) -> dict[str, float]:
-    """The 1.5B target's one-token forward cost (ms) per CPU, as the record measured it: the median over the
-    bench files' cost models (``config.cost_model.target_ms["1"]``) and notebook 04's cost curve (n = 1) on each
-    CPU (:func:`specrepro.files.cpu_description`)."""
+    """The 1.5B target's one-token forward cost (ms) per CPU (:func:`specrepro.files.cpu_description`) as the record
+    measured it: the median over the float32 bench files' cost models (``config.cost_model.target_ms["1"]``) and
+    notebook 04's cost curve (n = 1) on that CPU."""
+    from specrepro.record.bench_blocks import bench_files
+
     root = root or repo_root()
     seen: dict[str, list[float]] = {}
-    from specrepro.record.report import bench_files
-
     for path in bench_files(root / "data/results"):
         config = json.loads(path.read_text()).get("config", {})
         cost = (config.get("cost_model") or {}).get("target_ms", {}).get("1")
@@ -366,18 +312,16 @@ def forward_costs(root: Path | None = None) -> dict[str, float]:
     curves = root / "data/results/cost_curves.csv"
     if curves.is_file():
         prov = json.loads(curves.with_suffix(".provenance.json").read_text())
-        df = pd.read_csv(curves)
-        first = df[df["n"] == 1].head(1)  # the target comes first in the table
+        first = pd.read_csv(curves).query("n == 1").head(1)  # the target comes first in the table
         if len(first) and prov.get("cpu"):
             seen.setdefault(prov["cpu"], []).append(float(first["ms"].iloc[0]))
     return {cpu: float(pd.Series(v).median()) for cpu, v in sorted(seen.items())}
 
 
 def measure_forward_ms(repeats: int = 5, prefix_len: int = 128, seed: int = 0) -> float:
-    """Time one KV-cached one-token forward of a random-weight model with the architecture of the zoo's 1.5B target
-    (Qwen2.5-Coder-1.5B: 28 layers, hidden 1536, MLP 8960, 12 heads, 2 KV heads, vocabulary 151936) on a
-    ``prefix_len``-token prefix, float32, on this CPU: the median of ``repeats`` calls, in ms. The arithmetic is the
-    real model's; only the weights are random (it loads in seconds and needs no download).
+    """The median (ms) over ``repeats`` calls of one KV-cached one-token forward, after a ``prefix_len``-token prefix,
+    float32 on this CPU, of a random-weight model with the architecture of the zoo's 1.5B target
+    (Qwen2.5-Coder-1.5B): the real model's arithmetic, loaded in seconds without a download.
 
     Raises:
         ValueError: repeats < 1 or prefix_len < 1.
@@ -409,38 +353,32 @@ def measure_forward_ms(repeats: int = 5, prefix_len: int = 128, seed: int = 0) -
     return float(statistics.median(times[1:]))
 
 
-def _estimate(minutes: float, cpu: str, costs: dict[str, float], here_ms: float | None) -> float:
-    if not (math.isfinite(minutes) and here_ms and cpu in costs):
-        return math.nan
-    return round(minutes * here_ms / costs[cpu], 1)
-
-
 def status_table(root: Path | None = None, here_ms: float | None = None, profile: str = "standard",
                  recipes: dict | None = None) -> pd.DataFrame:
-    """Every shard, standard executed notebook and figure of the record: kind, name, state, why, minutes (last
-    measured run), cpu (where it ran), note (shards: blocks timed under load, a sitting over
-    :data:`SHARD_BOUND_MIN`, or one that would take longer than that on the slowest CPU the record has met),
-    estimate_min (for this machine; NaN when a forward cost is unknown here or there), slowest_min (the same for the
-    slowest CPU of :func:`forward_costs`).
+    """Every shard, executed notebook of ``profile`` and figure of the record: kind, name, state, why, minutes (last
+    run), cpu (where it ran), note (shards: blocks timed under load, a sitting over :data:`SHARD_BOUND_MIN`, or one
+    that would take longer than that on the slowest CPU the record has met), estimate_min (for this machine) and
+    slowest_min (for the slowest CPU of :func:`forward_costs`); NaN where a forward cost is unknown.
 
     Args:
-        here_ms: this machine's one-token forward cost of the 1.5B target (ms); default: the record's for this CPU
-            (:func:`forward_costs`), or unknown.
+        here_ms: this machine's one-token forward cost of the 1.5B target (ms); default: the record's for this CPU.
         recipes: ``{shard target: command lines}`` to use instead of asking ``make`` (tests).
     """
     root = root or repo_root()
     costs = forward_costs(root)
-    if here_ms is None:
-        here_ms = costs.get(cpu_description())
-    rows = [shard_status(s, root, None if recipes is None else recipes.get(s.target, [])) for s in record_shards()]
-    for source in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        rows.append(notebook_status(source, root / "notebooks/executed" / profile / source.name, root))
-    for sidecar in sorted((root / "figures").glob("*.provenance.json")):
-        rows.append(figure_status(sidecar, root))
-    df = pd.DataFrame(rows)
-    df["estimate_min"] = [_estimate(m, c, costs, here_ms) for m, c in zip(df["minutes"], df["cpu"])]
+    here_ms = costs.get(cpu_description()) if here_ms is None else here_ms
     slowest = max(costs.values(), default=None)
-    df["slowest_min"] = [_estimate(m, c, costs, slowest) for m, c in zip(df["minutes"], df["cpu"])]
+    rows = [shard_status(s, root, None if recipes is None else recipes.get(s.target, [])) for s in record_shards()]
+    rows += [notebook_status(src, root / "notebooks/executed" / profile / src.name, root)
+             for src in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+    rows += [figure_status(sidecar, root) for sidecar in sorted((root / "figures").glob("*.provenance.json"))]
+    df = pd.DataFrame(rows)
+
+    def estimate(ms: float | None) -> list[float]:
+        return [round(m * ms / costs[c], 1) if math.isfinite(m) and ms and c in costs else math.nan
+                for m, c in zip(df["minutes"], df["cpu"])]
+
+    df["estimate_min"], df["slowest_min"] = estimate(here_ms), estimate(slowest)
     over = (df["kind"] == "shard") & (df["slowest_min"] > SHARD_BOUND_MIN) & (df["minutes"] <= SHARD_BOUND_MIN)
     df.loc[over, "note"] = [
         "; ".join(filter(None, [note if isinstance(note, str) else "",
@@ -461,13 +399,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 def run_command(args, parser=None) -> int:
     here = measure_forward_ms() if args.measure else None
     df = status_table(here_ms=here)
-    costs = forward_costs()
     cpu = cpu_description()
-    here_ms = here if here is not None else costs.get(cpu)
+    here_ms = here if here is not None else forward_costs().get(cpu)
     print(f"this machine: {cpu}; 1.5B forward {'%.0f ms' % here_ms if here_ms else 'not measured here'}"
           f"{' (measured now)' if here is not None else ' (the record)' if here_ms else ' (make status MEASURE=1)'}")
-    counts = df.groupby(["kind", "state"]).size().unstack(fill_value=0)
-    print(counts.to_string())
+    print(df.groupby(["kind", "state"]).size().unstack(fill_value=0).to_string())
     print()
     width = int(df["name"].str.len().max())
     for row in df.itertuples():

@@ -1,9 +1,6 @@
-"""The result tables a scorecard reads: one profile's CSVs and bench JSONs with their provenance, read lazily.
-
-What this file is: :class:`Tables` (a profile's tables, or frames given by a test, and their provenance records) and
-the machine a table was measured on, as its provenance names it (:func:`hardware_of`).
-
-What it is not: a writer (:mod:`specrepro.record.results` writes tables) or a rule.
+"""The result tables a scorecard reads: one profile's CSVs and bench JSONs with their provenance, read lazily
+(:class:`Tables`), and the machine a table was measured on (:func:`hardware_of`). Tables are written by
+:mod:`specrepro.record.results`.
 """
 
 from __future__ import annotations
@@ -16,38 +13,26 @@ from typing import Sequence
 import pandas as pd
 
 from specrepro.files import read_noted
-from specrepro.record.results import STANDARD, read_dirs
+from specrepro.record.results import STANDARD, read_dirs, read_json
 
 __all__ = ["Tables"]
-
-
-def read_csv_or_none(path: Path) -> pd.DataFrame | None:
-    return pd.read_csv(io.BytesIO(read_noted(path))) if path.exists() else None
 
 
 def read_record_table(directory: Path, name: str) -> pd.DataFrame | None:
     """``<name>.csv``, or the per-run rows of a bench JSON ``<name>.json`` (``python -m specrepro bench --json``:
     columns method, prompt, repeat, tokens_per_s, ...), or None."""
-    df = read_csv_or_none(directory / f"{name}.csv")
-    if df is None and (directory / f"{name}.json").exists():
+    if (directory / f"{name}.csv").exists():
+        return pd.read_csv(io.BytesIO(read_noted(directory / f"{name}.csv")))
+    if (directory / f"{name}.json").exists():
         runs = json.loads(read_noted(directory / f"{name}.json")).get("runs")
-        df = pd.DataFrame(runs) if runs else None
-    return df
-
-
-def bench_provenance(path: Path) -> dict:
-    """The provenance of a bench JSON: its config (commit, target, draft, workload, ...)."""
-    try:
-        return dict(json.loads(path.read_text()).get("config") or {})
-    except (OSError, ValueError):
-        return {}
+        return pd.DataFrame(runs) if runs else None
+    return None
 
 
 def hardware_of(prov: dict) -> str:
-    """The machine a table was measured on, from its provenance: the device (a bench JSON's ``device_description``
-    where it has one, else ``device``) and, on a CPU, the CPU model with its widest SIMD extension (``cpu``; tables
-    written before it was recorded say so; a table whose rows were decoded over several sittings names every CPU of
-    its rows, ``row_cpus``). Empty without a provenance."""
+    """The machine a table was measured on, from its provenance: the device (``device_description``, else
+    ``device``) and, on a CPU, the CPU model with its widest SIMD extension (every CPU of its rows, ``row_cpus``, for
+    a table decoded over several sittings; "CPU model not recorded" before it was). Empty without a provenance."""
     device = str(prov.get("device_description") or prov.get("device") or "")
     if not device.startswith("cpu"):
         return device
@@ -63,7 +48,7 @@ class Tables:
             directory, then, for the standard profile outside ``make reproduce``, the committed data/results/).
         frames: optional ``{name: DataFrame}`` used instead of the files (tests); names absent from it are missing.
         provenances: optional ``{name: dict}`` to go with ``frames``.
-        dirs: optional directories searched instead of :func:`specrepro.record.results.read_dirs` (e.g. only the record).
+        dirs: optional directories searched instead of :func:`specrepro.record.results.read_dirs`.
     """
 
     def __init__(self, profile: str = STANDARD, frames: dict | None = None, provenances: dict | None = None,
@@ -78,6 +63,9 @@ class Tables:
         """The directories searched, in order."""
         return self._dirs if self._dirs is not None else read_dirs(self.profile)
 
+    def _first(self, file: str) -> Path | None:
+        return next((p for p in (d / file for d in self.dirs()) if p.exists()), None)
+
     def get(self, name: str) -> pd.DataFrame | None:
         """The table ``name`` (a copy), or None if it has not been written."""
         if name not in self._cache:
@@ -90,18 +78,15 @@ class Tables:
         return None if df is None else df.copy()
 
     def provenance(self, name: str) -> dict:
-        """The provenance record of table ``name`` (commit, profile, device, target, ...); {} if there is none."""
+        """The provenance record of table ``name`` (its sidecar, or a bench JSON's config: commit, profile, device,
+        target, ...); {} if there is none."""
         if name not in self._prov:
-            rec = {}
+            rec = None
             if self._frames is None:
-                path = next((p for p in (d / f"{name}.provenance.json" for d in self.dirs()) if p.exists()), None)
-                if path is not None:
-                    try:
-                        rec = json.loads(path.read_text())
-                    except (OSError, ValueError):
-                        rec = {}
-                else:
-                    bench = next((p for p in (d / f"{name}.json" for d in self.dirs()) if p.exists()), None)
-                    rec = bench_provenance(bench) if bench is not None else {}
-            self._prov[name] = rec
+                sidecar, bench = self._first(f"{name}.provenance.json"), self._first(f"{name}.json")
+                if sidecar is not None:
+                    rec = read_json(sidecar)
+                elif bench is not None:
+                    rec = dict((read_json(bench) or {}).get("config") or {})
+            self._prov[name] = rec or {}
         return self._prov[name]
