@@ -226,3 +226,19 @@ def test_compare_variants_ratios_are_portable_over_chosen(monkeypatch):
     chosen = df[df["build"] == "chosen"]
     assert (chosen["ratio_t1"] == 2.0).all() and (chosen["ratio_t5"] == 2.0).all()
     assert (chosen["ratio_draft_t1"] == 2.0).all() and df.loc[df["build"] == "portable", "ratio_t1"].isna().all()
+
+
+def test_variant_rows_give_each_build_its_median_and_a_conservative_ratio_interval():
+    import pandas as pd
+
+    from specrepro.record.speed import variant_rows
+
+    rows = []
+    for a in range(2):
+        for build, ms in (("portable", 20.0), ("chosen", 10.0)):
+            rows.append({"alternation": a, "build": build, "format": "BF16", "cpu_variant": build,
+                         "t1_ms": ms + a, "t1_ms_low": ms - 1, "t1_ms_high": ms + 2,
+                         "draft_t1_ms": 5.0, "draft_t1_ms_low": 4.0, "draft_t1_ms_high": 6.0})
+    out = variant_rows(pd.DataFrame(rows))
+    assert out[0] == ("`BF16`", "target t(1)", "20.5 [19.0, 22.0]", "10.5 [9.0, 12.0]", "1.95 [1.58, 2.44]×")
+    assert out[1][1] == "draft t(1)" and out[1][-1] == "1.00 [0.67, 1.50]×"

@@ -360,7 +360,7 @@ def compare_builds(pythons: dict, target: str, draft: str, formats=("Q4_K_M", "B
 
     Returns:
         pandas DataFrame, one row per (alternation, label, format): ``build``, ``cpu_variant``, ``t{k}_ms`` (with
-        ``_low``/``_high``), ``draft_t1_ms``.
+        ``_low``/``_high``), ``draft_t1_ms`` (with ``_low``/``_high``; ms, 95% intervals of the medians).
 
     Raises:
         RuntimeError: a subprocess failed (its stderr's end).
@@ -434,7 +434,8 @@ def _build_costs(target: str, draft: str, formats, ns, prefix_len: int, repeats:
     for fmt in formats:
         costs = format_costs(format_gguf(target, fmt), draft, ns=ns, prefix_len=prefix_len, repeats=repeats,
                              seed=seed)
-        row = {"format": fmt, "cpu_variant": build["cpu_variant"], "draft_t1_ms": costs["draft_t1_ms"]}
+        row = {"format": fmt, "cpu_variant": build["cpu_variant"], "draft_t1_ms": costs["draft_t1_ms"],
+               "draft_t1_ms_low": costs["draft_t1_ms_low"], "draft_t1_ms_high": costs["draft_t1_ms_high"]}
         for k, ms, lo, hi in zip(costs["ns"], costs["t_ms"], costs["t_ms_low"], costs["t_ms_high"]):
             row[f"t{k}_ms"], row[f"t{k}_ms_low"], row[f"t{k}_ms_high"] = ms, lo, hi
         out.append(row)

@@ -14,11 +14,12 @@ from specrepro.files import read_noted
 from specrepro.record.bench_blocks import ci_cell, profile_figures, profile_results, rel, render_template
 from specrepro.record.results import STANDARD
 
-__all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "SIXTEEN_BIT_TARGETS", "render_speed", "render_formats", "speed_rows",
+__all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "VARIANTS_TABLE", "SIXTEEN_BIT_TARGETS", "variant_rows", "render_speed", "render_formats", "speed_rows",
            "gap_rows", "sixteen_bit_rows", "save_formats_figure"]
 
-#: the table the block reads and the figure it shows
+#: the table the block reads and the figure it shows; the CPU variants' table shown beside them
 FORMATS_TABLE = "llamacpp_formats.csv"
+VARIANTS_TABLE = "llamacpp_variants.csv"
 FORMATS_FIGURE = "fig_llamacpp_formats.png"
 #: the columns of :func:`speed_rows` the README's short table shows: format, AR ms, γ, decode and end-to-end speedups
 _SHORT = (0, 2, 4, 8, 9)
@@ -73,6 +74,40 @@ def sixteen_bit_rows(profile: str = STANDARD, base: Path | None = None) -> list[
     return rows
 
 
+def variant_rows(df: pd.DataFrame) -> list[tuple]:
+    """One markdown row per weight format and forward (the target's t(k), the draft's t(1)) of
+    :func:`specrepro.bench.formats.compare_variants`' table: each build's median ms over the alternations with the
+    widest of their 95% intervals, and portable over chosen (the ratio of those medians, its interval from the
+    intervals' ends: conservative)."""
+    rows = []
+    for fmt, g in df.groupby("format", sort=False):
+        for col, label in [(c, f"target t({c[1:-3]})") for c in df.columns if c[0] == "t" and c.endswith("_ms")] + [
+                ("draft_t1_ms", "draft t(1)")]:
+            cells, ends = [], []
+            for build in ("portable", "chosen"):
+                b = g[g["build"] == build]
+                lo = b[f"{col}_low"].min() if f"{col}_low" in b else float("nan")
+                hi = b[f"{col}_high"].max() if f"{col}_high" in b else float("nan")
+                cells.append(ci_cell(b[col].median(), lo, hi, ".1f"))
+                ends.append((b[col].median(), lo, hi))
+            (mp, lp, hp), (mc, lc, hc) = ends
+            rows.append((f"`{fmt}`", label, *cells, ci_cell(mp / mc, lp / hc, hp / lc) + "×"))
+    return rows
+
+
+def _variants(profile: str, base: Path | None) -> dict:
+    path = profile_results(profile) / VARIANTS_TABLE
+    if not path.exists():
+        return {"variants": None}
+    df = pd.read_csv(io.BytesIO(read_noted(path)))
+    prov = json.loads(path.with_suffix(".provenance.json").read_text())
+    chosen = ", ".join(sorted(set(df.loc[df["build"] == "chosen", "cpu_variant"].astype(str))))
+    portable = ", ".join(sorted(set(df.loc[df["build"] == "portable", "cpu_variant"].astype(str))))
+    return {"variants": {"rows": variant_rows(df), "table": rel(path, base), "commit": prov.get("commit", "?"),
+                         "cpu": prov.get("cpu", "?"), "chosen": chosen, "portable": portable,
+                         "alternations": int(df["alternation"].nunique())}}
+
+
 def _context(profile: str, base: Path | None) -> dict:
     path = profile_results(profile) / FORMATS_TABLE
     context: dict = {"table": rel(path, base), "have": path.exists()}
@@ -104,9 +139,9 @@ def render_speed(profile: str = STANDARD, base: Path | None = None) -> str:
 
 def render_formats(profile: str = STANDARD, base: Path | None = None) -> str:
     """Markdown for docs/bench.md's ``formats`` block: the whole weight-format table (costs, bound, prediction and
-    measurement with 95% intervals and n) and the measured ratios that account for each gap between prediction and
-    measurement."""
-    return render_template("formats", **_context(profile, base))
+    measurement with 95% intervals and n), the measured ratios that account for each gap between prediction and
+    measurement, and the build's portable AVX2 level beside the CPU variant llama.cpp chose (:func:`variant_rows`)."""
+    return render_template("formats", **_context(profile, base), **_variants(profile, base))
 
 
 def save_formats_figure(profile: str = STANDARD) -> Path:
