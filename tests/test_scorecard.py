@@ -655,6 +655,43 @@ def test_committed_tables_score_without_error_and_match_the_committed_scorecard(
     assert list(committed["verdict"]) == list(card["verdict"])
 
 
+def _sign_test_interval(values) -> tuple[float, float]:
+    """A referee's own 95% interval of a median: order statistics x_(k), x_(n+1-k) with the largest k whose binomial
+    coverage 1 - 2 P(Bin(n, 1/2) <= k - 1) is at least 95% (written here from the definition, not the package's)."""
+    from scipy import stats
+
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    ks = [k for k in range(1, n // 2 + 1) if 1 - 2 * stats.binom.cdf(k - 1, n, 0.5) >= 0.95]
+    return (x[max(ks) - 1], x[n - max(ks)]) if ks else (float("nan"), float("nan"))
+
+
+def test_a_referee_recomputes_every_paired_ratio_on_the_card(committed_card):
+    """Every judged paired ratio on the card: the median over prompts of the per-prompt ratios (the harness's one
+    definition of pairing) and its interval recomputed from the committed table with the sign test's order
+    statistics written from the definition; the card's number and interval are those."""
+    from specrepro.measure.harness import paired_ratios
+    from specrepro.record.rulekit import claim_rows, matching_methods, params_of
+
+    tables = Tables("standard", dirs=[record_dir("results")])
+    claims = sc.load_claims().set_index("id")
+    rows = committed_card[(committed_card["rule"] == "paired_ratio") & committed_card["ours_lo"].notna()]
+    assert len(rows) >= 5
+    for _, row in rows.iterrows():
+        claim = claims.loc[row["id"]].copy()
+        claim["id"] = row["id"]
+        p = params_of(claim)
+        df = claim_rows(claim, tables, p)
+        base = matching_methods(df, p["baseline"], "baseline")[0]
+        ratios = {m: paired_ratios(df, m, base, p.get("value") or "tokens_per_s")
+                  for m in matching_methods(df, p["method"], "method")}
+        best = max(ratios, key=lambda m: float(np.median(ratios[m])))
+        lo, hi = _sign_test_interval(ratios[best])
+        assert row["ours_value"] == pytest.approx(float(np.median(ratios[best])), rel=1e-12), row["id"]
+        assert (row["ours_lo"], row["ours_hi"]) == pytest.approx((lo, hi), rel=1e-12), row["id"]
+        assert row["n"] == len(ratios[best]), row["id"]
+
+
 def test_every_speed_and_acceptance_row_shows_its_interval_and_n(committed_card):
     rows = committed_card[committed_card["rule"].isin(INTERVAL_RULES) & (committed_card["verdict"] != NOT_RUN)]
     assert len(rows) >= 10
