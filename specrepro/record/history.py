@@ -19,12 +19,16 @@ What it is not: the scorecard (:mod:`specrepro.record.scorecard`, today's record
 from __future__ import annotations
 
 import argparse
+import ast
+import csv
+import datetime
 import hashlib
 import inspect
 import io
 import subprocess
 import tarfile
 import tempfile
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -75,11 +79,8 @@ RULE_MODULES = SCORECARD_MODULES + ("specrepro.stats", "specrepro.measure.harnes
 
 
 def _code_only(source: str) -> str:
-    """A function's source as its code alone: docstrings dropped and the layout normalised (``ast.unparse``), so a
-    reworded docstring or a rewrapped line is not a new version of a rule, while any change to what it computes is."""
-    import ast
-    import textwrap
-
+    """``source`` without docstrings, laid out by ``ast.unparse``: a reworded docstring or rewrapped line is no new
+    rule version."""
     tree = ast.parse(textwrap.dedent(source))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -129,12 +130,8 @@ def rule_version(rule: str, params: str, paper_value: str = "", paper_kind: str 
 
 def _blobs(commit: str, root: Path | None = None) -> dict[str, str]:
     """Path -> git blob id of every file under data/results at ``commit``."""
-    out = _git("ls-tree", "-r", commit, "--", "data/results", root=root)
-    blobs = {}
-    for line in out.splitlines():
-        meta, _, path = line.partition("\t")
-        blobs[path] = meta.split()[2]
-    return blobs
+    lines = _git("ls-tree", "-r", commit, "--", "data/results", root=root).splitlines()
+    return {path: meta.split()[2] for meta, _, path in (line.partition("\t") for line in lines)}
 
 
 def evidence_key(tables: str, blobs: dict[str, str]) -> str:
@@ -145,13 +142,12 @@ def evidence_key(tables: str, blobs: dict[str, str]) -> str:
     return hashlib.sha256("|".join(ids).encode()).hexdigest()[:12]
 
 
-def _claims_at(directory: Path) -> pd.DataFrame:
-    """The claims file of a committed state of the record. A row with more fields than the header (a state whose
-    last, free-text column held an unquoted comma) keeps the overflow in that last column, as it was written."""
-    import csv
-
-    with open(directory / "data" / "claims.csv", newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f))
+def _claims_at(directory: Path | None, text: str | None = None) -> pd.DataFrame:
+    """The claims file of a state of the record (``directory``'s, or ``text``); a row's fields beyond the header's
+    (an unquoted comma in the free-text last column) stay in that last column."""
+    if text is None:
+        text = (directory / "data" / "claims.csv").read_bytes().decode("utf-8")
+    rows = list(csv.reader(io.StringIO(text, newline="")))
     header, width = rows[0], len(rows[0])
     body = [r[:width - 1] + [",".join(r[width - 1:])] if len(r) > width else r + [""] * (width - len(r))
             for r in rows[1:] if any(cell.strip() for cell in r)]
@@ -168,23 +164,16 @@ def score_commit(commit: str, root: Path | None = None, seen: dict | None = None
     updated: a reading already seen only counts one more state.
 
     Returns:
-        one dict per new reading (:data:`HISTORY_COLUMNS` without commit, date and states); a rule unknown today, or
+        one dict per new reading (:data:`HISTORY_COLUMNS` without commit and date); a rule unknown today, or
         parameters it no longer takes, gives the verdict "rule gone"; a rule that raises on that commit's tables,
         "error: ...".
     """
     seen = {} if seen is None else seen
-    present = [p for p in RECORD_PATHS
-               if subprocess.run(["git", "cat-file", "-e", f"{commit}:{p}"], cwd=root or repo_root(),
-                                 capture_output=True).returncode == 0]
+    present = _git("ls-tree", "--name-only", commit, "--", *RECORD_PATHS, root=root).split()
     if "data/claims.csv" not in present:  # a record before the claims file: nothing to score
         return []
     blobs = _blobs(commit, root) if "data/results" in present else {}
-    claims_text = _git("show", f"{commit}:data/claims.csv", root=root)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "data").mkdir()
-        (Path(tmp) / "data" / "claims.csv").write_text(claims_text, encoding="utf-8")
-        claims = _claims_at(Path(tmp))
-    todo = _unseen(claims, blobs, seen)
+    todo = _unseen(_claims_at(None, _git("show", f"{commit}:data/claims.csv", root=root)), blobs, seen)
     if not todo:
         return []
     data = _git("archive", "--format=tar", commit, *present, root=root, text=False)
@@ -197,36 +186,32 @@ def score_commit(commit: str, root: Path | None = None, seen: dict | None = None
 
 
 def _unseen(claims: pd.DataFrame, blobs: dict[str, str], seen: dict) -> list:
-    """The (evidence, claim) pairs of ``claims`` on the tables ``blobs`` not in ``seen``; a seen one counts one more
-    state."""
+    """The (evidence, claim) pairs of ``claims`` on ``blobs`` not in ``seen``; a seen one counts one more state."""
     todo = []
     for _, claim in claims.iterrows():
         key = (claim["id"], rule_version(claim["rule"], claim["params"], claim["paper_value"], claim["paper_kind"]),
                evidence_key(claim["our_table"], blobs))
         if key in seen:
-            seen[key]["states"] = seen[key].get("states", 1) + 1
+            seen[key]["states"] += 1
         else:
             todo.append((key, claim))
     return todo
 
 
 def _score(todo: list, tables: Tables, seen: dict) -> list[dict]:
-    """Score each unseen (evidence, claim) of ``todo`` on ``tables`` by today's rule code (see :func:`score_commit`)."""
-    rows = []
+    """Score each (evidence, claim) of ``todo`` on ``tables`` (see :func:`score_commit`), one state each."""
     for key, claim in todo:
-        base = {"claim": claim["id"], "rule": claim["rule"], "params": claim["params"], "rule_version": key[1],
-                "evidence": key[2]}
+        row = seen[key] = {"claim": claim["id"], "rule": claim["rule"], "params": claim["params"],
+                           "rule_version": key[1], "evidence": key[2], "states": 1, "ours": "", "ours_value": None}
         if claim["rule"] not in RULES or set(params_of(claim)) - set(RULE_PARAMS[claim["rule"]]) - set(COMMON_PARAMS):
-            row = {**base, "ours": "", "ours_value": None, "verdict": "rule gone"}
-        else:
-            try:
-                card = score_claim(claim, tables)
-                row = {**base, "ours": card["ours"], "ours_value": card["ours_value"], "verdict": card["verdict"]}
-            except Exception as exc:  # an old table this rule cannot read: recorded, not fatal
-                row = {**base, "ours": "", "ours_value": None, "verdict": f"error: {type(exc).__name__}"}
-        seen[key] = row
-        rows.append(row)
-    return rows
+            row["verdict"] = "rule gone"
+            continue
+        try:
+            card = score_claim(claim, tables)
+            row.update(ours=card["ours"], ours_value=card["ours_value"], verdict=card["verdict"])
+        except Exception as exc:  # an old table this rule cannot read: recorded, not fatal
+            row["verdict"] = f"error: {type(exc).__name__}"
+    return [seen[key] for key, _ in todo]
 
 
 def score_working_tree(root: Path | None = None, seen: dict | None = None) -> list[dict]:
@@ -260,12 +245,10 @@ def verdict_history(root: Path | None = None, max_commits: int | None = None, pr
         if progress:
             print(f"[{i + 1}/{len(commits)}] {commit[:12]} {date}", flush=True)
         for r in score_commit(commit, root, seen):
-            r.update(commit=commit[:12], date=date, states=1)
+            r.update(commit=commit[:12], date=date)
             rows.append(r)
-    import datetime
-
     for r in score_working_tree(root, seen) if working_tree else []:  # tables written since the last commit
-        r.update(commit="uncommitted", date=datetime.date.today().isoformat(), states=1)
+        r.update(commit="uncommitted", date=datetime.date.today().isoformat())
         rows.append(r)
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
 
@@ -281,7 +264,8 @@ def stability(history: pd.DataFrame) -> pd.DataFrame:
         other tables, disagree).
     """
     out = []
-    scored = history[~history["verdict"].isin([NOT_RUN, NOT_TESTABLE, "rule gone"]) & ~history["verdict"].str.startswith("error")]
+    verdict = history["verdict"]
+    scored = history[~verdict.isin([NOT_RUN, NOT_TESTABLE, "rule gone"]) & ~verdict.str.startswith("error")]
     for claim, d in scored.groupby("claim", sort=False):
         by_verdict = d.groupby("verdict", sort=False)["commit"].agg(lambda c: ", ".join(c))
         same_rule_disagrees = bool((d.groupby("rule_version")["verdict"].nunique() > 1).any())
