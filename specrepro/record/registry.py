@@ -28,8 +28,8 @@ from specrepro.files import atomic_write_text, repo_root
 from specrepro.record.history import rule_version
 from specrepro.record.scorecard import RULES, load_claims
 
-__all__ = ["REGISTRY_COLUMNS", "JUDGED_BY", "STATISTICS", "registry_path", "load_registry", "statistic_of",
-           "pending", "register", "registration_notes", "with_registration", "main"]
+__all__ = ["REGISTRY_COLUMNS", "JUDGED_BY", "STATISTICS", "registry_path", "load_registry", "pending", "register",
+           "with_registration", "main"]
 
 #: one registration: the claim, how it is judged, and the commit and date it was registered on
 REGISTRY_COLUMNS = ["id", "rule", "params", "paper_value", "paper_kind", "statistic", "registered_commit",
@@ -81,29 +81,22 @@ def load_registry(path: str | Path | None = None) -> pd.DataFrame:
     return df[REGISTRY_COLUMNS]
 
 
-def statistic_of(rule: str) -> str:
-    """The statistic rule ``rule`` computes (:data:`STATISTICS`).
-
-    Raises:
-        KeyError: a rule with no statistic stated.
-    """
-    return STATISTICS[rule]
-
-
 def pending(claims: pd.DataFrame | None = None, registry: pd.DataFrame | None = None) -> pd.DataFrame:
     """The claims of ``claims`` (default: ``data/claims.csv``) whose latest registration is missing or differs from
-    how the claim is judged today (:data:`JUDGED_BY`), as registry rows without their stamp."""
+    how the claim is judged today (:data:`JUDGED_BY`), as registry rows without their stamp.
+
+    Raises:
+        KeyError: a claim's rule has no statistic in :data:`STATISTICS`.
+    """
     claims = load_claims() if claims is None else claims
     registry = load_registry() if registry is None else registry
     latest = registry.groupby("id", sort=False).tail(1).set_index("id")
-    rows = []
-    for _, c in claims.iterrows():
-        now = {"id": c["id"], "rule": c["rule"], "params": c["params"], "paper_value": c["paper_value"],
-               "paper_kind": c["paper_kind"], "statistic": statistic_of(c["rule"]),
-               "rule_version": rule_version(c["rule"], c["params"], c["paper_value"], c["paper_kind"])}
-        if c["id"] not in latest.index or any(latest.loc[c["id"], k] != now[k] for k in JUDGED_BY):
-            rows.append(now)
-    return pd.DataFrame(rows, columns=[c for c in REGISTRY_COLUMNS if c not in STAMP])
+    judging = ["rule", "params", "paper_value", "paper_kind"]
+    now = claims[["id", *judging]].assign(
+        statistic=[STATISTICS[r] for r in claims["rule"]],
+        rule_version=[rule_version(*c) for c in claims[judging].itertuples(index=False)])
+    stale = now[JUDGED_BY].ne(now[["id"]].join(latest[JUDGED_BY], on="id")[JUDGED_BY]).any(axis=1)
+    return now[stale].reset_index(drop=True)[[c for c in REGISTRY_COLUMNS if c not in STAMP]]
 
 
 def register(path: str | Path | None = None, commit: str | None = None, date: str | None = None) -> pd.DataFrame:
@@ -132,8 +125,8 @@ def _add_columns(path: Path) -> None:
     """Give a registry written before a column of :data:`REGISTRY_COLUMNS` existed that column, at the end, empty in
     every earlier row: each earlier line stays as it was, followed by one comma per added column."""
     lines = path.read_text(encoding="utf-8").splitlines()
-    have = pd.read_csv(path, dtype=str, nrows=0).columns.tolist()
-    if not lines or have == REGISTRY_COLUMNS:
+    have = lines[0].split(",") if lines else REGISTRY_COLUMNS
+    if have == REGISTRY_COLUMNS:
         return
     if have != REGISTRY_COLUMNS[:len(have)]:
         raise ValueError(f"{path}: columns {have} are not a beginning of {REGISTRY_COLUMNS}")
@@ -142,35 +135,27 @@ def _add_columns(path: Path) -> None:
     atomic_write_text(path, "\n".join([lines[0] + "," + ",".join(added), *rows]) + "\n")
 
 
-def registration_notes(card: pd.DataFrame) -> list[str]:
-    """Per card row: whether the way its claim is judged today (its latest registration in
-    ``data/claims_registry.csv``, :mod:`specrepro.record.registry`) was registered before the data it judges: "before
-    its data" when the registration's commit is an ancestor of the commit that wrote the claim's table, "after its
-    data (registered <date>)" otherwise, "" for a claim with no table or no registration matching today's
-    judging."""
+def with_registration(card: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``card`` (:func:`specrepro.record.scorecard.score`) whose ``registered`` column says, per row,
+    whether the way its claim is judged today (its latest registration) was registered before the data it judges:
+    "before its data" when the registration's commit is an ancestor of the commit that wrote the claim's table,
+    "after its data (registered <date>)" otherwise, "" for a claim with no table or no registration matching
+    today's judging."""
     registry = load_registry()
     stale = set(pending(registry=registry)["id"])
     latest = registry.groupby("id", sort=False).tail(1).set_index("id")
-    out = []
+    notes = []
     for _, r in card.iterrows():
         commit = str(r.get("commit") or "").removesuffix("-dirty")
         if r["id"] in stale or r["id"] not in latest.index or not commit:
-            out.append("")
+            notes.append("")
             continue
         reg = latest.loc[r["id"]]
         before = subprocess.run(["git", "merge-base", "--is-ancestor", reg["registered_commit"], commit],
                                 cwd=repo_root(), capture_output=True).returncode == 0
-        out.append("before its data" if before and reg["registered_commit"][:12] != commit[:12]
-                   else f"after its data (registered {reg['registered_date']})")
-    return out
-
-
-def with_registration(card: pd.DataFrame) -> pd.DataFrame:
-    """``card`` (:func:`specrepro.record.scorecard.score`) with its ``registered`` column filled
-    (:func:`registration_notes`)."""
-    card = card.copy()
-    card["registered"] = registration_notes(card)
-    return card
+        notes.append("before its data" if before and reg["registered_commit"][:12] != commit[:12]
+                     else f"after its data (registered {reg['registered_date']})")
+    return card.assign(registered=notes)
 
 
 def main(argv: list[str] | None = None) -> int:
