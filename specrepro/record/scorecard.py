@@ -27,6 +27,7 @@ experiment (nothing here runs a model) or a store of the papers' numbers beyond 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -129,8 +130,8 @@ GROUPS = ("correctness", "performance")
 CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "rule",
                  "params", "our_table", "notebook", "our_setting", "caveat")
 CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "ours",
-                "ours_value", "ours_lo", "ours_hi", "n", "n_unit", "our_setting", "hardware", "profile", "commit", "verdict",
-                "reason", "rule", "our_table", "stability", "margin", "registered", "interval"]
+                "ours_value", "ours_lo", "ours_hi", "n", "n_unit", "our_setting", "hardware", "profile", "commit",
+                "verdict", "reason", "rule", "our_table", "stability", "margin", "registered", "interval"]
 
 _MED = "sign-test interval of the median over prompts (order statistics; ≥ 95% coverage at any n ≥ 6)"
 _BCA = "BCa bootstrap over prompts (9,999 resamples, rows sorted first)"
@@ -175,15 +176,11 @@ def load_claims(path: str | Path | None = None) -> pd.DataFrame:
         raise ValueError(f"claims file lacks columns {missing}")
     if (df["id"] == "").any() or df["id"].duplicated().any():
         raise ValueError(f"claim ids must be present and unique: {sorted(df['id'][df['id'].duplicated()])}")
-    unknown = sorted(set(df["rule"]) - set(RULES))
-    if unknown:
-        raise ValueError(f"unknown rules {unknown}; known: {sorted(RULES)}")
-    bad = sorted(set(df["paper_kind"]) - set(PAPER_KINDS))
-    if bad:
-        raise ValueError(f"unknown paper_kind {bad}; known: {list(PAPER_KINDS)}")
-    bad = sorted(set(df["group"]) - set(GROUPS))
-    if bad:
-        raise ValueError(f"unknown group {bad}; known: {list(GROUPS)}")
+    for col, label, known in (("rule", "rules", sorted(RULES)), ("paper_kind", "paper_kind", list(PAPER_KINDS)),
+                              ("group", "group", list(GROUPS))):
+        bad = sorted(set(df[col]) - set(known))
+        if bad:
+            raise ValueError(f"unknown {label} {bad}; known: {known}")
     for _, c in df.iterrows():
         p = params_of(c)
         extra = set(p) - set(RULE_PARAMS[c["rule"]]) - set(COMMON_PARAMS)
@@ -238,9 +235,9 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
     """Apply the claim's rule to the tables and return one scorecard row (:data:`CARD_COLUMNS`).
 
     A missing table or a rule's :class:`NotRun` gives "not run" (a claim that names no table is its rule's alone:
-    :func:`not_testable`), and so does a table drafted by the int8 copy of the
-    draft for a claim that judges the draft in its own dtype (``draft=own dtype``); any other exception of a rule propagates (a rule
-    that raises on the committed tables is a bug, and ``make test`` must fail on it).
+    :func:`not_testable`), and so does a table drafted by the int8 copy of the draft for a claim that judges the
+    draft in its own dtype (``draft=own dtype``); any other exception of a rule propagates (a rule that raises on the
+    committed tables is a bug, and ``make test`` must fail on it).
     """
     names = param_names(claim["our_table"])
     prov = tables.provenance(names[0]) if names else {}
@@ -312,17 +309,13 @@ def stability_notes(tables: Tables) -> dict[str, str]:
     specrepro verdict-history``) marks unstable: each verdict it read with the number of distinct readings (tables'
     bytes and rule version) that gave it, and whether the verdict moved with its rule, with the data, or both. Empty
     without the table."""
-    import re
-
     stab = tables.get("verdict_stability")
     if stab is None:
         return {}
     notes = {}
-    for _, r in stab.iterrows():
-        if str(r["unstable"]).lower() != "true":
-            continue
-        readings = [f"{m.group(1).strip()} ×{len(m.group(2).split(','))}" for m in re.finditer(r"([^;(]+?) \(([^)]*)\)",
-                                                                                        str(r["verdicts"]))]
+    for _, r in stab[stab["unstable"].astype(str).str.lower() == "true"].iterrows():
+        readings = [f"{m.group(1).strip()} ×{len(m.group(2).split(','))}"
+                    for m in re.finditer(r"([^;(]+?) \(([^)]*)\)", str(r["verdicts"]))]
         why = [w for w, k in (("its rule", "moved_with_rule"), ("the committed runs", "moved_with_data"))
                if str(r[k]).lower() == "true"]
         notes[r["claim"]] = (f"unstable over {int(r['readings'])} distinct readings: {'; '.join(readings)} "
