@@ -66,8 +66,7 @@ def record_commits(root: Path | None = None, max_commits: int | None = None) -> 
     """``(commit, date)`` of every commit that changed the record, oldest first (the newest ``max_commits``)."""
     out = _git("log", "--format=%H %ad", "--date=short", "--", *RECORD_PATHS, root=root).split("\n")
     rows = [tuple(line.split()) for line in out if line.strip()]
-    rows = rows[:max_commits] if max_commits else rows
-    return list(reversed(rows))
+    return rows[:max_commits or None][::-1]
 
 
 #: the modules whose functions and clause tables make up the scorecard's rule code
@@ -177,12 +176,11 @@ def score_commit(commit: str, root: Path | None = None, seen: dict | None = None
     if not todo:
         return []
     data = _git("archive", "--format=tar", commit, *present, root=root, text=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(tmp, filter="data")
-        tmp = Path(tmp)
-        (tmp / "data" / "results").mkdir(parents=True, exist_ok=True)
-        return _score(todo, Tables("standard", dirs=[tmp / "data" / "results"]), seen)
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(tmp, filter="data")
+        results = Path(tmp) / "data" / "results"
+        results.mkdir(parents=True, exist_ok=True)
+        return _score(todo, Tables("standard", dirs=[results]), seen)
 
 
 def _unseen(claims: pd.DataFrame, blobs: dict[str, str], seen: dict) -> list:

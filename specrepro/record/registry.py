@@ -74,11 +74,8 @@ def load_registry(path: str | Path | None = None) -> pd.DataFrame:
     path = Path(path) if path is not None else registry_path()
     if not path.exists():
         return pd.DataFrame(columns=REGISTRY_COLUMNS, dtype=str)
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    for col in REGISTRY_COLUMNS:  # a column added after a registry was written is empty in its rows
-        if col not in df:
-            df[col] = ""
-    return df[REGISTRY_COLUMNS]
+    # a column added after a registry was written is empty in its rows
+    return pd.read_csv(path, dtype=str, keep_default_na=False).reindex(columns=REGISTRY_COLUMNS, fill_value="")
 
 
 def pending(claims: pd.DataFrame | None = None, registry: pd.DataFrame | None = None) -> pd.DataFrame:
