@@ -509,7 +509,7 @@ data/results/bench_llamacpp_16bit_t1.json: $(LLAMA_16BIT_T1_PARTS) | $(STAMP)
 # 9. The same llama.cpp build at two instruction-set levels, side by side once: its portable AVX2 variant (haswell:
 #    AVX2, FMA, F16C, the flags of a portable build) and the variant llama.cpp chooses for this CPU, forced per
 #    process (SPECREPRO_LLAMA_CPU_VARIANT) in alternating subprocesses A B A B; t(1), t(5), t(8) of the shipped Q4_K_M
-#    file and its BF16 re-encoding after a 128-token prefix, the draft's t(1) beside, 7 rounds each (about 10 min)
+#    file and its BF16 re-encoding after a 128-token prefix, the draft's t(1) beside, 7 rounds each (2-4 min)
 data/results/llamacpp_variants.csv: | $(STAMP)
 	$(PY) -m specrepro formats --compare-variants --formats Q4_K_M,BF16 --csv $@
 

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-__all__ = ["CONFIDENCE", "bootstrap_ci", "bca_ci", "median_interval", "stat_ci", "STAT_CI_METHODS", "ratio_of_sums_ci", "empirical_distribution", "total_variation", "pooled_groups", "NULL_DRAWS", "gof_counts", "gof_test", "rejection_rate", "min_detectable_tv"]
+__all__ = ["CONFIDENCE", "bootstrap_ci", "bca_ci", "median_interval", "stat_ci", "ratio_of_sums_ci", "empirical_distribution", "total_variation", "pooled_groups", "NULL_DRAWS", "gof_counts", "gof_test", "rejection_rate", "min_detectable_tv"]
 
 #: Confidence level of every interval the harness reports.
 CONFIDENCE = 0.95
@@ -399,18 +399,9 @@ def bca_ci(values, statistic: Callable = np.mean, confidence: float = CONFIDENCE
     return est, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-#: how :func:`stat_ci` computes its interval, by statistic (the scorecard prints it on each row)
-STAT_CI_METHODS = {
-    "median": "distribution-free interval of the median (order statistics from the binomial sign test: at least 95% "
-              "coverage at any n ≥ 6, no interval below)",
-    "mean": "BCa bootstrap (9,999 resamples, rows sorted first)",
-}
-
-
 def stat_ci(values, statistic=np.median) -> tuple[float, float, float, int]:
     """(estimate, low, high, n) of ``statistic`` over ``values`` (1-D floats, non-finite dropped) with a 95% interval
-    that covers at the sample sizes the scorecard judges (10-164 prompts or problems), :data:`STAT_CI_METHODS`:
-    for ``np.median`` the sign test's distribution-free interval (:func:`median_interval`; exact for independent
+    that covers at the sample sizes the scorecard judges (10-164 prompts or problems): for ``np.median`` the sign test's distribution-free interval (:func:`median_interval`; exact for independent
     prompts from any continuous law, NaN below 6 values), for ``np.mean`` the BCa bootstrap (:func:`bca_ci`).
 
     Raises:

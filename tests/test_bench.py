@@ -850,3 +850,21 @@ def test_verifier_methods_run_side_by_side(tiny_with_tokenizer, one_thread):
     greedy = run_bench(models=(model, model, tok), prompts=["def f(x):\n"], methods=methods, max_new_tokens=6,
                        warmup=False, progress=False)
     assert greedy.summary.set_index("method")["greedy_equal_to_ar"].drop("ar").all()
+
+
+def test_a_bench_of_record_refuses_a_dirty_tree_and_names_the_commit_read_at_its_start(tiny_with_tokenizer, tmp_path,
+                                                                                      monkeypatch):
+    """A file for data/results is timed only from committed code, and the commit a file names is the one read before
+    timing (edits made while it runs do not relabel it); elsewhere a dirty tree is named as such."""
+    import specrepro.files as files
+
+    model, tok = tiny_with_tokenizer
+    target = files.repo_root() / "data" / "results" / "bench_never_written.json"
+    monkeypatch.setattr(files, "git_commit", lambda: "0123456789ab-dirty")
+    with pytest.raises(BenchOptionError, match="dirty tree"):
+        run_bench(models=(model, None, tok), prompts=["x = 1\n"], methods="ar", max_new_tokens=1, warmup=False,
+                  progress=False, predict=False, json_path=target)
+    assert not target.exists()
+    res = run_bench(models=(model, None, tok), prompts=["x = 1\n"], methods="ar", max_new_tokens=1, warmup=False,
+                    progress=False, predict=False, json_path=tmp_path / "b.json")
+    assert res.config["commit"] == "0123456789ab-dirty"

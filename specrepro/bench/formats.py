@@ -248,31 +248,59 @@ def configure_parser(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default: %(default)s)")
 
 
-def run_command(args, parser=None) -> int:
-    """Run ``formats``: the table on stdout, and with ``--csv`` the table and its sidecar written in one step."""
+def _start_record(csv) -> str:
+    """Before timing a table of record: hold the record's lock for ``csv`` and refuse a dirty tree where ``csv`` goes
+    to data/results. Returns the commit the run's code is (:func:`specrepro.files.git_commit`), for its sidecar.
+
+    Raises:
+        FormatError: a dirty tree.
+    """
+    from specrepro.files import git_commit, hold_record_lock_for
+
+    hold_record_lock_for(csv)
+    commit = git_commit()
+    if commit.endswith("-dirty") and Path(csv).resolve().parent.name == "results":
+        raise FormatError(f"refusing to write {csv} from a dirty tree ({commit}): commit the code first")
+    return commit
+
+
+def _write_table(out: Path, df, commit: str, **prov) -> None:
+    """Write the table ``df`` to ``out`` and its provenance sidecar (``commit``, date, CPU, torch, the formats
+    module's code fingerprint, the table's sha256 and ``prov``) in one atomic step."""
     import datetime
     import json
 
     import torch
 
-    from specrepro.files import (atomic_write_files, code_fingerprint, cpu_description, git_commit,
-                                 hold_record_lock_for, sha256_bytes)
+    from specrepro.files import atomic_write_files, code_fingerprint, cpu_description, sha256_bytes
+
+    data = df.to_csv(index=False).encode()
+    prov = {"commit": commit, "date": datetime.date.today().isoformat(), "cpu": cpu_description(),
+            "torch": torch.__version__, "code": code_fingerprint(["specrepro.bench.formats"]), **prov,
+            "sha256": {out.name: sha256_bytes(data)}}
+    sidecar = out.with_suffix(".provenance.json")
+    atomic_write_files({out: data, sidecar: (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()})
+    print(f"wrote {out} and {sidecar.name}")
+
+
+def run_command(args, parser=None) -> int:
+    """Run ``formats``: the table on stdout, and with ``--csv`` the table and its sidecar written in one step."""
+    import json
+
+    from specrepro.files import sha256_bytes
 
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise FormatError(f"unknown weight formats {unknown}; known: {', '.join(FORMATS)}")
     if getattr(args, "compare_variants", False):
-        return _variants_command(args)
+        return _variants_command(args, formats)
     if not args.alpha_from:
         raise FormatError("--alpha-from BENCH_JSON is required (the α the predictions use)")
     alpha, lo, hi, runs = bench_alpha(args.alpha_from, args.alpha_method)
     if args.measure and not args.csv:
         raise FormatError("--measure writes its parts beside the table: give --csv OUT")
-    if args.csv:
-        hold_record_lock_for(args.csv)
-        if git_commit().endswith("-dirty") and Path(args.csv).resolve().parent.name == "results":
-            raise FormatError(f"refusing to write {args.csv} from a dirty tree ({git_commit()}): commit the code first")
+    commit = _start_record(args.csv) if args.csv else None
     if args.measure:
         df = formats_shard(args.csv, args.target, args.draft, formats, alpha=alpha, n_prompts=args.n_prompts,
                            repeats=args.passes, max_new_tokens=args.max_new_tokens, prefix_len=args.prefix_len,
@@ -287,64 +315,37 @@ def run_command(args, parser=None) -> int:
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.csv:
         out = Path(args.csv)
-        data = df.to_csv(index=False).encode()
-        prov = {"commit": git_commit(), "date": datetime.date.today().isoformat(), "cpu": cpu_description(),
-                "torch": torch.__version__, "code": code_fingerprint(["specrepro.bench.formats"]),
-                "command": "python -m specrepro formats " + " ".join(
+        prov = {"command": "python -m specrepro formats " + " ".join(
                     f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                     if k in ("target", "draft", "formats", "alpha_from", "alpha_method", "prefix_len", "repeats",
                              "seed", "n_prompts", "passes", "max_new_tokens")) + (" --measure" if args.measure else ""),
                 "alpha": {"value": alpha, "low": lo, "high": hi, "runs": runs, "from": str(args.alpha_from),
-                          "method": args.alpha_method},
-                "sha256": {out.name: sha256_bytes(data)}}
+                          "method": args.alpha_method}}
         if args.measure:  # the parts the table was made from, by hash, with each bench part's run time (its sitting)
             prov["parts"] = [
                 {"file": p.name, "sha256": sha256_bytes(p.read_bytes()),
                  "seconds": (json.loads(p.with_suffix(".provenance.json").read_text()).get("seconds") or 0.0)
                  if p.with_suffix(".provenance.json").is_file() else 0.0}
                 for f in formats for p in part_paths(out, f)]
-        sidecar = out.with_suffix(".provenance.json")
-        atomic_write_files({out: data, sidecar: (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()})
-        print(f"wrote {out} and {sidecar.name}")
+        _write_table(out, df, commit, **prov)
     return 0
 
 
-def _variants_command(args) -> int:
+def _variants_command(args, formats: list[str]) -> int:
     """``formats --compare-variants``: :func:`compare_variants`'s table on stdout, and with ``--csv`` the table and its
     sidecar written in one step (the record refuses a dirty tree)."""
-    import datetime
-    import json
+    import time
 
-    import torch
-
-    from specrepro.files import (atomic_write_files, code_fingerprint, cpu_description, git_commit,
-                                 hold_record_lock_for, sha256_bytes)
-
-    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        raise FormatError(f"unknown weight formats {unknown}; known: {', '.join(FORMATS)}")
-    if args.csv:
-        hold_record_lock_for(args.csv)
-        if git_commit().endswith("-dirty") and Path(args.csv).resolve().parent.name == "results":
-            raise FormatError(f"refusing to write {args.csv} from a dirty tree ({git_commit()}): commit the code first")
-    started = datetime.datetime.now()
+    commit = _start_record(args.csv) if args.csv else None
+    started = time.monotonic()
     df = compare_variants(args.target, args.draft, formats, prefix_len=args.prefix_len, repeats=args.repeats,
                           seed=args.seed)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.csv:
-        out = Path(args.csv)
-        data = df.to_csv(index=False).encode()
-        prov = {"commit": git_commit(), "date": datetime.date.today().isoformat(), "cpu": cpu_description(),
-                "torch": torch.__version__, "code": code_fingerprint(["specrepro.bench.formats"]),
-                "seconds": round((datetime.datetime.now() - started).total_seconds(), 1),
-                "command": f"python -m specrepro formats --compare-variants --target {args.target} --draft "
-                           f"{args.draft} --formats {','.join(formats)} --prefix-len {args.prefix_len} --repeats "
-                           f"{args.repeats} --seed {args.seed}",
-                "sha256": {out.name: sha256_bytes(data)}}
-        sidecar = out.with_suffix(".provenance.json")
-        atomic_write_files({out: data, sidecar: (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()})
-        print(f"wrote {out} and {sidecar.name}")
+        _write_table(Path(args.csv), df, commit, seconds=round(time.monotonic() - started, 1),
+                     command=f"python -m specrepro formats --compare-variants --target {args.target} --draft "
+                             f"{args.draft} --formats {','.join(formats)} --prefix-len {args.prefix_len} "
+                             f"--repeats {args.repeats} --seed {args.seed}")
     return 0
 
 

@@ -364,7 +364,8 @@ def run_bench(
 
     Raises:
         BenchOptionError: see :func:`validate_options`; also an unknown pair or both ``pair`` and ``target``, a
-            method whose model cannot take tree attention, Medusa heads trained for another base model.
+            method whose model cannot take tree attention, Medusa heads trained for another base model; a
+            ``json_path`` in data/results (the record) from a tree whose code differs from its commit.
     """
     import time
 
@@ -400,6 +401,13 @@ def run_bench(
     if int(prompt_offset) < 0:
         raise BenchOptionError(f"prompt_offset must be >= 0, got {prompt_offset}")
     part = parse_part(part) if part is not None else None
+    from specrepro.files import git_commit, repo_root
+
+    commit = git_commit()  # the code that runs, read before anything is loaded or timed
+    if json_path is not None and commit.endswith("-dirty") and (
+            Path(json_path).resolve().parent == (repo_root() / "data" / "results").resolve()):
+        raise BenchOptionError(f"refusing to time {json_path} for the record from a dirty tree ({commit}): commit "
+                               f"the code first")
     if prompts is None:
         n = DEFAULT_N_PROMPTS if n_prompts is None else n_prompts
         prompts = load_workload(workload, int(prompt_offset) + n)[int(prompt_offset):]
@@ -453,12 +461,11 @@ def run_bench(
         cpu_bf16,
         cpu_description,
         device_description,
-        git_commit,
 )
 
     config = {  # all but resumed_blocks and the cost model's second measurement is known before timing (the commit:
-        # the code that runs)
-        "commit": git_commit(),
+        # the code that runs, read at the start)
+        "commit": commit,
         "target": tname, "draft": dname, "pair": pair, "methods": labels, "baseline": baseline, "gamma": gamma,
         "workload": workload,
         "n_prompts": n_whole, "prompt_offset": int(prompt_offset), "prompt_ids": [p.id for p in prompts],

@@ -137,7 +137,7 @@ _MED = "sign-test interval of the median over prompts (order statistics; ≥ 95%
 _BCA = "BCa bootstrap over prompts (9,999 resamples, rows sorted first)"
 #: rule -> how its 95% interval is computed (the card names it on every row; "" where the rule's reading is a test or
 #: an exact comparison, not an interval): medians carry the sign test's distribution-free interval, means the BCa
-#: bootstrap (:data:`specrepro.stats.STAT_CI_METHODS`), both chosen to cover at the card's sample sizes
+#: bootstrap (:func:`specrepro.stats.stat_ci`), both chosen to cover at the card's sample sizes
 RULE_INTERVALS = {
     "printed_precision": "", "exact_sampler": "", "all_identical": "", "typical_shifts": "", "not_testable": "",
     "identical_up_to_ties": "Clopper-Pearson (exact binomial) interval of the share of departures",
