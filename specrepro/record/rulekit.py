@@ -1,14 +1,8 @@
-"""What every scorecard rule shares: the rule registry, a claim's parameters and paper number, row selection, and the
-explanation of a speed ratio by its steps and costs.
-
-What this file is: :data:`RULES` / :data:`RULE_PARAMS` and the :func:`rule` decorator that fills them,
-:data:`COMMON_PARAMS` (parameters any claim may pass), :func:`params_of`, the paper's number or range
-(:func:`paper_range`), the selection of a claim's rows (:func:`claim_rows`, :func:`matching_methods`, :func:`best_of`), and
-:func:`explain_gap` (tokens per target step, step time and verification cost behind a speed ratio).
-
-What it is not: a rule (they live in the ``rules_*`` modules) or a verdict's definition
-(:mod:`specrepro.record.verdicts`).
-"""
+"""What every scorecard rule shares: the registry (:data:`RULES`, :data:`RULE_PARAMS`, filled by :func:`rule`), a
+claim's parameters (:func:`params_of`, :data:`COMMON_PARAMS`) and paper number (:func:`paper_range`), the selection of
+its rows (:func:`claim_rows`, :func:`matching_methods`, :func:`best_of`), and :func:`explain_gap` (tokens per target
+step, step time and verification cost behind a speed ratio). The rules live in the ``rules_*`` modules, the verdicts'
+definitions in :mod:`specrepro.record.verdicts`."""
 
 from __future__ import annotations
 
@@ -46,18 +40,14 @@ def rule(*keys: str):
 
 
 #: parameters any claim may pass, whatever its rule (read by :func:`score_claim`, not by the rule): ``draft=own dtype``
-#: - the claim judges a draft model in its own dtype (the configuration closest to the paper's), so a table whose
-#: provenance names the draft's int8 copy (``draft`` or ``draft_method`` containing "int8") gives "not run", with
-#: that table's reading shown beside the verdict, never as it
+#: judges a draft model in its own dtype (the configuration closest to the paper's), so a table whose provenance names
+#: the draft's int8 copy (``draft`` or ``draft_method`` containing "int8") gives "not run", its reading shown beside
 COMMON_PARAMS = {"draft": ("own dtype",)}
 
 
 def params_of(claim) -> dict[str, str]:
-    """The claim's ``params`` field ``key=value; key=value`` as a dict (values may contain ``=``, not ``;``).
-
-    Raises:
-        ValueError: an item lacks ``=`` or a key is repeated.
-    """
+    """The claim's ``params`` field ``key=value; key=value`` as a dict (values may contain ``=``, not ``;``); raises
+    ValueError if an item lacks ``=`` or a key is repeated."""
     out: dict[str, str] = {}
     for item in (s.strip() for s in str(claim["params"]).split(";")):
         if not item:
@@ -80,18 +70,13 @@ def param_float(params: dict, key: str, default: float) -> float:
     return float(params[key]) if params.get(key, "") != "" else default
 
 
-#: a signed number (ASCII or Unicode minus, optional +), optionally followed by a range's other end ("1.2-1.5",
-#: "-0.32 to +0.29", "1.2–1.5")
+#: a signed number (ASCII or Unicode minus, optional +), maybe with a range's other end ("1.2-1.5", "-0.32 to +0.29")
 NUMBER_RANGE = re.compile(r"(?<![\d.])([-+−]?\d+(?:\.\d+)?)(?:\s*(?:-|–|to)\s*([-+−]?\d+(?:\.\d+)?))?")
 
 
 def paper_range(claim) -> tuple[float, float]:
     """The paper's number ``x`` or range ``lo-hi`` / ``lo to hi`` (the first number(s) of ``paper_value``, signs
-    kept) as (lo, hi).
-
-    Raises:
-        ValueError: ``paper_value`` has no number.
-    """
+    kept) as (lo, hi); raises ValueError if ``paper_value`` has no number."""
     text = claim["paper_value"].replace("×", "")
     m = NUMBER_RANGE.search(text)
     if not m:
@@ -152,7 +137,7 @@ def tokens_column(df: pd.DataFrame) -> str:
 
 
 def bench_cost_ratio(tables: Tables, source: str, n: int) -> tuple[float, str] | None:
-    """The same ratio from a bench JSON's own cost model (``config.cost_model.target_ms``, measured in the run that
+    """:func:`cost_ratio` from a bench JSON's own cost model (``config.cost_model.target_ms``, measured in the run that
     timed the claim's methods, on the CPU its config names); None if ``source`` is not such a file."""
     cfg = tables.provenance(source)
     target_ms = (cfg.get("cost_model") or {}).get("target_ms") if isinstance(cfg.get("cost_model"), dict) else None
@@ -235,8 +220,7 @@ def explain_gap(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tabl
         parts.append(f"α = {np.nanmean(as_array(method_rows['alpha'])):.2f}")
     tree_nodes = count_tree_nodes(method_rows)
     in_run = in_run_forward_ratio(method_rows, base_rows)
-    if in_run is not None:  # the same runs' own target forwards (a cost model measured apart may catch another
-        # state of a shared machine: specrepro.bench.run.with_in_run_predictions)
+    if in_run is not None:  # the runs' own forwards (why: specrepro.bench.run.with_in_run_predictions)
         parts.append(f"its target forward per step took {in_run:.2f}× the baseline's in these runs (medians)")
     elif tree_nodes:
         ratio = cost_ratio(tables, tree_nodes + 1, source)
@@ -247,8 +231,7 @@ def explain_gap(method_rows: pd.DataFrame, base_rows: pd.DataFrame, tables: Tabl
         gamma = int(np.nanmax(as_array(method_rows["gamma"])))
         ratio = cost_ratio(tables, gamma + 1, source) if gamma >= 1 else None
         if ratio is not None:
-            parts.append(f"verifying γ + 1 = {gamma + 1} tokens costs {ratio[0]:.1f}× a 1-token forward on "
-                         f"{ratio[1]}")
+            parts.append(f"verifying γ + 1 = {gamma + 1} tokens costs {ratio[0]:.1f}× a 1-token forward on {ratio[1]}")
     return "; ".join(parts)
 
 
@@ -262,12 +245,8 @@ def matching_methods(df: pd.DataFrame, query: str, what: str) -> list[str]:
 
 
 def best_of(claim, n: int) -> str:
-    """A maximum over several methods is allowed only if the claim says "best of N" (N as in the standard profile;
-    another profile may sweep fewer: then the returned note says so, and the scorecard shows the actual N).
-
-    Raises:
-        ValueError: ``n`` > 1 candidates and the claim does not say "best of".
-    """
+    """A maximum over ``n`` > 1 methods is allowed only if the claim says "best of N" (else ValueError); N is the
+    standard profile's: another profile may sweep fewer, and the returned note then says so."""
     if n <= 1:
         return ""
     m = re.search(r"best of (\d+)", claim["claim"])

@@ -1,14 +1,8 @@
-"""The scorecard's rules for a number the paper measured or computed: paired ratios (speedups), rates, the gap to a
-prediction and quality within a margin, judged by :data:`specrepro.record.verdicts.INTERVAL_CLAUSES` or
-:data:`specrepro.record.verdicts.MARGIN_CLAUSES`, and a closed form evaluated at our inputs ("computed").
-
-What this file is: :func:`paired_ratio`, :func:`needs_precondition`, :func:`computed_speedup`,
-:func:`value_in_interval`, :func:`close_to_prediction` and :func:`quality_unchanged`, each registered in
-:data:`specrepro.record.rulekit.RULES`; each docstring states its rule.
-
-What it is not: the rules for directions (:mod:`specrepro.record.rules_trends`) or asserted properties
-(:mod:`specrepro.record.rules_asserted`).
-"""
+"""The scorecard's rules (:data:`specrepro.record.rulekit.RULES`, each docstring states its rule) for a number the
+paper measured or computed: paired ratios (speedups), rates, the gap to a prediction and quality within a margin,
+judged by :data:`specrepro.record.verdicts.INTERVAL_CLAUSES` or :data:`~specrepro.record.verdicts.MARGIN_CLAUSES`, and
+a closed form evaluated at our inputs ("computed"). Directions: :mod:`~specrepro.record.rules_trends`; asserted
+properties: :mod:`~specrepro.record.rules_asserted`."""
 
 from __future__ import annotations
 
@@ -18,41 +12,12 @@ import numpy as np
 import pandas as pd
 
 from specrepro.measure.harness import draft_of_method, in_run_cost_coefficient, paired_ratios
-from specrepro.record.rulekit import (
-    best_of,
-    explain_gap,
-    param_float,
-    matching_methods,
-    param_names,
-    as_array,
-    paper_range,
-    claim_rows,
-    claim_table,
-    params_of,
-    rule,
-)
+from specrepro.record.rulekit import (as_array, best_of, claim_rows, claim_table, explain_gap, matching_methods,
+                                      paper_range, param_float, param_names, params_of, rule)
 from specrepro.record.tables import Tables
-from specrepro.record.verdicts import (
-    COMPUTED,
-    EXACT,
-    INCONCLUSIVE,
-    NOT_REPRODUCED,
-    NOT_TESTABLE,
-    NotRun,
-    Outcome,
-    TREND,
-    is_beyond,
-    fmt_ci,
-    has_ci,
-    judge_reading,
-    meets_range,
-    prompt_unit,
-    judge_interval,
-    judge_margin,
-    parse_margin,
-    fmt_margin,
-    margin_bounds,
-)
+from specrepro.record.verdicts import (COMPUTED, EXACT, INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, NotRun, Outcome,
+                                       fmt_ci, fmt_margin, has_ci, is_beyond, judge_margin, judge_reading,
+                                       margin_bounds, meets_range, parse_margin, prompt_unit)
 from specrepro.stats import spearman, stat_ci
 from specrepro.theory import expected_tokens, walltime_improvement
 
@@ -64,22 +29,20 @@ __all__ = ["paired_ratio", "needs_precondition", "computed_speedup", "value_in_i
 def paired_ratio(claim, tables: Tables) -> Outcome:
     """For a measured ratio (a speedup over AR, tree over chain, MSS over naive sampling). Per prompt, the method's
     ``value`` (default tokens_per_s) over the baseline's on the same prompt (and repeat), from
-    :func:`specrepro.measure.harness.paired_ratios`; our number is the median over prompts with its 95% sign-test interval,
-    judged by :data:`INTERVAL_CLAUSES` with the null ``null`` (default 1) and the paper's side above it.
+    :func:`specrepro.measure.harness.paired_ratios`; our number is the median over prompts with its 95% sign-test
+    interval, judged by :data:`INTERVAL_CLAUSES` with the null ``null`` (default 1) and the paper's side above it.
     Reproduced exactly if the whole interval lies within the paper's value (or range) ± the claim's registered
-    ``margin`` (``10%``: relative; an equivalence test) and above the null; trend reproduced if the interval lies
-    above the null only (the reason says whether the effect is smaller or larger than the paper's by more than the
-    margin); not reproduced if it lies
-    below; inconclusive if it contains the null, or if the table is summary-only (no ``prompt`` column: one pooled
-    row per method, so no interval; ``summary`` names the pooled ratio column shown instead). ``beside`` (a method
-    query) names extensions of ours shown after the verdict's number with their own paired ratio and interval, never
-    judged: the verdict uses the configuration closest to the paper's (e.g. a draft model in its own dtype), the
-    int8 draft and other extensions stand beside it.
+    ``margin`` (``10%``: relative; an equivalence test) and above the null; trend reproduced if the interval lies above
+    the null only (the reason says whether the effect is smaller or larger than the paper's by more than the margin);
+    not reproduced if it lies below; inconclusive if it contains the null, or if the table is summary-only (no
+    ``prompt`` column: one pooled row per method, so no interval; ``summary`` names the pooled ratio column shown
+    instead). ``beside`` (a method query) names extensions of ours shown after the verdict's number with their own
+    paired ratio and interval, never judged: the verdict uses the configuration closest to the paper's (e.g. a draft
+    model in its own dtype), the int8 draft and other extensions stand beside it.
 
-    Params: ``select`` (rows of the table, e.g. one temperature), ``method`` / ``baseline`` (queries choosing the
-    method rows and the one baseline method). Several methods are allowed only if the claim says "best of N": then
-    the one with the highest median is reported with its own interval.
-    """
+    Params: ``select`` (rows of the table, e.g. one temperature), ``method`` / ``baseline`` (queries choosing the method
+    rows and the one baseline method). Several methods are allowed only if the claim says "best of N": then the one with
+    the highest median is reported with its own interval."""
     p = params_of(claim)
     df = claim_rows(claim, tables, p)
     value = p.get("value") or "tokens_per_s"
@@ -96,8 +59,7 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
         name = str(rows["method"].iloc[i])
         return Outcome(INCONCLUSIVE, f"{est:.2f}× ({name}), pooled, no interval" + (f" (n = {n} prompts)" if n else ""),
                        est, f"{param_names(claim['our_table'])[0]} is summary-only (one pooled row per method, no "
-                            f"per-prompt rows): no interval can be computed; its notebook must save per-prompt runs",
-                       n=n)
+                       f"per-prompt rows): no interval can be computed; its notebook must save per-prompt runs", n=n)
     bases = matching_methods(df, p.get("baseline", ""), "baseline")
     if len(bases) != 1:
         raise ValueError(f"claim {claim['id']}: the baseline query matches {bases}, not one method")
@@ -134,13 +96,12 @@ def paired_ratio(claim, tables: Tables) -> Outcome:
 
 @rule("select", "method", "baseline", "value", "null", "summary", "beside", "requires", "requires_baseline", "margin")
 def needs_precondition(claim, tables: Tables) -> Outcome:
-    """For a claim whose regime needs a precondition that our own runs must show first (Medusa-2 fine-tunes a
-    backbone that Medusa-1 heads already speed up): the precondition is the paired ratio of ``requires`` over
+    """For a claim whose regime needs a precondition that our own runs must show first (Medusa-2 fine-tunes a backbone
+    that Medusa-1 heads already speed up): the precondition is the paired ratio of ``requires`` over
     ``requires_baseline`` (queries on the same table, :func:`specrepro.measure.harness.paired_ratios`, median over
-    prompts with a 95% sign-test interval), and it holds if the interval lies above ``null`` (default 1). If it
-    holds, the claim is judged exactly as :func:`paired_ratio` judges it; if not, "not testable here": the reason
-    gives the precondition's reading, and the claim's own paired ratio is shown beside, never judged.
-    """
+    prompts with a 95% sign-test interval), and it holds if the interval lies above ``null`` (default 1). If it holds,
+    the claim is judged exactly as :func:`paired_ratio` judges it; if not, "not testable here": the reason gives the
+    precondition's reading, and the claim's own paired ratio is shown beside, never judged."""
     p = params_of(claim)
     df = claim_rows(claim, tables, p)
     (req,) = matching_methods(df, p.get("requires", ""), "requires")
@@ -151,22 +112,19 @@ def needs_precondition(claim, tables: Tables) -> Outcome:
     if is_beyond(lo, hi, null, +1):
         return out
     pre = fmt_ci(est, lo, hi, n, prompt_unit(df), suffix="×")
-    return Outcome(NOT_TESTABLE, f"precondition {req} / {req_base} {pre}; not judged: {out.ours}", None,
-                   f"needs {req} to speed up {req_base} first; here {req} / {req_base} = {pre}, not above {null:g}",
-                   n=out.n)
+    return Outcome(NOT_TESTABLE, f"precondition {req} / {req_base} {pre}; not judged: {out.ours}", None, f"needs {req} "
+                   f"to speed up {req_base} first; here {req} / {req_base} = {pre}, not above {null:g}", n=out.n)
 
 
 @rule("select", "method", "baseline", "c", "tolerance")
 def computed_speedup(claim, tables: Tables) -> Outcome:
     """For a speedup the paper computed from α (Leviathan Thm 3.8 with its c), not measured: always "computed"
-    (:data:`OTHER_DEFINITIONS`), never a reproduction. Ours, computed the same way: per prompt, the walltime
-    improvement (1 − α^(γ+1)) / ((1 − α)(γc + 1)) at that prompt's measured α, γ and the paper's ``c`` (default 0),
-    averaged over the prompt's timed passes; median over prompts with its 95% sign-test interval. The reason says
-    whether the paper's number lies inside that interval (or within the relative ``tolerance``, default 10%, of our
-    median), i.e. whether our α gives the paper's computed number. Our measured speedup of the same runs (paired
-    per-prompt ratio over ``baseline``, with its interval) is reported beside it, not judged: the paper measured
-    nothing here.
-    """
+    (:data:`OTHER_DEFINITIONS`), never a reproduction. Ours, computed the same way: per prompt, the walltime improvement
+    (1 − α^(γ+1)) / ((1 − α)(γc + 1)) at that prompt's measured α, γ and the paper's ``c`` (default 0), averaged over
+    the prompt's timed passes; median over prompts with its 95% sign-test interval. The reason says whether the paper's
+    number lies inside that interval (or within the relative ``tolerance``, default 10%, of our median), i.e. whether
+    our α gives the paper's computed number. Our measured speedup of the same runs (paired per-prompt ratio over
+    ``baseline``, with its interval) is reported beside it, not judged: the paper measured nothing here."""
     p = params_of(claim)
     df = claim_rows(claim, tables, p)
     (name,) = matching_methods(df, p.get("method", ""), "method")
@@ -194,12 +152,11 @@ def computed_speedup(claim, tables: Tables) -> Outcome:
 
 @rule("select", "value", "null", "margin")
 def value_in_interval(claim, tables: Tables) -> Outcome:
-    """For a measured rate (an acceptance rate α). Per prompt the ``value`` column (one row per prompt); our number
-    is the mean over prompts with its 95% BCa bootstrap interval (:data:`INTERVAL_CLAUSES`). Reproduced exactly if the
-    whole interval lies within the paper's value ± the registered ``margin`` and above the ``null`` (default 0.5:
-    "most of the time"); trend reproduced if it lies above the null only; not reproduced if below; inconclusive if
-    it contains the null.
-    """
+    """For a measured rate (an acceptance rate α). Per prompt the ``value`` column (one row per prompt); our number is
+    the mean over prompts with its 95% BCa bootstrap interval (:data:`INTERVAL_CLAUSES`). Reproduced exactly if the
+    whole interval lies within the paper's value ± the registered ``margin`` and above the ``null`` (default 0.5: "most
+    of the time"); trend reproduced if it lies above the null only; not reproduced if below; inconclusive if it contains
+    the null."""
     p = params_of(claim)
     df = claim_rows(claim, tables, p)
     est, lo, hi, n = stat_ci(as_array(df[p["value"]]), np.mean)
@@ -259,26 +216,25 @@ def measured_and_predicted(claim, tables: Tables, p: dict) -> tuple[pd.DataFrame
 def close_to_prediction(claim, tables: Tables) -> Outcome:
     """Measured against Leviathan's prediction, row by row (one row per prompt and setting of the first table).
     ``measured`` = tokens_per_step (predicted by Eq. 1 at the row's α and γ) or speedup (the row's tokens/s over the
-    same prompt's AR tokens/s at the same temperature and in the same timed pass (``repeat``, where recorded),
-    predicted by Thm 3.8 at the row's α, γ and a cost coefficient c). Where c comes from: ``c=in_run`` measures it in
-    the first table's own runs (:func:`specrepro.measure.harness.in_run_cost_coefficient`: per draft model, the draft's time
-    per drafted token without its prompt prefill over AR's target forward per step, same prompt and pass), so that
-    prediction and measurement share one machine state; otherwise (``c=summary``, the default) it is the ``c`` that
-    the second table records for the method (notebook 04: from cost curves timed once, before the runs).
+    same prompt's AR tokens/s at the same temperature and in the same timed pass (``repeat``, where recorded), predicted
+    by Thm 3.8 at the row's α, γ and a cost coefficient c). Where c comes from: ``c=in_run`` measures it in the first
+    table's own runs (:func:`specrepro.measure.harness.in_run_cost_coefficient`: per draft model, the draft's time per
+    drafted token without its prompt prefill over AR's target forward per step, same prompt and pass), so that
+    prediction and measurement share one machine state; otherwise (``c=summary``, the default) it is the ``c`` that the
+    second table records for the method (notebook 04: from cost curves timed once, before the runs).
 
-    The statistic keeps its sign: per row the gap measured / predicted − 1 (negative: slower than predicted), per
-    prompt its median over settings and passes, our number the median over prompts with a 95% sign-test interval.
-    Beside it, whether the measurement rises with the prediction: Spearman's ρ over each prompt's rows (at least 3),
-    the mean over prompts with a 95% BCa bootstrap interval (prompts are the independent units).
+    The statistic keeps its sign: per row the gap measured / predicted − 1 (negative: slower than predicted), per prompt
+    its median over settings and passes, our number the median over prompts with a 95% sign-test interval. Beside it,
+    whether the measurement rises with the prediction: Spearman's ρ over each prompt's rows (at least 3), the mean over
+    prompts with a 95% BCa bootstrap interval (prompts are the independent units).
 
-    A formula the paper computed (paper_kind computed): :data:`MARGIN_CLAUSES` with the margin ±``tolerance``
-    (default 10%, absorbing that acceptance is not i.i.d. in real text) on the gap's interval. A gap the paper
-    measured (paper_value: the paper's own signed gap, e.g. the median over its table's rows):
-    the paper's signed gap is the claim's number, and agreement with it is judged two-sided on the gap's own scale by
-    :data:`MARGIN_CLAUSES` around the paper's gap ± the registered ``margin`` (absolute): the whole interval within
-    it reads exactly, wholly outside it not reproduced, straddling an end inconclusive (so is a claim with no
-    registered margin). Whether the measurement rises with the prediction (ρ) is shown beside, never judged.
-    """
+    A formula the paper computed (paper_kind computed): :data:`MARGIN_CLAUSES` with the margin ±``tolerance`` (default
+    10%, absorbing that acceptance is not i.i.d. in real text) on the gap's interval. A gap the paper measured
+    (paper_value: the paper's own signed gap, e.g. the median over its table's rows): the paper's signed gap is the
+    claim's number, and agreement with it is judged two-sided on the gap's own scale by :data:`MARGIN_CLAUSES` around
+    the paper's gap ± the registered ``margin`` (absolute): the whole interval within it reads exactly, wholly outside
+    it not reproduced, straddling an end inconclusive (so is a claim with no registered margin). Whether the measurement
+    rises with the prediction (ρ) is shown beside, never judged."""
     p = params_of(claim)
     rows, measured, predicted, c_note = measured_and_predicted(claim, tables, p)
     gap = measured / predicted - 1
@@ -320,15 +276,14 @@ def quality_unchanged(claim, tables: Tables) -> Outcome:
     """For "task quality is unchanged under speculative sampling" (:data:`MARGIN_CLAUSES`, the margin ±``margin``,
     default 0.10 = 10 points). Per problem of the completions table (second table; columns setting, method, prompt,
     completion, and ``passed`` when the notebook stored per-problem results), the paired difference passed(method) −
-    passed(baseline): 0 where the two completions are token-identical (same text, hence the same pass/fail), else
-    from ``passed``. Our number is the mean difference (pass@1 points) with its 95% BCa bootstrap interval over problems.
+    passed(baseline): 0 where the two completions are token-identical (same text, hence the same pass/fail), else from
+    ``passed``. Our number is the mean difference (pass@1 points) with its 95% BCa bootstrap interval over problems.
     Where every completion is token-identical there is no difference to resample: the interval is then ± the
-    Clopper-Pearson upper bound of the share of problems whose pass/fail differs (0 of n), which narrows as n grows
-    (a fixed [0, 0] would say the same at any n).
-    Reproduced exactly ("quality unchanged") if the interval lies within the margin; not reproduced if it lies wholly
-    outside (quality changed); inconclusive otherwise, and when completions differ but the table has no per-problem
-    ``passed`` column (then no paired interval can be computed; the pooled pass@1 of the first table is shown).
-    """
+    Clopper-Pearson upper bound of the share of problems whose pass/fail differs (0 of n), which narrows as n grows (a
+    fixed [0, 0] would say the same at any n). Reproduced exactly ("quality unchanged") if the interval lies within the
+    margin; not reproduced if it lies wholly outside (quality changed); inconclusive otherwise, and when completions
+    differ but the table has no per-problem ``passed`` column (then no paired interval can be computed; the pooled
+    pass@1 of the first table is shown)."""
     p = params_of(claim)
     setting, method, base = p["setting"], p["method"], p.get("baseline") or "ar"
     margin = param_float(p, "margin", 0.10)
@@ -349,9 +304,8 @@ def quality_unchanged(claim, tables: Tables) -> Outcome:
     elif same.all():
         diff = np.zeros(len(common))
     else:
-        return Outcome(judge_margin(None, None, (-margin, margin)),
-                       f"{pooled_text} (n = {len(common)} problems, {int(same.sum())} identical completions), no "
-                       f"paired interval", None,
+        return Outcome(judge_margin(None, None, (-margin, margin)), f"{pooled_text} (n = {len(common)} problems, "
+                       f"{int(same.sum())} identical completions), no paired interval", None,
                        f"per-problem pass/fail is not stored ({param_names(claim['our_table'])[1]} has no 'passed' "
                        f"column) and {int((~same).sum())} completions differ: no paired interval can be computed",
                        n=len(common))

@@ -1,13 +1,7 @@
-"""The scorecard's rules for a direction the paper states (an ordering, a rise or fall with x, a plateau), judged by
-:data:`specrepro.record.verdicts.INTERVAL_CLAUSES` with the paper's number where it gives one.
-
-What this file is: :func:`row_order`, :func:`increases`, :func:`decreases`, :func:`grows_linearly`,
-:func:`speedup_peaks` and :func:`falls_with_head`, each registered in :data:`specrepro.record.rulekit.RULES`; each
-docstring states its rule.
-
-What it is not: the rules for measured numbers (:mod:`specrepro.record.rules_measured`) or asserted properties
-(:mod:`specrepro.record.rules_asserted`).
-"""
+"""The scorecard's rules (:data:`specrepro.record.rulekit.RULES`, each docstring states its rule) for a direction the
+paper states (an ordering, a rise or fall with x, a plateau), judged by
+:data:`specrepro.record.verdicts.INTERVAL_CLAUSES` with the paper's number where it gives one. Measured numbers:
+:mod:`~specrepro.record.rules_measured`; asserted properties: :mod:`~specrepro.record.rules_asserted`."""
 
 from __future__ import annotations
 
@@ -19,23 +13,9 @@ import pandas as pd
 from specrepro.measure.harness import paired_ratios
 from specrepro.record.rulekit import param_float, param_names, as_array, paper_range, claim_rows, params_of, rule
 from specrepro.record.tables import Tables
-from specrepro.record.verdicts import (
-    EXACT,
-    INCONCLUSIVE,
-    NOT_REPRODUCED,
-    NotRun,
-    Outcome,
-    TREND,
-    all_of,
-    fmt_ci,
-    has_ci,
-    judge_reading,
-    prompt_unit,
-    judge_interval,
-    parse_margin,
-    fmt_margin,
-    within_margin,
-)
+from specrepro.record.verdicts import (EXACT, INCONCLUSIVE, NOT_REPRODUCED, TREND, NotRun, Outcome, all_of, fmt_ci,
+                                       fmt_margin, has_ci, judge_interval, judge_reading, parse_margin, prompt_unit,
+                                       within_margin)
 from specrepro.stats import spearman, spearman_interval, stat_ci
 
 __all__ = ["row_order", "increases", "decreases", "grows_linearly", "speedup_peaks", "falls_with_head"]
@@ -44,12 +24,11 @@ __all__ = ["row_order", "increases", "decreases", "grows_linearly", "speedup_pea
 @rule("select", "key", "lower", "higher", "value", "cells")
 def row_order(claim, tables: Tables) -> Outcome:
     """For a measured ordering (row ``lower`` below row ``higher`` in every setting), a direction without a number
-    (:data:`INTERVAL_CLAUSES`, null 0): per prompt and setting (the ``cells`` columns, e.g. workload and
-    temperature), the paired difference value(higher) − value(lower); per setting, its mean over prompts with a 95%
-    BCa bootstrap interval. Trend reproduced if every setting's interval lies above 0; not reproduced if any lies below
-    0; inconclusive otherwise. No exact verdict: the papers' numbers come from other models, tokenizers and corpora,
-    so only the direction is judged.
-    """
+    (:data:`INTERVAL_CLAUSES`, null 0): per prompt and setting (the ``cells`` columns, e.g. workload and temperature),
+    the paired difference value(higher) − value(lower); per setting, its mean over prompts with a 95% BCa bootstrap
+    interval. Trend reproduced if every setting's interval lies above 0; not reproduced if any lies below 0;
+    inconclusive otherwise. No exact verdict: the papers' numbers come from other models, tokenizers and corpora, so
+    only the direction is judged."""
     p = params_of(claim)
     df = claim_rows(claim, tables, p)
     key, value = p["key"], p["value"]
@@ -114,11 +93,8 @@ def monotone(claim, tables: Tables, sign: int) -> Outcome:
 
 
 def series_numbers(claim, text: str) -> dict[str, float]:
-    """``"greedy:0.48,stochastic:0.59"`` -> {"greedy": 0.48, "stochastic": 0.59} (the ``paper_change`` parameter).
-
-    Raises:
-        ValueError: an item is not ``series:number``.
-    """
+    """``"greedy:0.48,stochastic:0.59"`` -> {"greedy": 0.48, "stochastic": 0.59} (the ``paper_change`` parameter);
+    raises ValueError if an item is not ``series:number``."""
     out = {}
     for item in (t.strip() for t in text.split(",")):
         if not item:
@@ -137,36 +113,31 @@ def series_numbers(claim, text: str) -> dict[str, float]:
 def increases(claim, tables: Tables) -> Outcome:
     """For a measured direction (y rises with x; :data:`INTERVAL_CLAUSES`, null 0). Per-prompt rows: per prompt the
     paired difference y(largest x) − y(smallest x), its mean over prompts with a 95% BCa bootstrap interval, judged
-    against the paper's own change where ``paper_change`` gives it (``series:number,...``: the paper's y at the
-    largest x minus at the smallest) - reproduced exactly if the whole interval lies within it ± the registered
-    ``margin`` and above 0, trend
-    reproduced if it lies above 0 only (or the paper gives no change); summary rows (no ``prompt`` column):
-    Spearman's ρ over the x values with its 95% interval by Fisher's z, a direction only. Not reproduced if an
+    against the paper's own change where ``paper_change`` gives it (``series:number,...``: the paper's y at the largest
+    x minus at the smallest) - reproduced exactly if the whole interval lies within it ± the registered ``margin`` and
+    above 0, trend reproduced if it lies above 0 only (or the paper gives no change); summary rows (no ``prompt``
+    column): Spearman's ρ over the x values with its 95% interval by Fisher's z, a direction only. Not reproduced if an
     interval lies below 0; inconclusive if one contains 0. Every ``series`` must hold: the claim's verdict is the
-    weakest of its series' (not reproduced, then inconclusive, then trend reproduced, then reproduced exactly).
-    """
+    weakest of its series' (not reproduced, then inconclusive, then trend reproduced, then reproduced exactly)."""
     return monotone(claim, tables, +1)
 
 
 @rule("select", "x", "y", "series", "paper_change", "margin")
 def decreases(claim, tables: Tables) -> Outcome:
-    """As :func:`increases` with the direction reversed: the paper's side of the null 0 is below it (y falls with
-    x); reproduced exactly if the interval lies below 0 and within the paper's (negative) change ± its ``margin``,
-    trend reproduced if
-    below 0 only, not reproduced if above 0, inconclusive if it contains 0; the weakest series decides.
-    """
+    """As :func:`increases` with the direction reversed: the paper's side of the null 0 is below it (y falls with x);
+    reproduced exactly if the interval lies below 0 and within the paper's (negative) change ± its ``margin``, trend
+    reproduced if below 0 only, not reproduced if above 0, inconclusive if it contains 0; the weakest series decides."""
     return monotone(claim, tables, -1)
 
 
 @rule("select", "x", "y")
 def grows_linearly(claim, tables: Tables) -> Outcome:
-    """For a measured "about linear in x" statement without a number (:data:`INTERVAL_CLAUSES`, a direction: the
-    null is slope 0, the paper's side above it). Least squares y = a + b·x (scipy.stats.linregress) over the selected
-    rows, with the slope's 95% t-interval and r² shown. Trend reproduced if the slope's interval lies above 0; not
-    reproduced if it lies below 0; inconclusive if it contains 0. No exact verdict: the paper gives no number. Rows
-    that repeat a timing (a ``repeat`` column beside ``prompt``) are averaged per prompt and x first: the prompt is
-    the unit, so repeated passes do not narrow the interval.
-    """
+    """For a measured "about linear in x" statement without a number (:data:`INTERVAL_CLAUSES`, a direction: the null is
+    slope 0, the paper's side above it). Least squares y = a + b·x (scipy.stats.linregress) over the selected rows, with
+    the slope's 95% t-interval and r² shown. Trend reproduced if the slope's interval lies above 0; not reproduced if it
+    lies below 0; inconclusive if it contains 0. No exact verdict: the paper gives no number. Rows that repeat a timing
+    (a ``repeat`` column beside ``prompt``) are averaged per prompt and x first: the prompt is the unit, so repeated
+    passes do not narrow the interval."""
     from scipy import stats
 
     p = params_of(claim)
@@ -198,25 +169,17 @@ def best_k_draws(ratios: pd.DataFrame, seed: int = 0, n_resamples: int = 2000) -
     return ks[np.nanargmax(np.nanmedian(values[picks], axis=1), axis=1)]
 
 
-def best_k_interval(ratios: pd.DataFrame, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
-    """The 95% percentile-bootstrap interval of the best K (:func:`best_k_draws`), resampling prompts."""
-    best = best_k_draws(ratios, seed, n_resamples)
-    return float(np.percentile(best, 2.5)), float(np.percentile(best, 97.5))
-
-
 @rule("select", "x", "tolerance", "margin")
 def speedup_peaks(claim, tables: Tables) -> Outcome:
-    """For "the speedup plateaus or regresses as K grows, optimal at K = k" (paper_value: k;
-    :data:`INTERVAL_CLAUSES` on two scales). Needs per-prompt runs (``prompt``, ``method``, ``tokens_per_s`` and the
-    draft length column ``x``; x = 0 is AR). The statistic: per prompt, the tokens/s at the largest K swept over the
-    tokens/s at the paper's k (:func:`specrepro.measure.harness.paired_ratios`), median over prompts with a 95%
-    sign-test interval; its null is 1 + ``tolerance`` (default 0.05: still a gain past k), the paper's side below it
-    (a plateau or a regression). The paper's number k is held if the whole 95% bootstrap interval (over prompts) of
-    our best K (highest median paired speedup over AR) lies within k ± the registered ``margin`` (in K; an
-    equivalence test). Reproduced exactly if both; trend reproduced if the interval lies below the null only; not
-    reproduced if it lies above it (the speedup still grows past k); inconclusive otherwise, and always for a
-    summary-only table (no per-prompt rows: no interval).
-    """
+    """For "the speedup plateaus or regresses as K grows, optimal at K = k" (paper_value: k; :data:`INTERVAL_CLAUSES` on
+    two scales). Needs per-prompt runs (``prompt``, ``method``, ``tokens_per_s`` and the draft length column ``x``; x =
+    0 is AR). The statistic: per prompt, the tokens/s at the largest K swept over the tokens/s at the paper's k
+    (:func:`specrepro.measure.harness.paired_ratios`), median over prompts with a 95% sign-test interval; its null is 1
+    + ``tolerance`` (default 0.05: still a gain past k), the paper's side below it (a plateau or a regression). The
+    paper's number k is held if the whole 95% bootstrap interval (over prompts) of our best K (highest median paired
+    speedup over AR) lies within k ± the registered ``margin`` (in K; an equivalence test). Reproduced exactly if both;
+    trend reproduced if the interval lies below the null only; not reproduced if it lies above it (the speedup still
+    grows past k); inconclusive otherwise, and always for a summary-only table (no per-prompt rows: no interval)."""
     p = params_of(claim)
     df = claim_rows(claim, tables, p)
     x = p.get("x") or "K"
@@ -272,10 +235,9 @@ def falls_with_head(claim, tables: Tables) -> Outcome:
     null 0). Rows = heads with the held-out accuracy ``value`` (default top1) over ``count`` positions (default
     positions). The statistic: head 1's accuracy minus the last head's, with Newcombe's 95% interval (the heads are
     scored on nearly the same positions, which the interval treats as independent samples). Trend reproduced if the
-    interval lies above 0; not reproduced if below 0; inconclusive if it contains 0. No exact verdict: the paper
-    gives no number. Each head's Wilson interval, Fisher's one-sided p and any rise from one head to the next are
-    shown beside.
-    """
+    interval lies above 0; not reproduced if below 0; inconclusive if it contains 0. No exact verdict: the paper gives
+    no number. Each head's Wilson interval, Fisher's one-sided p and any rise from one head to the next are shown
+    beside."""
     from scipy import stats
 
     p = params_of(claim)
