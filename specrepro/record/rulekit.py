@@ -28,21 +28,19 @@ RULES: dict[str, Callable[[pd.Series, Tables], Outcome]] = {}
 #: rule name -> the parameter keys its claims may pass in ``params``
 RULE_PARAMS: dict[str, tuple[str, ...]] = {}
 
+#: parameters any claim may pass, whatever its rule (read by :func:`score_claim`, not by the rule): ``draft=own dtype``
+#: judges a draft model in its own dtype (the configuration closest to the paper's), so a table whose provenance names
+#: the draft's int8 copy (``draft`` or ``draft_method`` containing "int8") gives "not run", its reading shown beside
+COMMON_PARAMS = {"draft": ("own dtype",)}
+
 
 def rule(*keys: str):
-    """Decorator: register the function in :data:`RULES` under its name, with the parameter keys its claims may pass
-    (:data:`RULE_PARAMS`)."""
+    """Decorator: register the function in :data:`RULES` and its claims' parameter keys in :data:`RULE_PARAMS`."""
     def register(fn):
         RULES[fn.__name__] = fn
         RULE_PARAMS[fn.__name__] = tuple(keys)
         return fn
     return register
-
-
-#: parameters any claim may pass, whatever its rule (read by :func:`score_claim`, not by the rule): ``draft=own dtype``
-#: judges a draft model in its own dtype (the configuration closest to the paper's), so a table whose provenance names
-#: the draft's int8 copy (``draft`` or ``draft_method`` containing "int8") gives "not run", its reading shown beside
-COMMON_PARAMS = {"draft": ("own dtype",)}
 
 
 def params_of(claim) -> dict[str, str]:
@@ -175,8 +173,7 @@ def cost_ratio(tables: Tables, n: int, source: str | None = None) -> tuple[float
 
 
 def in_run_forward_ratio(method_rows: pd.DataFrame, base_rows: pd.DataFrame) -> float | None:
-    """The method's median target forward per step over the baseline's, from the runs' own ``target_ms`` (bench
-    runs record it); None where either lacks it."""
+    """The method's median target forward per step over the baseline's, from the runs' ``target_ms``; else None."""
     if "target_ms" not in method_rows or "target_ms" not in base_rows:
         return None
     m, b = as_array(method_rows["target_ms"]), as_array(base_rows["target_ms"])
@@ -187,8 +184,7 @@ def in_run_forward_ratio(method_rows: pd.DataFrame, base_rows: pd.DataFrame) -> 
 
 
 def count_tree_nodes(rows: pd.DataFrame) -> int:
-    """The largest token tree a method's runs verified (bench runs list per-step ``depths`` and ``drafted`` nodes;
-    a chain has no depths > 0): 0 for chains and AR."""
+    """The largest token tree the runs verified (per-step ``drafted`` where ``depths`` > 0); 0 for chains and AR."""
     if "depths" not in rows or "drafted" not in rows:
         return 0
     best = 0

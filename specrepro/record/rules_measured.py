@@ -305,10 +305,9 @@ def quality_unchanged(claim, tables: Tables) -> Outcome:
         diff = np.zeros(len(common))
     else:
         return Outcome(judge_margin(None, None, (-margin, margin)), f"{pooled_text} (n = {len(common)} problems, "
-                       f"{int(same.sum())} identical completions), no paired interval", None,
-                       f"per-problem pass/fail is not stored ({param_names(claim['our_table'])[1]} has no 'passed' "
-                       f"column) and {int((~same).sum())} completions differ: no paired interval can be computed",
-                       n=len(common))
+                       f"{int(same.sum())} identical completions), no paired interval", None, "per-problem pass/fail "
+                       f"is not stored ({param_names(claim['our_table'])[1]} has no 'passed' column) and "
+                       f"{int((~same).sum())} completions differ: no paired interval can be computed", n=len(common))
     if same.all():  # nothing to resample: bound the share of problems whose pass/fail could differ (none did)
         from scipy.stats import binomtest
 

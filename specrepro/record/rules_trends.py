@@ -210,9 +210,8 @@ def speedup_peaks(claim, tables: Tables) -> Outcome:
             + f", null {1 + tol:g}")
     verdict = judge_interval(lo, hi, 1 + tol, -1, within_margin(k_lo, k_hi, (k_paper, k_paper), margin))
     band = f"K = {k_paper} {fmt_margin(margin)}" if margin else f"K = {k_paper} (no margin registered)"
-    why = {EXACT: "",
-           TREND: f"no gain past K = {k_paper} (K = {ks[-1]} over K = {k_paper} below {1 + tol:g}), but the best K's "
-                  f"interval [{k_lo:g}, {k_hi:g}] does not lie within {band}",
+    why = {EXACT: "", TREND: f"no gain past K = {k_paper} (K = {ks[-1]} over K = {k_paper} below {1 + tol:g}), but "
+                             f"the best K's interval [{k_lo:g}, {k_hi:g}] does not lie within {band}",
            NOT_REPRODUCED: f"the speedup still grows past K = {k_paper}",
            INCONCLUSIVE: "the interval does not tell a plateau from a gain" if has_ci(lo, hi) else
            "no interval (too few prompts: a median's needs 6)"}[verdict]
