@@ -34,18 +34,10 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.files import repo_root
-from specrepro.record.scorecard import (
-    CLAIM_COLUMNS,
-    Clause,
-    NOT_RUN,
-    NOT_TESTABLE,
-    RULE_PARAMS,
-    COMMON_PARAMS,
-    RULES,
-    Tables,
-    params_of,
-    score_claim,
-)
+from specrepro.record.rulekit import COMMON_PARAMS, RULE_PARAMS, params_of
+from specrepro.record.scorecard import CLAIM_COLUMNS, RULES, score_claim  # RULES filled by the rules' modules
+from specrepro.record.tables import Tables
+from specrepro.record.verdicts import NOT_RUN, NOT_TESTABLE, Clause
 
 __all__ = ["record_commits", "rule_source", "rule_version", "evidence_key", "score_commit", "verdict_history",
            "stability", "configure_parser", "run_command"]

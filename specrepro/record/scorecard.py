@@ -1,28 +1,13 @@
-"""The replication scorecard's rules: each statement of the four papers beside our measurement, with a verdict.
+"""The replication scorecard: each statement of the four papers beside our measurement, with a verdict.
 
-What this file is: the claims live in ``data/claims.csv``, one row per statement a paper makes (paper, arXiv
-version, exact location, the paper's setting, a sentence, the paper's number and whether that number was
-**measured**, **computed** or **asserted** by the paper, its group - **correctness** or **performance**, which only
-the rendering reads - the result table that measures it, the name of a rule and
-the rule's parameters). Each rule is a function registered in :data:`RULES` whose docstring states how it turns our
-numbers into one verdict. The verdicts are defined once, in :data:`VERDICT_DEFINITIONS`, assembled from the clauses
-that the judging helpers evaluate (:data:`INTERVAL_CLAUSES` for a number or direction read from a 95% interval,
-:data:`MARGIN_CLAUSES` for agreement within a stated margin, :data:`TEST_CLAUSES` for an asserted yes/no property);
-the README's and ``scorecard.md``'s definitions are rendered from the same text (:func:`verdict_definitions`).
-
-This file holds the claims (:func:`load_claims`) and the scoring (:func:`score_claim`, :func:`score`); the verdicts
-live in :mod:`specrepro.record.verdicts`, the tables in :mod:`specrepro.record.tables`, what rules share in
-:mod:`specrepro.record.rulekit` and the rules in :mod:`specrepro.record.rules_asserted`,
-:mod:`specrepro.record.rules_measured` and :mod:`specrepro.record.rules_trends`; every name is re-exported here.
-
-Intervals are 95% percentile-bootstrap intervals over prompts (or problems) of per-prompt values, from
-:func:`specrepro.stats.bootstrap_ci` / :func:`specrepro.measure.harness.paired_ratios` (the harness's one definition of a
-paired speedup); trends use ``scipy.stats`` tests. No rule takes a maximum over γ or methods unless its claim says
-"best of N" (then the chosen row's interval is reported). No verdict is typed by hand and no rule reads a claim's id; a
-rule that raises is a bug and propagates (only :class:`NotRun`, "this profile did not measure it", becomes a verdict).
-
-What it is not: the rendering of the scorecard (markdown, README blocks, figures: :mod:`specrepro.record.report`), an
-experiment (nothing here runs a model) or a store of the papers' numbers beyond ``data/claims.csv``.
+The claims are ``data/claims.csv`` (:func:`load_claims`), one row per statement a paper makes: where, the paper's
+number and whether the paper **measured**, **computed** or **asserted** it, the table that measures it, and a rule of
+:data:`specrepro.record.rulekit.RULES` with its parameters (the rules: ``rules_asserted``, ``rules_measured``,
+``rules_trends``; the verdicts, defined once: :mod:`specrepro.record.verdicts`). :func:`score` applies them to the
+result tables (:class:`specrepro.record.tables.Tables`). No rule takes a maximum over γ or methods unless its claim
+says "best of N" (then the chosen row's interval is reported); no verdict is typed by hand and no rule reads a claim's
+id; a rule that raises is a bug and propagates (only :class:`NotRun`, "this profile did not measure it", becomes a
+verdict). The rendering (markdown, README blocks, figures) is :mod:`specrepro.record.report`.
 """
 
 from __future__ import annotations
@@ -33,90 +18,17 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.files import repo_root
+from specrepro.record import rules_asserted, rules_measured, rules_trends  # noqa: F401 - they fill RULES
 from specrepro.record.results import STANDARD
-from specrepro.record.verdicts import (  # noqa: F401 (re-exported)
-    COMPUTED,
-    Clause,
-    EXACT,
-    INCONCLUSIVE,
-    INTERVAL_CLAUSES,
-    JUDGED,
-    MARGIN_CLAUSES,
-    NOT_REPRODUCED,
-    NOT_RUN,
-    NOT_TESTABLE,
-    N_PHRASE,
-    NotRun,
-    OTHER_DEFINITIONS,
-    Outcome,
-    TEST_CLAUSES,
-    TREND,
-    VERDICTS,
-    VERDICT_DEFINITIONS,
-    parse_margin,
-    margin_bounds,
-    within_margin,
-    fmt_margin,
-    judge_interval,
-    judge_margin,
-    judge_test,
-    n_unit,
-    verdict_definitions,
-)
-from specrepro.record.tables import (  # noqa: F401 (re-exported)
-    Tables,
-    hardware_of,
-    read_record_table,
-)
-from specrepro.record.rulekit import (  # noqa: F401 (re-exported)
-    COMMON_PARAMS,
-    GOF_LEVEL,
-    RULES,
-    RULE_PARAMS,
-    cost_ratio,
-    explain_gap,
-    param_names,
-    paper_range,
-    count_tree_nodes,
-    params_of,
-    rule,
-)
-from specrepro.record.rules_asserted import (  # noqa: F401 (re-exported)
-    EXACT_RULES,
-    all_identical,
-    exact_sampler,
-    identical_up_to_ties,
-    not_testable,
-    printed_precision,
-    typical_shifts,
-)
-from specrepro.record.rules_measured import (  # noqa: F401 (re-exported)
-    close_to_prediction,
-    computed_speedup,
-    needs_precondition,
-    paired_ratio,
-    quality_unchanged,
-    value_in_interval,
-)
-from specrepro.record.rules_trends import (  # noqa: F401 (re-exported)
-    decreases,
-    falls_with_head,
-    grows_linearly,
-    increases,
-    row_order,
-    speedup_peaks,
-)
+from specrepro.record.rulekit import COMMON_PARAMS, RULE_PARAMS, RULES, param_names, params_of
+from specrepro.record.tables import Tables, hardware_of
+# the verdict names are also imported from here (report.py, tests)
+from specrepro.record.verdicts import (COMPUTED, EXACT, INCONCLUSIVE, JUDGED, N_PHRASE, NOT_REPRODUCED,  # noqa: F401
+                                       NOT_RUN, NOT_TESTABLE, TREND, VERDICTS, NotRun, Outcome, fmt_margin, n_unit,
+                                       parse_margin, verdict_definitions)
 
-__all__ = ["EXACT", "TREND", "INCONCLUSIVE", "NOT_REPRODUCED", "NOT_RUN", "COMPUTED", "NOT_TESTABLE", "VERDICTS",
-           "JUDGED", "Clause", "INTERVAL_CLAUSES", "MARGIN_CLAUSES", "TEST_CLAUSES", "OTHER_DEFINITIONS",
-           "VERDICT_DEFINITIONS", "verdict_definitions", "judge_interval", "judge_margin", "judge_test", "NotRun",
-           "Outcome", "N_PHRASE", "n_unit", "Tables", "GOF_LEVEL", "RULES", "RULE_PARAMS", "rule",
-           "COMMON_PARAMS", "params_of", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical",
-           "identical_up_to_ties", "typical_shifts", "not_testable", "paired_ratio", "needs_precondition",
-           "computed_speedup", "value_in_interval", "close_to_prediction", "quality_unchanged", "row_order",
-           "increases", "decreases", "grows_linearly", "speedup_peaks", "falls_with_head", "PAPER_KINDS", "GROUPS",
-           "CLAIM_COLUMNS", "CARD_COLUMNS", "claims_path", "load_claims", "score_claim", "score", "stability_notes",
-           "rules_table"]
+__all__ = ["PAPER_KINDS", "GROUPS", "CLAIM_COLUMNS", "CARD_COLUMNS", "RULE_INTERVALS", "claims_path", "load_claims",
+           "artifacts", "score_claim", "score", "earlier_rule_notes", "stability_notes", "rules_table"]
 
 #: what the paper's number is: measured in an experiment, computed from a formula, or asserted (stated or proved,
 #: no measurement behind it)
