@@ -1,14 +1,7 @@
-"""The scorecard's verdicts, defined once, and the helpers that judge an interval, a margin or a test by them.
-
-What this file is: the verdict names (:data:`VERDICTS`; :data:`JUDGED` are the four that judge a claim), the clauses
-each judging helper evaluates - :data:`INTERVAL_CLAUSES` (a number or direction read from a 95% interval against its
-null), :data:`MARGIN_CLAUSES` (agreement within a stated margin), :data:`TEST_CLAUSES` (an asserted yes/no property)
-- and :data:`VERDICT_DEFINITIONS`, assembled from the clauses' own texts (plus :data:`OTHER_DEFINITIONS` for the
-verdicts that judge nothing), so that the definitions rendered into the README (:func:`verdict_definitions`) are
-the code's; a rule's outcome (:class:`Outcome`, :class:`NotRun`) and the formatting of an interval.
-
-What it is not: the rules (:mod:`specrepro.record.rules_asserted`, :mod:`specrepro.record.rules_measured`,
-:mod:`specrepro.record.rules_trends`) or the claims (:mod:`specrepro.record.scorecard`).
+"""The scorecard's verdicts, defined once: the clauses each judging helper evaluates (:data:`INTERVAL_CLAUSES`,
+:data:`MARGIN_CLAUSES`, :data:`TEST_CLAUSES`) are also the text of :data:`VERDICT_DEFINITIONS`, which the README
+renders (:func:`verdict_definitions`); a rule's outcome (:class:`Outcome`, :class:`NotRun`); the formatting of an
+interval. The rules are in ``rules_asserted``, ``rules_measured`` and ``rules_trends``.
 """
 
 from __future__ import annotations
@@ -108,27 +101,14 @@ OTHER_DEFINITIONS = {
 }
 
 
-def clause_definitions() -> dict[str, str]:
-    out = {}
-    for v in VERDICTS:
-        texts = [c.text for clauses in (INTERVAL_CLAUSES, MARGIN_CLAUSES, TEST_CLAUSES) for c in clauses
-                 if c.verdict == v]
-        if v in OTHER_DEFINITIONS:
-            texts.append(OTHER_DEFINITIONS[v])
-        out[v] = "; ".join(texts)
-    return out
-
-
-#: verdict -> its definition, assembled from the clauses the judging helpers evaluate (one source for code and docs)
-VERDICT_DEFINITIONS = clause_definitions()
+#: verdict -> its definition: the texts of the clauses the judging helpers evaluate (one source for code and docs)
+VERDICT_DEFINITIONS = {v: "; ".join([c.text for c in INTERVAL_CLAUSES + MARGIN_CLAUSES + TEST_CLAUSES if c.verdict == v]
+                                    + ([OTHER_DEFINITIONS[v]] if v in OTHER_DEFINITIONS else [])) for v in VERDICTS}
 
 
 def verdict_definitions(bold: bool = True) -> str:
-    """Markdown: each verdict in :data:`VERDICTS` order with its definition from :data:`VERDICT_DEFINITIONS`, one
-    bullet each, and which verdicts judge a claim (:data:`JUDGED`)."""
-    name = (lambda v: f"**{v}**") if bold else (lambda v: v)
-    lines = [f"* {name(v)}: {VERDICT_DEFINITIONS[v]}." for v in VERDICTS]
-    return "\n".join(lines) + "\n"
+    """Markdown: one bullet per verdict of :data:`VERDICTS`, with its definition (:data:`VERDICT_DEFINITIONS`)."""
+    return "".join(f"* {f'**{v}**' if bold else v}: {VERDICT_DEFINITIONS[v]}.\n" for v in VERDICTS)
 
 
 def first_clause(clauses, *args) -> Clause:
