@@ -33,11 +33,10 @@ __all__ = ["PAPER_KINDS", "GROUPS", "CLAIM_COLUMNS", "CARD_COLUMNS", "RULE_INTER
 #: what the paper's number is: measured in an experiment, computed from a formula, or asserted (stated or proved,
 #: no measurement behind it)
 PAPER_KINDS = ("measured", "computed", "asserted")
-#: what a claim is about, for the scorecard's two tables (rendering only; no rule reads it): **correctness** - what is
-#: exact by construction or proved by a test that could fail: exactness, greedy identity (and task quality under
-#: greedy decoding, equal because the completions are identical), closed forms evaluated at the paper's inputs;
-#: **performance** - everything timed or counted in runs: speedups, loop times, acceptance rates, tokens per step,
-#: task quality under sampling, and closed forms evaluated at our measured inputs
+#: what a claim is about, for the scorecard's two tables (no rule reads it): **correctness** - exact by construction or
+#: proved by a test that could fail (exactness, greedy identity, closed forms at the paper's inputs); **performance** -
+#: timed or counted in runs (speedups, acceptance rates, tokens per step, quality under sampling, closed forms at our
+#: measured inputs)
 GROUPS = ("correctness", "performance")
 CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "rule",
                  "params", "our_table", "notebook", "our_setting", "caveat")
@@ -47,9 +46,8 @@ CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_val
 
 _MED = "sign-test interval of the median over prompts (order statistics; ≥ 95% coverage at any n ≥ 6)"
 _BCA = "BCa bootstrap over prompts (9,999 resamples, rows sorted first)"
-#: rule -> how its 95% interval is computed (the card names it on every row; "" where the rule's reading is a test or
-#: an exact comparison, not an interval): medians carry the sign test's distribution-free interval, means the BCa
-#: bootstrap (:func:`specrepro.stats.stat_ci`), both chosen to cover at the card's sample sizes
+#: rule -> how its 95% interval is computed (why: :func:`specrepro.stats.stat_ci`), named on every row of the card
+#: ("" for a test or an exact comparison)
 RULE_INTERVALS = {
     "printed_precision": "", "exact_sampler": "", "all_identical": "", "typical_shifts": "", "not_testable": "",
     "identical_up_to_ties": "Clopper-Pearson (exact binomial) interval of the share of departures",
@@ -65,9 +63,6 @@ RULE_INTERVALS = {
 }
 
 
-# ------------------------------------------------------------------------------------------------------ claims
-
-
 def claims_path() -> Path:
     """``data/claims.csv`` in the repository."""
     return repo_root() / "data" / "claims.csv"
@@ -77,9 +72,8 @@ def load_claims(path: str | Path | None = None) -> pd.DataFrame:
     """Read the claims file (every field as text, empty fields as "").
 
     Raises:
-        ValueError: a column is missing, an id is empty or repeated, a rule is not in :data:`RULES`, a paper_kind is
-            not measured / computed / asserted, a group is not correctness / performance, a claim passes a parameter
-            neither its rule nor :data:`COMMON_PARAMS` takes, or a common parameter has a value it does not allow.
+        ValueError: a column is missing, an id is empty or repeated, a rule, paper_kind or group is unknown, or a
+            claim passes a parameter its rule does not take or a value :data:`COMMON_PARAMS` does not allow.
     """
     df = pd.read_csv(path or claims_path(), dtype=str, keep_default_na=False)
     df = df.apply(lambda col: col.str.strip())
@@ -105,9 +99,6 @@ def load_claims(path: str | Path | None = None) -> pd.DataFrame:
     return df
 
 
-# ------------------------------------------------------------------------------------------------------ scoring
-
-
 def _int8_drafted(prov: dict) -> bool:
     """Whether a table's provenance names the int8 copy of the draft (its ``draft`` or ``draft_method``)."""
     return any("int8" in str(prov.get(k) or "") for k in ("draft", "draft_method"))
@@ -129,10 +120,8 @@ def _judged_draft(claim, tables: Tables, names: list[str], out: Outcome) -> Outc
 
 
 def artifacts(prov: dict) -> str:
-    """What the models of a table were, as files and as arithmetic: each zoo checkpoint named in the provenance
-    (``target``, ``draft``) with its file and quantization (:data:`specrepro.models.ZOO`), and the dtype the
-    arithmetic ran in (the dequantized weights; ``dtype`` where the table records it, else float32, the CPU default).
-    Empty when the provenance names no zoo model."""
+    """What the models of a table were: each zoo checkpoint its provenance names (``target``, ``draft``) with its file
+    and quantization (:data:`specrepro.models.ZOO`), and the dtype the arithmetic ran in; "" for no zoo model."""
     from specrepro.models import ZOO
 
     names = [str(prov.get(k)) for k in ("target", "draft") if prov.get(k) and str(prov.get(k)) in ZOO]
@@ -144,13 +133,9 @@ def artifacts(prov: dict) -> str:
 
 
 def score_claim(claim: pd.Series, tables: Tables) -> dict:
-    """Apply the claim's rule to the tables and return one scorecard row (:data:`CARD_COLUMNS`).
-
-    A missing table or a rule's :class:`NotRun` gives "not run" (a claim that names no table is its rule's alone:
-    :func:`not_testable`), and so does a table drafted by the int8 copy of the draft for a claim that judges the
-    draft in its own dtype (``draft=own dtype``); any other exception of a rule propagates (a rule that raises on the
-    committed tables is a bug, and ``make test`` must fail on it).
-    """
+    """Apply the claim's rule to the tables and return one scorecard row (:data:`CARD_COLUMNS`): "not run" for a
+    missing table, a rule's :class:`NotRun`, or a table drafted by the int8 copy of the draft for a claim that judges
+    the draft in its own dtype; any other exception of a rule propagates."""
     names = param_names(claim["our_table"])
     prov = tables.provenance(names[0]) if names else {}
     draft = str(prov.get("draft") or "")
@@ -181,8 +166,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
 
 
 def score(profile: str = STANDARD, claims: pd.DataFrame | None = None, tables: Tables | None = None) -> pd.DataFrame:
-    """The scorecard of ``profile``: one row per claim (:data:`CARD_COLUMNS`): the paper's number and kind, ours with
-    its interval and n, our setting, hardware, profile, commit, the verdict and its reason."""
+    """The scorecard of ``profile``: one row per claim (:data:`CARD_COLUMNS`, :func:`score_claim`)."""
     claims = load_claims() if claims is None else claims
     tables = Tables(profile) if tables is None else tables
     card = pd.DataFrame([score_claim(c, tables) for _, c in claims.iterrows()], columns=CARD_COLUMNS)
@@ -193,34 +177,24 @@ def score(profile: str = STANDARD, claims: pd.DataFrame | None = None, tables: T
 
 
 def earlier_rule_notes(tables: Tables, claims: pd.DataFrame) -> dict[str, str]:
-    """Claim id -> what an earlier rule said, for every claim whose rule changed after it had judged a table and
-    whose verdict changed with it: the latest reading of the verdict history (``verdict_history``) under another
-    rule than today's, when it gave a judged verdict other than the claim's latest
-    reading's (e.g. "under its earlier rule paired_ratio (read at 35a878247632): not reproduced, 0.92× ..."), so a
-    rule changed after its data is shown beside the verdict it replaced. Empty without the table."""
+    """Claim id -> the latest reading of the ``verdict_history`` table under a rule other than today's, where it gave
+    a judged verdict other than the claim's latest reading ("under its earlier rule paired_ratio (read at
+    35a878247632): not reproduced, 0.92× ..."); empty without the table."""
     hist = tables.get("verdict_history")
     if hist is None or hist.empty:
         return {}
     hist = hist.astype(object).fillna("")
-    out = {}
-    for _, c in claims.iterrows():
-        mine = hist[hist["claim"] == c["id"]]
-        if mine.empty:
-            continue
-        now = mine.iloc[-1]["verdict"]
-        other = mine[(mine["rule"] != c["rule"]) & mine["verdict"].isin(JUDGED) & (mine["verdict"] != now)]
-        if not other.empty:
-            r = other.iloc[-1]
-            out[c["id"]] = (f"under its earlier rule {r['rule']} (read at {r['commit']}): {r['verdict']}, "
-                            f"{str(r['ours']).split('; not judged')[0]}")
-    return out
+    now = hist.groupby("claim")["verdict"].transform("last")
+    today = hist["claim"].map(claims.set_index("id")["rule"])
+    keep = today.notna() & (hist["rule"] != today) & hist["verdict"].isin(JUDGED) & (hist["verdict"] != now)
+    return {r["claim"]: f"under its earlier rule {r['rule']} (read at {r['commit']}): {r['verdict']}, "
+                        f"{str(r['ours']).split('; not judged')[0]}"
+            for _, r in hist[keep].groupby("claim").tail(1).iterrows()}
 
 
 def stability_notes(tables: Tables) -> dict[str, str]:
-    """Claim id -> a note for every claim the verdict history (``verdict_stability``, written by ``python -m
-    specrepro verdict-history``) marks unstable: each verdict it read with the number of distinct readings (tables'
-    bytes and rule version) that gave it, and whether the verdict moved with its rule, with the data, or both. Empty
-    without the table."""
+    """Claim id -> a note for each claim the ``verdict_stability`` table marks unstable: each verdict with the number
+    of readings that gave it, and whether it moved with its rule, the data or both; empty without the table."""
     stab = tables.get("verdict_stability")
     if stab is None:
         return {}
