@@ -1,12 +1,6 @@
-"""The verdict history (``python -m specrepro verdict-history``): every distinct piece of evidence the record has held
-for a claim, re-scored by today's rule code, so that a verdict that moves with its rule, or that two committed runs
-disagree on, shows.
-
-A *reading* is one distinct (claim, rule version, evidence key), not one commit: the rule version hashes how the claim
-is judged (:func:`rule_version`), the evidence key the bytes of its tables (:func:`evidence_key`). Each commit that
-changed the record is read from git (nothing is checked out) and only its new readings are scored, with that commit's
-claims file; :func:`stability` marks the claims whose readings disagree, and whether they moved with the rule or with
-the data. Today's record alone is the scorecard (:mod:`specrepro.record.scorecard`).
+"""The verdict history (``python -m specrepro verdict-history``): every distinct reading of a claim the record has
+held - (claim, :func:`rule_version`, :func:`evidence_key`), not one per commit - re-scored by today's rule code from
+git (nothing is checked out), so that a verdict that moved with its rule or with the data shows (:func:`stability`).
 """
 
 from __future__ import annotations
@@ -50,8 +44,8 @@ def git(*args: str, root: Path | None = None, text: bool = True, input_text: str
 
 def record_commits(root: Path | None = None, max_commits: int | None = None) -> list[tuple[str, str]]:
     """``(commit, date)`` of every commit that changed the record, oldest first (the newest ``max_commits``)."""
-    out = git("log", "--format=%H %ad", "--date=short", "--", *RECORD_PATHS, root=root).split("\n")
-    rows = [tuple(line.split()) for line in out if line.strip()]
+    out = git("log", "--format=%H %ad", "--date=short", "--", *RECORD_PATHS, root=root)
+    rows = [tuple(line.split()) for line in out.splitlines() if line.strip()]
     return rows[:max_commits or None][::-1]
 
 
@@ -67,11 +61,9 @@ def _code_only(source: str) -> str:
     """``source`` without docstrings, laid out by ``ast.unparse`` (a reworded docstring is no new rule version)."""
     tree = ast.parse(textwrap.dedent(source))
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and ast.get_docstring(node, clean=False) is not None):
+            node.body = node.body[1:] or [ast.Pass()]
     return ast.unparse(tree)
 
 
@@ -134,13 +126,9 @@ def _claims_at(directory: Path | None, text: str | None = None) -> pd.DataFrame:
 
 def score_commit(commit: str, root: Path | None = None, seen: dict | None = None) -> list[dict]:
     """The readings of the record at ``commit`` not in ``seen`` (evidence -> the row that first read it; a reading
-    already there counts one more state), scored by today's rule code with that commit's claims file and tables.
-
-    Returns:
-        one dict per new reading (:data:`HISTORY_COLUMNS` without commit and date); a rule unknown today, or
-        parameters it no longer takes, gives the verdict "rule gone"; a rule that raises on that commit's tables,
-        "error: ...".
-    """
+    already there counts one more state), scored with that commit's claims file and tables: one dict each
+    (:data:`HISTORY_COLUMNS` but commit and date); verdict "rule gone" for a rule unknown today or parameters it no
+    longer takes, "error: ..." for a rule that raises on those tables."""
     seen = {} if seen is None else seen
     present = git("ls-tree", "--name-only", commit, "--", *RECORD_PATHS, root=root).split()
     if "data/claims.csv" not in present:  # a record before the claims file: nothing to score
@@ -224,10 +212,9 @@ def verdict_history(root: Path | None = None, max_commits: int | None = None, pr
 
 
 def stability(history: pd.DataFrame) -> pd.DataFrame:
-    """Per claim of ``history`` (:func:`verdict_history`; "not run", "not testable here", "rule gone" and errors left
-    out): readings (how many judged it), verdicts (each with the first commits of its readings), unstable (the
-    verdict changed), moved_with_rule (a change came with a new rule version), moved_with_data (two readings of one
-    rule version disagree)."""
+    """Per claim of ``history`` (verdicts that judge nothing, and errors, left out): readings, verdicts (each with
+    the first commits of its readings), unstable, moved_with_rule (a change came with a new rule version),
+    moved_with_data (two readings of one rule version disagree)."""
     out = []
     verdict = history["verdict"]
     scored = history[~verdict.isin([NOT_RUN, NOT_TESTABLE, "rule gone"]) & ~verdict.str.startswith("error")]

@@ -69,11 +69,7 @@ def load_registry(path: str | Path | None = None) -> pd.DataFrame:
 
 def pending(claims: pd.DataFrame | None = None, registry: pd.DataFrame | None = None) -> pd.DataFrame:
     """The claims of ``claims`` (default: ``data/claims.csv``) whose latest registration is missing or differs from
-    how the claim is judged today (:data:`JUDGED_BY`), as registry rows without their stamp.
-
-    Raises:
-        KeyError: a claim's rule has no statistic in :data:`STATISTICS`.
-    """
+    how it is judged today (:data:`JUDGED_BY`), as unstamped registry rows; KeyError for a rule not in STATISTICS."""
     claims = load_claims() if claims is None else claims
     registry = load_registry() if registry is None else registry
     latest = registry.groupby("id", sort=False).tail(1).set_index("id")
@@ -124,8 +120,7 @@ def with_registration(card: pd.DataFrame) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m specrepro.record.registry``: register the claims whose judging changed; print them."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.parse_args(argv)
+    argparse.ArgumentParser(description=main.__doc__).parse_args(argv)
     new = register()
     print(f"{len(new)} registration(s) appended to {registry_path().relative_to(repo_root())}"
           + (":\n" + new[["id", "rule", "registered_commit"]].to_string(index=False) if len(new) else ""))

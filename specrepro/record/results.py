@@ -89,12 +89,9 @@ class DirtyTreeError(RuntimeError):
 
 
 def check_clean_for_record(profile: str = STANDARD) -> None:
-    """Refuse to write the committed record (:func:`writes_record`) from a tree whose code differs from its commit.
-
-    Raises:
-        DirtyTreeError: ``writes_record(profile)`` and :func:`git_commit` ends in ``-dirty``.
-        specrepro.files.RecordBusyError: another job holds the record's lock (else this process holds it from then on).
-    """
+    """Refuse to write the committed record (:func:`writes_record`) from a tree whose code differs from its commit
+    (DirtyTreeError) or while another job writes it (:class:`specrepro.files.RecordBusyError`; else this process
+    holds the record's lock from then on)."""
     if writes_record(profile):
         hold_record_lock()
         commit = git_commit()
@@ -126,11 +123,8 @@ def write_with_provenance(files: dict, sidecar: Path, prov: dict) -> bool:
 def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", companions: dict | None = None,
                **extra) -> Path:
     """Write ``df`` as ``<results_dir>/<name>.csv``, with each ``companions`` file (``{file name: text}``) beside it,
-    and their provenance (settings ``extra``; :func:`write_with_provenance`). Returns the path.
-
-    Raises:
-        DirtyTreeError: writing the committed record from a dirty tree (:func:`check_clean_for_record`).
-    """
+    and their provenance (settings ``extra``; :func:`write_with_provenance`, :func:`check_clean_for_record`). Returns
+    the path."""
     check_clean_for_record(profile)
     path = results_dir(profile) / f"{name}.csv"
     files = {path: df.to_csv(index=False, float_format="%.6g").encode()}

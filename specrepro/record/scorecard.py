@@ -69,12 +69,9 @@ def claims_path() -> Path:
 
 
 def load_claims(path: str | Path | None = None) -> pd.DataFrame:
-    """Read the claims file (every field as text, empty fields as "").
-
-    Raises:
-        ValueError: a column is missing, an id is empty or repeated, a rule, paper_kind or group is unknown, or a
-            claim passes a parameter its rule does not take or a value :data:`COMMON_PARAMS` does not allow.
-    """
+    """Read the claims file (every field as text, empty fields as ""). Raises ValueError for a missing column, an
+    empty or repeated id, an unknown rule, paper_kind or group, or a parameter its rule does not take or a value
+    :data:`COMMON_PARAMS` does not allow."""
     df = pd.read_csv(path or claims_path(), dtype=str, keep_default_na=False)
     df = df.apply(lambda col: col.str.strip())
     missing = [c for c in CLAIM_COLUMNS if c not in df.columns]
