@@ -186,7 +186,7 @@ def score_working_tree(root: Path | None = None, seen: dict | None = None) -> li
         return []  # the record is as committed: its readings are the last commit's
     files = sorted(p for p in (root / "data" / "results").glob("*") if p.is_file())
     ids = git("hash-object", "--stdin-paths", root=root,
-               input_text="\n".join(str(p) for p in files)).split() if files else []
+              input_text="\n".join(str(p) for p in files)).split() if files else []
     blobs = {f"data/results/{p.name}": h for p, h in zip(files, ids)}
     todo = _unseen(_claims_at(root), blobs, seen)
     return _score(todo, Tables("standard", dirs=[root / "data" / "results"]), seen) if todo else []

@@ -1,8 +1,6 @@
-"""The claims registry, ``data/claims_registry.csv`` (``python -m specrepro.record.registry``): each claim's rule,
-parameters, paper number and kind, statistic (:data:`STATISTICS`) and rule version
-(:func:`specrepro.record.history.rule_version`), stamped with the commit and date it was registered on. A claim is
-registered when it first appears in ``data/claims.csv`` and again whenever how it is judged changes; rows are only
-ever appended, so the registry shows whether each way of judging a claim was fixed before or after its data.
+"""The claims registry, ``data/claims_registry.csv`` (``python -m specrepro.record.registry``): how each claim is
+judged (:data:`JUDGED_BY`), stamped with the commit and date it was registered on, again whenever that changes; rows
+are only appended, so the registry shows whether each way of judging a claim was fixed before or after its data.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The replication scorecard: each statement of the four papers beside our measurement, with a verdict.
 
-The claims are ``data/claims.csv`` (:func:`load_claims`), one row per statement a paper makes: where, the paper's
-number and whether the paper **measured**, **computed** or **asserted** it, the table that measures it, and a rule of
-:data:`specrepro.record.rulekit.RULES` with its parameters (the rules: ``rules_asserted``, ``rules_measured``,
-``rules_trends``; the verdicts, defined once: :mod:`specrepro.record.verdicts`). :func:`score` applies them to the
-result tables (:class:`specrepro.record.tables.Tables`). No rule takes a maximum over γ or methods unless its claim
-says "best of N" (then the chosen row's interval is reported); no verdict is typed by hand and no rule reads a claim's
-id; a rule that raises is a bug and propagates (only :class:`NotRun`, "this profile did not measure it", becomes a
-verdict). The rendering (markdown, README blocks, figures) is :mod:`specrepro.record.report`.
+The claims are ``data/claims.csv`` (:func:`load_claims`): per statement, where the paper makes it, its number and
+whether the paper **measured**, **computed** or **asserted** it, the table that measures it, and a rule of
+:data:`specrepro.record.rulekit.RULES` with its parameters; :func:`score` applies the rules to the result tables. No
+rule takes a maximum over γ or methods unless its claim says "best of N", no verdict is typed by hand, no rule reads a
+claim's id, and a rule that raises is a bug and propagates (only :class:`NotRun` becomes a verdict, "not run").
 """
 
 from __future__ import annotations
