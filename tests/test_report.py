@@ -12,6 +12,7 @@ import pytest
 from specrepro.record import bench_blocks, report
 from specrepro.record import scorecard as sc
 from specrepro.record.scorecard import Tables
+from specrepro.record.verdicts import VERDICT_DEFINITIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -373,7 +374,7 @@ def test_the_rendered_scorecards_carry_the_verdicts_definitions_from_the_code():
     for md in (report.render_markdown(card, "standard"), report.render_summary(card, "standard")):
         assert sc.verdict_definitions() in md + "\n"
         for v in sc.VERDICTS:
-            assert f"**{v}**: {sc.VERDICT_DEFINITIONS[v]}." in md
+            assert f"**{v}**: {VERDICT_DEFINITIONS[v]}." in md
 
 
 def test_the_llama_audit_block_renders_every_row_with_its_power(tmp_path, monkeypatch):

@@ -3,7 +3,9 @@ and a paper_kind), every verdict rule on synthetic tables (each one can say "not
 "inconclusive" when the interval holds the null), rules that raise propagate, and the committed standard tables
 score without error into the committed scorecard."""
 
+import ast
 import io
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -12,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specrepro.record import rulekit, verdicts
 from specrepro.record import scorecard as sc
 from specrepro.record.results import record_dir
 from specrepro.record.scorecard import (
@@ -24,6 +27,7 @@ from specrepro.record.scorecard import (
     TREND,
     Tables,
 )
+from specrepro.record.tables import read_record_table
 
 ROOT = Path(__file__).resolve().parent.parent
 #: rules whose "ours" cell must carry an interval or say why there is none, and n
@@ -433,7 +437,7 @@ def test_close_to_prediction_rise_is_judged_within_prompts_not_over_pooled_runs(
     out = verdict(c, {"t": t})
     assert "ρ within prompts -1.00" in out["ours"]
     # the verdict is the gap's own (two-sided, against the paper's gap ± its margin), with ρ beside, not judged
-    assert out["verdict"] == sc.judge_margin(out["ours_lo"], out["ours_hi"], (-0.10, 0.10))
+    assert out["verdict"] == verdicts.judge_margin(out["ours_lo"], out["ours_hi"], (-0.10, 0.10))
     assert "ρ beside, not judged: -1.00" in out["reason"]
 
 
@@ -729,7 +733,7 @@ def test_a_smaller_profile_without_a_draft_model_scores_without_error():
     names = {n for field in sc.load_claims()["our_table"] for n in sc.param_names(field)} | {"cost_curves"}
     frames = {}
     for name in names:
-        df = sc.read_record_table(record_dir("results"), name)  # a CSV, or a bench JSON's runs
+        df = read_record_table(record_dir("results"), name)  # a CSV, or a bench JSON's runs
         if df is None:  # not in the record yet: its claims score "not run"
             continue
         if "prompt" in df:
@@ -746,10 +750,10 @@ def test_a_smaller_profile_without_a_draft_model_scores_without_error():
 
 def test_tree_runs_are_explained_by_their_tree_size():
     rows = pd.DataFrame({"depths": [[0, 3, 2], [0, 3]], "drafted": [[0, 8, 8], [0, 8]]})
-    assert sc.count_tree_nodes(rows) == 8
+    assert rulekit.count_tree_nodes(rows) == 8
     chain = pd.DataFrame({"depths": [[], []], "drafted": [[4, 4], [4]]})
-    assert sc.count_tree_nodes(chain) == 0
-    assert sc.count_tree_nodes(pd.DataFrame({"gamma": [3]})) == 0
+    assert rulekit.count_tree_nodes(chain) == 0
+    assert rulekit.count_tree_nodes(pd.DataFrame({"gamma": [3]})) == 0
 
 
 def test_a_bench_claim_is_explained_by_its_own_runs_cost_model():
@@ -759,11 +763,11 @@ def test_a_bench_claim_is_explained_by_its_own_runs_cost_model():
     bench_cfg = {"device_description": "cpu (2 cores)", "cpu": "Some CPU, avx2",
                  "cost_model": {"target_ms": {"1": 280.0, "3": 300.0, "5": 364.0}}}
     tables = Tables("synthetic", {"cost_curves": curves}, {"cost_curves": {"device": "nb04 cpu"}, "b": bench_cfg})
-    ratio, where = sc.cost_ratio(tables, 5, "b")
+    ratio, where = rulekit.cost_ratio(tables, 5, "b")
     assert ratio == pytest.approx(1.3) and "Some CPU, avx2" in where and "this run's cost model" in where
-    ratio, where = sc.cost_ratio(tables, 5, "other")  # no cost model in its provenance: notebook 04's curve
+    ratio, where = rulekit.cost_ratio(tables, 5, "other")  # no cost model in its provenance: notebook 04's curve
     assert ratio == pytest.approx(0.8) and where == "nb04 cpu"
-    assert sc.cost_ratio(tables, 5)[0] == pytest.approx(0.8)
+    assert rulekit.cost_ratio(tables, 5)[0] == pytest.approx(0.8)
 
 
 def test_a_ratio_is_explained_by_the_forwards_its_own_runs_timed():
@@ -775,8 +779,8 @@ def test_a_ratio_is_explained_by_the_forwards_its_own_runs_timed():
                          "new_tokens": [40, 40], "accepted": [[0] * 40, [0] * 40]})
     curves = pd.DataFrame({"model": ["t", "t"], "n": [1, 5], "ms": [300.0, 240.0]})
     tables = Tables("synthetic", {"cost_curves": curves}, {"cost_curves": {"device": "nb04 cpu"}})
-    assert "took 1.20× the baseline's in these runs" in sc.explain_gap(method, base, tables)
-    text = sc.explain_gap(method.drop(columns="target_ms"), base, tables)
+    assert "took 1.20× the baseline's in these runs" in rulekit.explain_gap(method, base, tables)
+    text = rulekit.explain_gap(method.drop(columns="target_ms"), base, tables)
     assert "costs 0.8× a 1-token forward on nb04 cpu" in text
 
 
@@ -1005,9 +1009,9 @@ INTERVAL_CASES = [
 def test_interval_verdicts_follow_their_definitions(args, expected):
     """Each case's verdict is the code's, and its clause - the text rendered into the README - is part of that
     verdict's definition and says what the case shows."""
-    assert sc.judge_interval(*args) == expected
-    clause = next(c for c in sc.INTERVAL_CLAUSES if c.holds(*args))
-    assert clause.verdict == expected and clause.text in sc.VERDICT_DEFINITIONS[expected]
+    assert verdicts.judge_interval(*args) == expected
+    clause = next(c for c in verdicts.INTERVAL_CLAUSES if c.holds(*args))
+    assert clause.verdict == expected and clause.text in verdicts.VERDICT_DEFINITIONS[expected]
     lo, hi, null, direction, holds = args
     if expected == INCONCLUSIVE:
         assert "contains the null" in clause.text and "no interval" in clause.text
@@ -1019,34 +1023,34 @@ def test_interval_verdicts_follow_their_definitions(args, expected):
 def test_margin_and_test_verdicts_follow_their_definitions():
     for (lo, hi), expected in (((-0.03, 0.12), INCONCLUSIVE), ((-0.05, 0.05), EXACT), ((0.11, 0.2), NOT_REPRODUCED),
                                ((-0.3, -0.2), NOT_REPRODUCED), ((float("nan"), 0.0), INCONCLUSIVE)):
-        assert sc.judge_margin(lo, hi, (-0.1, 0.1)) == expected
-        clause = next(c for c in sc.MARGIN_CLAUSES if c.holds(lo, hi, -0.1, 0.1))
-        assert clause.verdict == expected and clause.text in sc.VERDICT_DEFINITIONS[expected]
+        assert verdicts.judge_margin(lo, hi, (-0.1, 0.1)) == expected
+        clause = next(c for c in verdicts.MARGIN_CLAUSES if c.holds(lo, hi, -0.1, 0.1))
+        assert clause.verdict == expected and clause.text in verdicts.VERDICT_DEFINITIONS[expected]
     for (yes, can_fail), expected in (((True, True), EXACT), ((False, True), NOT_REPRODUCED),
                                       ((False, False), NOT_REPRODUCED), ((True, False), INCONCLUSIVE)):
-        assert sc.judge_test(yes, can_fail) == expected
-        clause = next(c for c in sc.TEST_CLAUSES if c.holds(yes, can_fail))
-        assert clause.text in sc.VERDICT_DEFINITIONS[expected]
+        assert verdicts.judge_test(yes, can_fail) == expected
+        clause = next(c for c in verdicts.TEST_CLAUSES if c.holds(yes, can_fail))
+        assert clause.text in verdicts.VERDICT_DEFINITIONS[expected]
 
 
 def test_every_verdict_has_one_definition_and_the_rendered_text_is_it():
-    assert list(sc.VERDICT_DEFINITIONS) == list(sc.VERDICTS)
+    assert list(verdicts.VERDICT_DEFINITIONS) == list(sc.VERDICTS)
     assert set(sc.JUDGED) < set(sc.VERDICTS)
     rendered = sc.verdict_definitions()
     for v in sc.VERDICTS:
-        assert sc.VERDICT_DEFINITIONS[v] and f"**{v}**: {sc.VERDICT_DEFINITIONS[v]}." in rendered
+        assert verdicts.VERDICT_DEFINITIONS[v] and f"**{v}**: {verdicts.VERDICT_DEFINITIONS[v]}." in rendered
     # every clause of every family belongs to a verdict's definition, and no verdict judged by a clause is missing one
-    for clauses in (sc.INTERVAL_CLAUSES, sc.MARGIN_CLAUSES, sc.TEST_CLAUSES):
+    for clauses in (verdicts.INTERVAL_CLAUSES, verdicts.MARGIN_CLAUSES, verdicts.TEST_CLAUSES):
         assert {c.verdict for c in clauses} <= set(sc.JUDGED)
         assert clauses[-1].verdict == INCONCLUSIVE  # what no other clause decides is inconclusive
 
 
 def test_paper_numbers_keep_their_sign_and_ranges():
-    assert sc.paper_range(claim("x", paper_value="1.2-1.5")) == (1.2, 1.5)
-    assert sc.paper_range(claim("x", paper_value="median +0.08 (rows −0.32 to +0.29)")) == (0.08, 0.08)
-    assert sc.paper_range(claim("x", paper_value="−0.32 to +0.29")) == (-0.32, 0.29)
-    assert sc.paper_range(claim("x", paper_value="2.46×")) == (2.46, 2.46)
-    assert sc.paper_range(claim("x", paper_value="K = 3 (XSum)")) == (3, 3)
+    assert rulekit.paper_range(claim("x", paper_value="1.2-1.5")) == (1.2, 1.5)
+    assert rulekit.paper_range(claim("x", paper_value="median +0.08 (rows −0.32 to +0.29)")) == (0.08, 0.08)
+    assert rulekit.paper_range(claim("x", paper_value="−0.32 to +0.29")) == (-0.32, 0.29)
+    assert rulekit.paper_range(claim("x", paper_value="2.46×")) == (2.46, 2.46)
+    assert rulekit.paper_range(claim("x", paper_value="K = 3 (XSum)")) == (3, 3)
 
 
 def test_the_prediction_claims_paper_number_is_the_median_signed_gap_of_the_papers_table():
@@ -1056,24 +1060,31 @@ def test_the_prediction_claims_paper_number_is_the_median_signed_gap_of_the_pape
     gaps = t2["measured"] / t2["predicted"] - 1
     claims = sc.load_claims().set_index("id")
     value = claims.loc["lev-t2-prediction", "paper_value"]
-    assert sc.paper_range(claims.loc["lev-t2-prediction"]) == (round(float(gaps.median()), 2),) * 2
+    assert rulekit.paper_range(claims.loc["lev-t2-prediction"]) == (round(float(gaps.median()), 2),) * 2
     low, high = (float(x.replace("−", "-")) for x in re.search(r"rows (\S+) to (\S+)\)", value).groups())
     assert (low, high) == (round(float(gaps.min()), 2), round(float(gaps.max()), 2))
 
 
-def test_the_scorecard_is_split_into_short_files_and_re_exports_every_name():
-    """Registry, verdicts, tables, rule helpers and rules live in their own files, each under 600 lines; every public
-    name of each is still importable from specrepro.record.scorecard."""
+def test_the_scorecard_is_split_into_short_files_and_every_name_imported_from_it_is_there():
+    """Registry, verdicts, tables, rule helpers and rules live in their own files, each under 600 lines; every name
+    that the package or a notebook imports from specrepro.record.scorecard is importable from it."""
     import importlib
 
     from specrepro.record.history import SCORECARD_MODULES
 
     for name in SCORECARD_MODULES:
-        module = importlib.import_module(name)
-        path = Path(module.__file__)
+        path = Path(importlib.import_module(name).__file__)
         assert len(path.read_text().splitlines()) < 600, path.name
-        missing = [n for n in getattr(module, "__all__", []) if not hasattr(sc, n)]
-        assert not missing, (name, missing)
+    imported = set()
+    for path in [*(ROOT / "specrepro").rglob("*.py"), *(ROOT / "notebooks").glob("*.ipynb")]:
+        codes = [path.read_text()] if path.suffix == ".py" else [
+            "".join(line for line in cell["source"] if not line.startswith(("%", "!")))
+            for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"]
+        imported |= {alias.name for code in codes for node in ast.walk(ast.parse(code))
+                     if isinstance(node, ast.ImportFrom) and node.module == "specrepro.record.scorecard"
+                     for alias in node.names}
+    assert {"load_claims", "rules_table", "score", "EXACT"} <= imported
+    assert not [n for n in imported if not hasattr(sc, n)]
     assert {fn.__module__ for fn in sc.RULES.values()} == {"specrepro.record.rules_asserted",
                                                            "specrepro.record.rules_measured",
                                                            "specrepro.record.rules_trends"}

@@ -1,19 +1,6 @@
-"""The verdict history: every distinct piece of evidence the record has held for a claim, re-scored, so that a verdict
-that moves when its rule moves, or that two committed runs disagree on, shows.
-
-What this file is: ``python -m specrepro verdict-history``. Evidence is counted once: a *reading* is one distinct
-pair (the bytes of the claim's tables, the rule version), not one commit. For each commit that changed the record
-(``data/results`` or ``data/claims.csv``), the git blob ids of each claim's tables (``<name>.csv``, ``<name>.json``
-and their ``.provenance.json``) and the claim's rule version (:func:`rule_version`: a hash of the rule's name, the
-claim's parameters and paper number, and the source of today's rule code - the rule function and every scorecard
-function and clause it reaches) form the claim's evidence key; only a key not seen at an earlier commit is scored,
-by today's rule code with that commit's claims file and tables (read from git with ``git archive``, nothing is
-checked out). One row per reading: the first commit that held it, its date, the number of commits that held it
-(``states``), rule, parameters, rule version, evidence key, our number, verdict. A claim is *unstable* when its
-readings disagree: :func:`stability` says whether it moved with its rule (a new rule version) or with the data (the
-same rule version on other tables), with both readings.
-
-What it is not: the scorecard (:mod:`specrepro.record.scorecard`, today's record only).
+"""The verdict history (``python -m specrepro verdict-history``): every distinct reading of a claim the record has
+held - (claim, :func:`rule_version`, :func:`evidence_key`), not one per commit - re-scored by today's rule code from
+git (nothing is checked out), so that a verdict that moved with its rule or with the data shows (:func:`stability`).
 """
 
 from __future__ import annotations
@@ -34,20 +21,12 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.files import repo_root
-from specrepro.record.scorecard import (
-    CLAIM_COLUMNS,
-    Clause,
-    NOT_RUN,
-    NOT_TESTABLE,
-    RULE_PARAMS,
-    COMMON_PARAMS,
-    RULES,
-    Tables,
-    params_of,
-    score_claim,
-)
+from specrepro.record.rulekit import COMMON_PARAMS, RULE_PARAMS, params_of
+from specrepro.record.scorecard import CLAIM_COLUMNS, RULES, score_claim  # RULES filled by the rules' modules
+from specrepro.record.tables import Tables
+from specrepro.record.verdicts import NOT_RUN, NOT_TESTABLE, Clause
 
-__all__ = ["record_commits", "rule_source", "rule_version", "evidence_key", "score_commit", "verdict_history",
+__all__ = ["git", "record_commits", "rule_source", "rule_version", "evidence_key", "score_commit", "verdict_history",
            "stability", "configure_parser", "run_command"]
 
 RECORD_PATHS = ("data/results", "data/claims.csv")
@@ -57,15 +36,16 @@ HISTORY_COLUMNS = ["commit", "date", "states", "claim", "rule", "params", "rule_
 TABLE_SUFFIXES = (".csv", ".json", ".provenance.json")
 
 
-def _git(*args: str, root: Path | None = None, text: bool = True, input_text: str | None = None):
+def git(*args: str, root: Path | None = None, text: bool = True, input_text: str | None = None):
+    """The output of ``git args`` run in ``root`` (default: the repository); raises CalledProcessError on failure."""
     return subprocess.run(["git", *args], cwd=root or repo_root(), capture_output=True, text=text, check=True,
                           input=input_text).stdout
 
 
 def record_commits(root: Path | None = None, max_commits: int | None = None) -> list[tuple[str, str]]:
     """``(commit, date)`` of every commit that changed the record, oldest first (the newest ``max_commits``)."""
-    out = _git("log", "--format=%H %ad", "--date=short", "--", *RECORD_PATHS, root=root).split("\n")
-    rows = [tuple(line.split()) for line in out if line.strip()]
+    out = git("log", "--format=%H %ad", "--date=short", "--", *RECORD_PATHS, root=root)
+    rows = [tuple(line.split()) for line in out.splitlines() if line.strip()]
     return rows[:max_commits or None][::-1]
 
 
@@ -78,22 +58,18 @@ RULE_MODULES = SCORECARD_MODULES + ("specrepro.stats", "specrepro.measure.harnes
 
 
 def _code_only(source: str) -> str:
-    """``source`` without docstrings, laid out by ``ast.unparse``: a reworded docstring or rewrapped line is no new
-    rule version."""
+    """``source`` without docstrings, laid out by ``ast.unparse`` (a reworded docstring is no new rule version)."""
     tree = ast.parse(textwrap.dedent(source))
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and ast.get_docstring(node, clean=False) is not None):
+            node.body = node.body[1:] or [ast.Pass()]
     return ast.unparse(tree)
 
 
 def rule_source(rule: str) -> str:
-    """The source of today's code of rule ``rule``: the rule function and every function or clause table of the
-    scorecard's modules (:data:`RULE_MODULES`) that it reaches by name (transitively), in a fixed order, functions
-    as code without their docstrings (:func:`_code_only`); "" for a rule unknown today."""
+    """Today's code of rule ``rule`` (:func:`_code_only`): the rule function and every function or clause table of
+    :data:`RULE_MODULES` it reaches by name, transitively, in a fixed order; "" for a rule unknown today."""
     fn = RULES.get(rule)
     if fn is None:
         return ""
@@ -120,17 +96,10 @@ def rule_source(rule: str) -> str:
 
 
 def rule_version(rule: str, params: str, paper_value: str = "", paper_kind: str = "") -> str:
-    """A short hash of how a claim is judged: its rule's name, the claim's parameters, the paper's number and kind it
-    is judged against, and today's source of the rule (:func:`rule_source`); two readings with the same version were
-    judged by the same rule code with the same inputs besides the tables."""
+    """A short hash of how a claim is judged: its rule's name, the claim's parameters, the paper's number and kind,
+    and today's code of the rule (:func:`rule_source`)."""
     text = "|".join((rule, params, paper_value, paper_kind, rule_source(rule)))
     return hashlib.sha256(text.encode()).hexdigest()[:8]
-
-
-def _blobs(commit: str, root: Path | None = None) -> dict[str, str]:
-    """Path -> git blob id of every file under data/results at ``commit``."""
-    lines = _git("ls-tree", "-r", commit, "--", "data/results", root=root).splitlines()
-    return {path: meta.split()[2] for meta, _, path in (line.partition("\t") for line in lines)}
 
 
 def evidence_key(tables: str, blobs: dict[str, str]) -> str:
@@ -151,31 +120,25 @@ def _claims_at(directory: Path | None, text: str | None = None) -> pd.DataFrame:
     body = [r[:width - 1] + [",".join(r[width - 1:])] if len(r) > width else r + [""] * (width - len(r))
             for r in rows[1:] if any(cell.strip() for cell in r)]
     df = pd.DataFrame(body, columns=header, dtype=str)
-    for c in CLAIM_COLUMNS:
-        if c not in df.columns:
-            df[c] = ""
+    df = df.reindex(columns=[*header, *(c for c in CLAIM_COLUMNS if c not in header)], fill_value="")
     return df.apply(lambda col: col.str.strip())
 
 
 def score_commit(commit: str, root: Path | None = None, seen: dict | None = None) -> list[dict]:
-    """The claims of the record at ``commit`` whose evidence (rule version, evidence key) is not in ``seen``, scored
-    by today's rule code with that commit's claims file; ``seen`` (evidence -> the row that first read it) is
-    updated: a reading already seen only counts one more state.
-
-    Returns:
-        one dict per new reading (:data:`HISTORY_COLUMNS` without commit and date); a rule unknown today, or
-        parameters it no longer takes, gives the verdict "rule gone"; a rule that raises on that commit's tables,
-        "error: ...".
-    """
+    """The readings of the record at ``commit`` not in ``seen`` (evidence -> the row that first read it; a reading
+    already there counts one more state), scored with that commit's claims file and tables: one dict each
+    (:data:`HISTORY_COLUMNS` but commit and date); verdict "rule gone" for a rule unknown today or parameters it no
+    longer takes, "error: ..." for a rule that raises on those tables."""
     seen = {} if seen is None else seen
-    present = _git("ls-tree", "--name-only", commit, "--", *RECORD_PATHS, root=root).split()
+    present = git("ls-tree", "--name-only", commit, "--", *RECORD_PATHS, root=root).split()
     if "data/claims.csv" not in present:  # a record before the claims file: nothing to score
         return []
-    blobs = _blobs(commit, root) if "data/results" in present else {}
-    todo = _unseen(_claims_at(None, _git("show", f"{commit}:data/claims.csv", root=root)), blobs, seen)
+    tree = git("ls-tree", "-r", commit, "--", "data/results", root=root) if "data/results" in present else ""
+    blobs = {path: meta.split()[2] for meta, _, path in (line.partition("\t") for line in tree.splitlines())}
+    todo = _unseen(_claims_at(None, git("show", f"{commit}:data/claims.csv", root=root)), blobs, seen)
     if not todo:
         return []
-    data = _git("archive", "--format=tar", commit, *present, root=root, text=False)
+    data = git("archive", "--format=tar", commit, *present, root=root, text=False)
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(tmp, filter="data")
         results = Path(tmp) / "data" / "results"
@@ -213,19 +176,17 @@ def _score(todo: list, tables: Tables, seen: dict) -> list[dict]:
 
 
 def score_working_tree(root: Path | None = None, seen: dict | None = None) -> list[dict]:
-    """The readings of the record as it is in the working tree (``data/claims.csv`` and ``data/results/`` on disk),
-    for the claims whose evidence is not in ``seen``: what a run of ``make reproduce`` has written and not yet
-    committed, so that the history never lags the tables it is rebuilt after (the evidence key is the same git blob
-    id the file will have once committed, so the commit that records it adds no second reading)."""
+    """:func:`score_commit` for the record on disk that no commit holds yet (what ``make reproduce`` wrote): its
+    evidence keys are the blob ids the files will have once committed, so that commit adds no second reading."""
     root = root or repo_root()
     seen = {} if seen is None else seen
     if not (root / "data" / "claims.csv").exists():
         return []
-    if not _git("status", "--porcelain", "--", *RECORD_PATHS, root=root).strip():
+    if not git("status", "--porcelain", "--", *RECORD_PATHS, root=root).strip():
         return []  # the record is as committed: its readings are the last commit's
     files = sorted(p for p in (root / "data" / "results").glob("*") if p.is_file())
-    ids = _git("hash-object", "--stdin-paths", root=root,
-               input_text="\n".join(str(p) for p in files)).split() if files else []
+    ids = git("hash-object", "--stdin-paths", root=root,
+              input_text="\n".join(str(p) for p in files)).split() if files else []
     blobs = {f"data/results/{p.name}": h for p, h in zip(files, ids)}
     todo = _unseen(_claims_at(root), blobs, seen)
     return _score(todo, Tables("standard", dirs=[root / "data" / "results"]), seen) if todo else []
@@ -233,10 +194,9 @@ def score_working_tree(root: Path | None = None, seen: dict | None = None) -> li
 
 def verdict_history(root: Path | None = None, max_commits: int | None = None, progress: bool = False,
                     working_tree: bool = True) -> pd.DataFrame:
-    """The readings of every claim over the record's commits (:func:`record_commits`): one row per distinct (claim,
-    rule version, evidence key), at the first commit that held it, with the number of commits that held it
-    (``states``), oldest first; the record's tables in the working tree that no commit holds yet come last, under
-    the commit name "uncommitted" (:func:`score_working_tree`; ``working_tree=False``: commits only)."""
+    """Every reading of the record's commits (:func:`record_commits`), oldest first, at the first commit that held it
+    and with the number of commits that did (``states``); then, unless ``working_tree=False``, those of the tables on
+    disk that no commit holds yet, as commit "uncommitted" (:func:`score_working_tree`)."""
     rows, seen = [], {}
     commits = record_commits(root, max_commits)
     for i, (commit, date) in enumerate(commits):
@@ -252,15 +212,9 @@ def verdict_history(root: Path | None = None, max_commits: int | None = None, pr
 
 
 def stability(history: pd.DataFrame) -> pd.DataFrame:
-    """Per claim: whether its verdict ever changed across its readings (distinct evidence, :func:`verdict_history`;
-    "not run", "not testable here", "rule gone" and errors left out), and why.
-
-    Returns:
-        DataFrame with columns claim, readings (number of distinct readings that judged it), verdicts (each distinct
-        verdict with the first commits of the readings that gave it), unstable (bool), moved_with_rule (a verdict
-        change coincided with a new rule version), moved_with_data (two readings with the same rule version, i.e. on
-        other tables, disagree).
-    """
+    """Per claim of ``history`` (verdicts that judge nothing, and errors, left out): readings, verdicts (each with
+    the first commits of its readings), unstable, moved_with_rule (a change came with a new rule version),
+    moved_with_data (two readings of one rule version disagree)."""
     out = []
     verdict = history["verdict"]
     scored = history[~verdict.isin([NOT_RUN, NOT_TESTABLE, "rule gone"]) & ~verdict.str.startswith("error")]

@@ -1,18 +1,6 @@
-"""The claims registry: each claim's rule, parameters, paper number and statistic as data, stamped with the commit and
-date it was registered; the registry only grows.
-
-What this file is: ``data/claims_registry.csv``, one row per registration (:data:`REGISTRY_COLUMNS`). A claim is
-registered when it first appears in ``data/claims.csv`` and again whenever how it is judged changes (its rule, its
-parameters, the paper's number or kind, the statistic its rule computes, :data:`STATISTICS`, or the rule's code:
-``rule_version``, :func:`specrepro.record.history.rule_version`, a hash of the rule function's source and of every
-scorecard function and clause it reaches, with the claim's parameters and paper number); a row is never edited or
-removed, so the registry shows when each way of judging a claim was fixed, before or after the tables it judged. A
-column added later is empty in the rows written before it (``rule_version`` in the first registrations).
-:func:`register` appends the registrations that ``data/claims.csv`` needs, stamped with the commit they were made
-on (``git rev-parse HEAD``: the parent of the commit that adds them) and the date;
-``python -m specrepro.record.registry`` runs it.
-
-What it is not: the claims (``data/claims.csv``, :mod:`specrepro.record.scorecard`) or a verdict.
+"""The claims registry, ``data/claims_registry.csv`` (``python -m specrepro.record.registry``): how each claim is
+judged (:data:`JUDGED_BY`), stamped with the commit and date it was registered on, again whenever that changes; rows
+are only appended, so the registry shows whether each way of judging a claim was fixed before or after its data.
 """
 
 from __future__ import annotations
@@ -24,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import atomic_write_text, repo_root
-from specrepro.record.history import rule_version
-from specrepro.record.scorecard import RULES, load_claims
+from specrepro.files import repo_root
+from specrepro.record.history import git, rule_version
+from specrepro.record.scorecard import load_claims
 
 __all__ = ["REGISTRY_COLUMNS", "JUDGED_BY", "STATISTICS", "registry_path", "load_registry", "pending", "register",
            "with_registration", "main"]
@@ -70,21 +58,16 @@ def registry_path() -> Path:
 
 
 def load_registry(path: str | Path | None = None) -> pd.DataFrame:
-    """The registry (every field as text); an empty one with :data:`REGISTRY_COLUMNS` if the file does not exist."""
+    """The registry (every field as text; a column it lacks, empty); an empty one if the file does not exist."""
     path = Path(path) if path is not None else registry_path()
     if not path.exists():
         return pd.DataFrame(columns=REGISTRY_COLUMNS, dtype=str)
-    # a column added after a registry was written is empty in its rows
     return pd.read_csv(path, dtype=str, keep_default_na=False).reindex(columns=REGISTRY_COLUMNS, fill_value="")
 
 
 def pending(claims: pd.DataFrame | None = None, registry: pd.DataFrame | None = None) -> pd.DataFrame:
     """The claims of ``claims`` (default: ``data/claims.csv``) whose latest registration is missing or differs from
-    how the claim is judged today (:data:`JUDGED_BY`), as registry rows without their stamp.
-
-    Raises:
-        KeyError: a claim's rule has no statistic in :data:`STATISTICS`.
-    """
+    how it is judged today (:data:`JUDGED_BY`), as unstamped registry rows; KeyError for a rule not in STATISTICS."""
     claims = load_claims() if claims is None else claims
     registry = load_registry() if registry is None else registry
     latest = registry.groupby("id", sort=False).tail(1).set_index("id")
@@ -98,46 +81,24 @@ def pending(claims: pd.DataFrame | None = None, registry: pd.DataFrame | None = 
 
 def register(path: str | Path | None = None, commit: str | None = None, date: str | None = None) -> pd.DataFrame:
     """Append the registrations :func:`pending` finds to the registry, stamped with ``commit`` (default: ``git
-    rev-parse HEAD``, 12 characters) and ``date`` (default: today, UTC); earlier rows are kept as they are. Returns
-    the rows appended."""
+    rev-parse HEAD``, 12 characters) and ``date`` (default: today, UTC). Returns the rows appended."""
     path = Path(path) if path is not None else registry_path()
     registry = load_registry(path)
     new = pending(registry=registry)
     if new.empty:
         return new
-    if commit is None:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root(), capture_output=True, text=True,
-                                check=True).stdout.strip()[:12]
-    new = new.assign(registered_commit=commit,
+    new = new.assign(registered_commit=git("rev-parse", "HEAD").strip()[:12] if commit is None else commit,
                      registered_date=date or _dt.datetime.now(_dt.timezone.utc).date().isoformat())
-    if path.exists():
-        _add_columns(path)
     header = not path.exists()
     with open(path, "a", encoding="utf-8", newline="") as f:
         new[REGISTRY_COLUMNS].to_csv(f, header=header, index=False)
     return new
 
 
-def _add_columns(path: Path) -> None:
-    """Give a registry written before a column of :data:`REGISTRY_COLUMNS` existed that column, at the end, empty in
-    every earlier row: each earlier line stays as it was, followed by one comma per added column."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    have = lines[0].split(",") if lines else REGISTRY_COLUMNS
-    if have == REGISTRY_COLUMNS:
-        return
-    if have != REGISTRY_COLUMNS[:len(have)]:
-        raise ValueError(f"{path}: columns {have} are not a beginning of {REGISTRY_COLUMNS}")
-    added = REGISTRY_COLUMNS[len(have):]
-    rows = [line + "," * len(added) for line in lines[1:]]
-    atomic_write_text(path, "\n".join([lines[0] + "," + ",".join(added), *rows]) + "\n")
-
-
 def with_registration(card: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``card`` (:func:`specrepro.record.scorecard.score`) whose ``registered`` column says, per row,
-    whether the way its claim is judged today (its latest registration) was registered before the data it judges:
-    "before its data" when the registration's commit is an ancestor of the commit that wrote the claim's table,
-    "after its data (registered <date>)" otherwise, "" for a claim with no table or no registration matching
-    today's judging."""
+    """A copy of ``card`` (:func:`specrepro.record.scorecard.score`) whose ``registered`` column says whether each
+    claim's latest registration precedes the commit that wrote its table ("before its data"; else "after its data
+    (registered <date>)"); "" for a claim with no table, or whose judging today is not registered."""
     registry = load_registry()
     stale = set(pending(registry=registry)["id"])
     latest = registry.groupby("id", sort=False).tail(1).set_index("id")
@@ -157,8 +118,7 @@ def with_registration(card: pd.DataFrame) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m specrepro.record.registry``: register the claims whose judging changed; print them."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.parse_args(argv)
+    argparse.ArgumentParser(description=main.__doc__).parse_args(argv)
     new = register()
     print(f"{len(new)} registration(s) appended to {registry_path().relative_to(repo_root())}"
           + (":\n" + new[["id", "rule", "registered_commit"]].to_string(index=False) if len(new) else ""))

@@ -2,11 +2,9 @@
 
 The notebooks' one way to save a result table (CSV) or a figure (PNG and PDF), each with a provenance sidecar
 ``<name>.provenance.json`` (commit, profile, device, date, library versions, sha256), and to skip work whose result
-already exists (``make reproduce`` resumes). Only ``make reproduce`` writes the committed record: it runs the standard
-profile with ``SPECREPRO_RECORD=1`` (:data:`RECORD_ENV`), and only then do tables go to ``data/results/`` and figures
-to ``figures/``. Every other run (JupyterLab, papermill without the Makefile, the quick profile in CI) writes under
-``build/<profile>/`` (git-ignored), so it can never overwrite what the repository reports; a reader of the standard
-profile's tables falls back to the committed record (:func:`read_dirs`).
+already exists (``make reproduce`` resumes). Only ``make reproduce`` writes the committed record (``data/results/``,
+``figures/``: :func:`writes_record`); every other run (JupyterLab, the quick profile in CI) writes under
+``build/<profile>/`` (git-ignored), and a reader of the standard profile's tables falls back to the committed record.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ RECORD_ENV = "SPECREPRO_RECORD"
 
 
 def writes_record(profile: str = STANDARD) -> bool:
-    """True only for the standard profile run by ``make reproduce`` (``SPECREPRO_RECORD=1`` in the environment):
-    then results go to the committed ``data/results/`` and ``figures/``; otherwise under ``build/<profile>/``."""
+    """True only for the standard profile run by ``make reproduce`` (``SPECREPRO_RECORD=1`` in the environment)."""
     return profile == STANDARD and os.environ.get(RECORD_ENV) == "1"
 
 
@@ -50,14 +47,12 @@ def _run_dir(kind: str, profile: str) -> Path:
 
 
 def results_dir(profile: str = STANDARD) -> Path:
-    """Where this run writes (and resumes) result tables: the record when :func:`writes_record`, else
-    ``build/<profile>/results/`` (created)."""
+    """Where this run writes (and resumes) result tables (created): the record's, or ``build/<profile>/results/``."""
     return _run_dir("results", profile)
 
 
 def figures_dir(profile: str = STANDARD) -> Path:
-    """Where this run writes figures: the record's ``figures/`` when :func:`writes_record`, else
-    ``build/<profile>/figures/`` (created)."""
+    """Where this run writes figures (created): the record's ``figures/``, or ``build/<profile>/figures/``."""
     return _run_dir("figures", profile)
 
 
@@ -94,16 +89,11 @@ class DirtyTreeError(RuntimeError):
 
 
 def check_clean_for_record(profile: str = STANDARD) -> None:
-    """Refuse to write the committed record (:func:`writes_record`) from a tree whose code differs from its commit:
-    a table's provenance names the commit that made it, and a dirty tree has none.
-
-    Raises:
-        DirtyTreeError: ``writes_record(profile)`` and :func:`git_commit` ends in ``-dirty``.
-        specrepro.files.RecordBusyError: another job is writing the record (:func:`specrepro.files.hold_record_lock`;
-            from then on this process holds it).
-    """
+    """Refuse to write the committed record (:func:`writes_record`) from a tree whose code differs from its commit
+    (DirtyTreeError) or while another job writes it (:class:`specrepro.files.RecordBusyError`; else this process
+    holds the record's lock from then on)."""
     if writes_record(profile):
-        hold_record_lock()  # one job writes the record at a time (RecordBusyError names the other)
+        hold_record_lock()
         commit = git_commit()
         if commit.endswith("-dirty"):
             raise DirtyTreeError(f"refusing to write the committed record from a dirty tree ({commit}): commit the "
@@ -111,17 +101,14 @@ def check_clean_for_record(profile: str = STANDARD) -> None:
                                  "README.md do not count)")
 
 
-#: Provenance keys that describe the run (who, where, when), not the result: a rewrite that changes only these
-#: changes no byte of the result (see :func:`write_with_provenance`).
+#: Provenance keys that describe the run (who, where, when), not the result (see :func:`write_with_provenance`).
 RUN_KEYS = frozenset({"commit", "date", "device", "cpu", "torch", "transformers"})
 
 
 def write_with_provenance(files: dict, sidecar: Path, prov: dict) -> bool:
     """Write ``files`` (``{path: bytes}``) and their provenance ``sidecar`` (``prov`` with ``sha256``: {file name:
-    sha256}) in one step (:func:`specrepro.files.atomic_write_files`), unless the files on disk already have those
-    bytes and the sidecar the same settings (every key but :data:`RUN_KEYS`): then the sidecar keeps naming the run
-    that made them. Returns True when the files were written, False when they were kept.
-    """
+    sha256}) in one step, unless the files on disk already have those bytes and the sidecar the same settings (every
+    key but :data:`RUN_KEYS`): then the sidecar keeps naming the run that made them. Returns whether it wrote."""
     prov = {**prov, "sha256": {Path(p).name: sha256_bytes(b) for p, b in files.items()}}
     old = read_json(sidecar)
     if (isinstance(old, dict) and all(Path(p).exists() and sha256_bytes(Path(p).read_bytes()) == h
@@ -135,13 +122,9 @@ def write_with_provenance(files: dict, sidecar: Path, prov: dict) -> bool:
 
 def save_table(df, name: str, profile: str = STANDARD, device: str = "cpu", companions: dict | None = None,
                **extra) -> Path:
-    """Write ``df`` as ``<results_dir>/<name>.csv`` with its provenance sidecar (commit, machine, settings ``extra``,
-    sha256 of the table and of each ``companions`` file, ``{file name: text}`` written beside it) in one step
-    (:func:`write_with_provenance`: a table as on disk under the same settings is left as it is). Returns the path.
-
-    Raises:
-        DirtyTreeError: writing the committed record from a dirty tree (:func:`check_clean_for_record`).
-    """
+    """Write ``df`` as ``<results_dir>/<name>.csv``, with each ``companions`` file (``{file name: text}``) beside it,
+    and their provenance (settings ``extra``; :func:`write_with_provenance`, :func:`check_clean_for_record`). Returns
+    the path."""
     check_clean_for_record(profile)
     path = results_dir(profile) / f"{name}.csv"
     files = {path: df.to_csv(index=False, float_format="%.6g").encode()}
@@ -182,8 +165,7 @@ def file_changes(digests: dict, folder: Path) -> dict[str, str]:
 
 def load_table(name: str, profile: str = STANDARD, **settings):
     """``<results_dir>/<name>.csv`` as a DataFrame; None if it does not exist yet, or if its sidecar did not record
-    the same value for each of ``settings`` (as passed to :func:`save_table`, compared after a JSON round trip), so a
-    resumed notebook recomputes a table measured for another experiment."""
+    the same value for each of ``settings`` (as passed to :func:`save_table`), so a resumed notebook recomputes it."""
     return table_at(results_dir(profile) / f"{name}.csv", **settings)
 
 
@@ -197,14 +179,12 @@ def table_at(path: Path, **settings):
         return None
     if settings:
         recorded = read_json(path.with_suffix(".provenance.json"))
-        if recorded is None or any(recorded.get(k, _MISSING) != v for k, v in json.loads(json.dumps(settings)).items()):
+        if recorded is None or any(k not in recorded or recorded[k] != v
+                                   for k, v in json.loads(json.dumps(settings)).items()):
             return None
     data = path.read_bytes()
     note_read(path, data)
     return pd.read_csv(io.BytesIO(data))
-
-
-_MISSING = object()
 
 
 def add_footer(fig, text: str):
@@ -219,10 +199,9 @@ def add_footer(fig, text: str):
 
 def save_figure(fig, name: str, profile: str = STANDARD, device: str = "cpu", **extra) -> Path:
     """Save ``fig`` as PNG and PDF under ``figures_dir(profile)`` with a footer naming the commit, profile and device,
-    and a provenance sidecar that also records ``inputs``: ``{table path: sha256}`` of every table this process had
-    read or written (:func:`specrepro.files.reads`), so that ``status`` shows the figure stale once one changes.
-    Returns the PNG path.
-    """
+    and a provenance sidecar that also records ``inputs``: ``{table path: sha256}`` of every table this process read
+    or wrote (:func:`specrepro.files.reads`), so that ``status`` shows the figure stale once one changes. Returns the
+    PNG path."""
     check_clean_for_record(profile)
     prov = provenance(profile, device, **extra)
     prov["inputs"] = reads()

@@ -1,28 +1,10 @@
-"""The replication scorecard's rules: each statement of the four papers beside our measurement, with a verdict.
+"""The replication scorecard: each statement of the four papers beside our measurement, with a verdict.
 
-What this file is: the claims live in ``data/claims.csv``, one row per statement a paper makes (paper, arXiv
-version, exact location, the paper's setting, a sentence, the paper's number and whether that number was
-**measured**, **computed** or **asserted** by the paper, its group - **correctness** or **performance**, which only
-the rendering reads - the result table that measures it, the name of a rule and
-the rule's parameters). Each rule is a function registered in :data:`RULES` whose docstring states how it turns our
-numbers into one verdict. The verdicts are defined once, in :data:`VERDICT_DEFINITIONS`, assembled from the clauses
-that the judging helpers evaluate (:data:`INTERVAL_CLAUSES` for a number or direction read from a 95% interval,
-:data:`MARGIN_CLAUSES` for agreement within a stated margin, :data:`TEST_CLAUSES` for an asserted yes/no property);
-the README's and ``scorecard.md``'s definitions are rendered from the same text (:func:`verdict_definitions`).
-
-This file holds the claims (:func:`load_claims`) and the scoring (:func:`score_claim`, :func:`score`); the verdicts
-live in :mod:`specrepro.record.verdicts`, the tables in :mod:`specrepro.record.tables`, what rules share in
-:mod:`specrepro.record.rulekit` and the rules in :mod:`specrepro.record.rules_asserted`,
-:mod:`specrepro.record.rules_measured` and :mod:`specrepro.record.rules_trends`; every name is re-exported here.
-
-Intervals are 95% percentile-bootstrap intervals over prompts (or problems) of per-prompt values, from
-:func:`specrepro.stats.bootstrap_ci` / :func:`specrepro.measure.harness.paired_ratios` (the harness's one definition of a
-paired speedup); trends use ``scipy.stats`` tests. No rule takes a maximum over γ or methods unless its claim says
-"best of N" (then the chosen row's interval is reported). No verdict is typed by hand and no rule reads a claim's id; a
-rule that raises is a bug and propagates (only :class:`NotRun`, "this profile did not measure it", becomes a verdict).
-
-What it is not: the rendering of the scorecard (markdown, README blocks, figures: :mod:`specrepro.record.report`), an
-experiment (nothing here runs a model) or a store of the papers' numbers beyond ``data/claims.csv``.
+The claims are ``data/claims.csv`` (:func:`load_claims`): per statement, where the paper makes it, its number and
+whether the paper **measured**, **computed** or **asserted** it, the table that measures it, and a rule of
+:data:`specrepro.record.rulekit.RULES` with its parameters; :func:`score` applies the rules to the result tables. No
+rule takes a maximum over γ or methods unless its claim says "best of N", no verdict is typed by hand, no rule reads a
+claim's id, and a rule that raises is a bug and propagates (only :class:`NotRun` becomes a verdict, "not run").
 """
 
 from __future__ import annotations
@@ -33,99 +15,25 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.files import repo_root
+from specrepro.record import rules_asserted, rules_measured, rules_trends  # noqa: F401 - they fill RULES
 from specrepro.record.results import STANDARD
-from specrepro.record.verdicts import (  # noqa: F401 (re-exported)
-    COMPUTED,
-    Clause,
-    EXACT,
-    INCONCLUSIVE,
-    INTERVAL_CLAUSES,
-    JUDGED,
-    MARGIN_CLAUSES,
-    NOT_REPRODUCED,
-    NOT_RUN,
-    NOT_TESTABLE,
-    N_PHRASE,
-    NotRun,
-    OTHER_DEFINITIONS,
-    Outcome,
-    TEST_CLAUSES,
-    TREND,
-    VERDICTS,
-    VERDICT_DEFINITIONS,
-    parse_margin,
-    margin_bounds,
-    within_margin,
-    fmt_margin,
-    judge_interval,
-    judge_margin,
-    judge_test,
-    n_unit,
-    verdict_definitions,
-)
-from specrepro.record.tables import (  # noqa: F401 (re-exported)
-    Tables,
-    hardware_of,
-    read_record_table,
-)
-from specrepro.record.rulekit import (  # noqa: F401 (re-exported)
-    COMMON_PARAMS,
-    GOF_LEVEL,
-    RULES,
-    RULE_PARAMS,
-    cost_ratio,
-    explain_gap,
-    param_names,
-    paper_range,
-    count_tree_nodes,
-    params_of,
-    rule,
-)
-from specrepro.record.rules_asserted import (  # noqa: F401 (re-exported)
-    EXACT_RULES,
-    all_identical,
-    exact_sampler,
-    identical_up_to_ties,
-    not_testable,
-    printed_precision,
-    typical_shifts,
-)
-from specrepro.record.rules_measured import (  # noqa: F401 (re-exported)
-    close_to_prediction,
-    computed_speedup,
-    needs_precondition,
-    paired_ratio,
-    quality_unchanged,
-    value_in_interval,
-)
-from specrepro.record.rules_trends import (  # noqa: F401 (re-exported)
-    decreases,
-    falls_with_head,
-    grows_linearly,
-    increases,
-    row_order,
-    speedup_peaks,
-)
+from specrepro.record.rulekit import COMMON_PARAMS, RULE_PARAMS, RULES, param_names, params_of
+from specrepro.record.tables import Tables, hardware_of
+# the verdict names are also imported from here (report.py, tests)
+from specrepro.record.verdicts import (COMPUTED, EXACT, INCONCLUSIVE, JUDGED, N_PHRASE, NOT_REPRODUCED,  # noqa: F401
+                                       NOT_RUN, NOT_TESTABLE, TREND, VERDICTS, NotRun, Outcome, fmt_margin, n_unit,
+                                       parse_margin, verdict_definitions)
 
-__all__ = ["EXACT", "TREND", "INCONCLUSIVE", "NOT_REPRODUCED", "NOT_RUN", "COMPUTED", "NOT_TESTABLE", "VERDICTS",
-           "JUDGED", "Clause", "INTERVAL_CLAUSES", "MARGIN_CLAUSES", "TEST_CLAUSES", "OTHER_DEFINITIONS",
-           "VERDICT_DEFINITIONS", "verdict_definitions", "judge_interval", "judge_margin", "judge_test", "NotRun",
-           "Outcome", "N_PHRASE", "n_unit", "Tables", "GOF_LEVEL", "RULES", "RULE_PARAMS", "rule",
-           "COMMON_PARAMS", "params_of", "EXACT_RULES", "printed_precision", "exact_sampler", "all_identical",
-           "identical_up_to_ties", "typical_shifts", "not_testable", "paired_ratio", "needs_precondition",
-           "computed_speedup", "value_in_interval", "close_to_prediction", "quality_unchanged", "row_order",
-           "increases", "decreases", "grows_linearly", "speedup_peaks", "falls_with_head", "PAPER_KINDS", "GROUPS",
-           "CLAIM_COLUMNS", "CARD_COLUMNS", "claims_path", "load_claims", "score_claim", "score", "stability_notes",
-           "rules_table"]
+__all__ = ["PAPER_KINDS", "GROUPS", "CLAIM_COLUMNS", "CARD_COLUMNS", "RULE_INTERVALS", "claims_path", "load_claims",
+           "artifacts", "score_claim", "score", "earlier_rule_notes", "stability_notes", "rules_table"]
 
 #: what the paper's number is: measured in an experiment, computed from a formula, or asserted (stated or proved,
 #: no measurement behind it)
 PAPER_KINDS = ("measured", "computed", "asserted")
-#: what a claim is about, for the scorecard's two tables (rendering only; no rule reads it): **correctness** - what is
-#: exact by construction or proved by a test that could fail: exactness, greedy identity (and task quality under
-#: greedy decoding, equal because the completions are identical), closed forms evaluated at the paper's inputs;
-#: **performance** - everything timed or counted in runs: speedups, loop times, acceptance rates, tokens per step,
-#: task quality under sampling, and closed forms evaluated at our measured inputs
+#: what a claim is about, for the scorecard's two tables (no rule reads it): **correctness** - exact by construction or
+#: proved by a test that could fail (exactness, greedy identity, closed forms at the paper's inputs); **performance** -
+#: timed or counted in runs (speedups, acceptance rates, tokens per step, quality under sampling, closed forms at our
+#: measured inputs)
 GROUPS = ("correctness", "performance")
 CLAIM_COLUMNS = ("id", "paper", "arxiv", "source", "setting", "claim", "paper_value", "paper_kind", "group", "rule",
                  "params", "our_table", "notebook", "our_setting", "caveat")
@@ -135,9 +43,8 @@ CARD_COLUMNS = ["id", "paper", "arxiv", "source", "setting", "claim", "paper_val
 
 _MED = "sign-test interval of the median over prompts (order statistics; ≥ 95% coverage at any n ≥ 6)"
 _BCA = "BCa bootstrap over prompts (9,999 resamples, rows sorted first)"
-#: rule -> how its 95% interval is computed (the card names it on every row; "" where the rule's reading is a test or
-#: an exact comparison, not an interval): medians carry the sign test's distribution-free interval, means the BCa
-#: bootstrap (:func:`specrepro.stats.stat_ci`), both chosen to cover at the card's sample sizes
+#: rule -> how its 95% interval is computed (why: :func:`specrepro.stats.stat_ci`), named on every row of the card
+#: ("" for a test or an exact comparison)
 RULE_INTERVALS = {
     "printed_precision": "", "exact_sampler": "", "all_identical": "", "typical_shifts": "", "not_testable": "",
     "identical_up_to_ties": "Clopper-Pearson (exact binomial) interval of the share of departures",
@@ -153,22 +60,15 @@ RULE_INTERVALS = {
 }
 
 
-# ------------------------------------------------------------------------------------------------------ claims
-
-
 def claims_path() -> Path:
     """``data/claims.csv`` in the repository."""
     return repo_root() / "data" / "claims.csv"
 
 
 def load_claims(path: str | Path | None = None) -> pd.DataFrame:
-    """Read the claims file (every field as text, empty fields as "").
-
-    Raises:
-        ValueError: a column is missing, an id is empty or repeated, a rule is not in :data:`RULES`, a paper_kind is
-            not measured / computed / asserted, a group is not correctness / performance, a claim passes a parameter
-            neither its rule nor :data:`COMMON_PARAMS` takes, or a common parameter has a value it does not allow.
-    """
+    """Read the claims file (every field as text, empty fields as ""). Raises ValueError for a missing column, an
+    empty or repeated id, an unknown rule, paper_kind or group, or a parameter its rule does not take or a value
+    :data:`COMMON_PARAMS` does not allow."""
     df = pd.read_csv(path or claims_path(), dtype=str, keep_default_na=False)
     df = df.apply(lambda col: col.str.strip())
     missing = [c for c in CLAIM_COLUMNS if c not in df.columns]
@@ -193,9 +93,6 @@ def load_claims(path: str | Path | None = None) -> pd.DataFrame:
     return df
 
 
-# ------------------------------------------------------------------------------------------------------ scoring
-
-
 def _int8_drafted(prov: dict) -> bool:
     """Whether a table's provenance names the int8 copy of the draft (its ``draft`` or ``draft_method``)."""
     return any("int8" in str(prov.get(k) or "") for k in ("draft", "draft_method"))
@@ -217,10 +114,8 @@ def _judged_draft(claim, tables: Tables, names: list[str], out: Outcome) -> Outc
 
 
 def artifacts(prov: dict) -> str:
-    """What the models of a table were, as files and as arithmetic: each zoo checkpoint named in the provenance
-    (``target``, ``draft``) with its file and quantization (:data:`specrepro.models.ZOO`), and the dtype the
-    arithmetic ran in (the dequantized weights; ``dtype`` where the table records it, else float32, the CPU default).
-    Empty when the provenance names no zoo model."""
+    """What the models of a table were: each zoo checkpoint its provenance names (``target``, ``draft``) with its file
+    and quantization (:data:`specrepro.models.ZOO`), and the dtype the arithmetic ran in; "" for no zoo model."""
     from specrepro.models import ZOO
 
     names = [str(prov.get(k)) for k in ("target", "draft") if prov.get(k) and str(prov.get(k)) in ZOO]
@@ -232,13 +127,9 @@ def artifacts(prov: dict) -> str:
 
 
 def score_claim(claim: pd.Series, tables: Tables) -> dict:
-    """Apply the claim's rule to the tables and return one scorecard row (:data:`CARD_COLUMNS`).
-
-    A missing table or a rule's :class:`NotRun` gives "not run" (a claim that names no table is its rule's alone:
-    :func:`not_testable`), and so does a table drafted by the int8 copy of the draft for a claim that judges the
-    draft in its own dtype (``draft=own dtype``); any other exception of a rule propagates (a rule that raises on the
-    committed tables is a bug, and ``make test`` must fail on it).
-    """
+    """Apply the claim's rule to the tables and return one scorecard row (:data:`CARD_COLUMNS`): "not run" for a
+    missing table, a rule's :class:`NotRun`, or a table drafted by the int8 copy of the draft for a claim that judges
+    the draft in its own dtype; any other exception of a rule propagates."""
     names = param_names(claim["our_table"])
     prov = tables.provenance(names[0]) if names else {}
     draft = str(prov.get("draft") or "")
@@ -269,8 +160,7 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
 
 
 def score(profile: str = STANDARD, claims: pd.DataFrame | None = None, tables: Tables | None = None) -> pd.DataFrame:
-    """The scorecard of ``profile``: one row per claim (:data:`CARD_COLUMNS`): the paper's number and kind, ours with
-    its interval and n, our setting, hardware, profile, commit, the verdict and its reason."""
+    """The scorecard of ``profile``: one row per claim (:data:`CARD_COLUMNS`, :func:`score_claim`)."""
     claims = load_claims() if claims is None else claims
     tables = Tables(profile) if tables is None else tables
     card = pd.DataFrame([score_claim(c, tables) for _, c in claims.iterrows()], columns=CARD_COLUMNS)
@@ -281,34 +171,24 @@ def score(profile: str = STANDARD, claims: pd.DataFrame | None = None, tables: T
 
 
 def earlier_rule_notes(tables: Tables, claims: pd.DataFrame) -> dict[str, str]:
-    """Claim id -> what an earlier rule said, for every claim whose rule changed after it had judged a table and
-    whose verdict changed with it: the latest reading of the verdict history (``verdict_history``) under another
-    rule than today's, when it gave a judged verdict other than the claim's latest
-    reading's (e.g. "under its earlier rule paired_ratio (read at 35a878247632): not reproduced, 0.92× ..."), so a
-    rule changed after its data is shown beside the verdict it replaced. Empty without the table."""
+    """Claim id -> the latest reading of the ``verdict_history`` table under a rule other than today's, where it gave
+    a judged verdict other than the claim's latest reading ("under its earlier rule paired_ratio (read at
+    35a878247632): not reproduced, 0.92× ..."); empty without the table."""
     hist = tables.get("verdict_history")
     if hist is None or hist.empty:
         return {}
     hist = hist.astype(object).fillna("")
-    out = {}
-    for _, c in claims.iterrows():
-        mine = hist[hist["claim"] == c["id"]]
-        if mine.empty:
-            continue
-        now = mine.iloc[-1]["verdict"]
-        other = mine[(mine["rule"] != c["rule"]) & mine["verdict"].isin(JUDGED) & (mine["verdict"] != now)]
-        if not other.empty:
-            r = other.iloc[-1]
-            out[c["id"]] = (f"under its earlier rule {r['rule']} (read at {r['commit']}): {r['verdict']}, "
-                            f"{str(r['ours']).split('; not judged')[0]}")
-    return out
+    now = hist.groupby("claim")["verdict"].transform("last")
+    today = hist["claim"].map(claims.set_index("id")["rule"])
+    keep = today.notna() & (hist["rule"] != today) & hist["verdict"].isin(JUDGED) & (hist["verdict"] != now)
+    return {r["claim"]: f"under its earlier rule {r['rule']} (read at {r['commit']}): {r['verdict']}, "
+                        f"{str(r['ours']).split('; not judged')[0]}"
+            for _, r in hist[keep].groupby("claim").tail(1).iterrows()}
 
 
 def stability_notes(tables: Tables) -> dict[str, str]:
-    """Claim id -> a note for every claim the verdict history (``verdict_stability``, written by ``python -m
-    specrepro verdict-history``) marks unstable: each verdict it read with the number of distinct readings (tables'
-    bytes and rule version) that gave it, and whether the verdict moved with its rule, with the data, or both. Empty
-    without the table."""
+    """Claim id -> a note for each claim the ``verdict_stability`` table marks unstable: each verdict with the number
+    of readings that gave it, and whether it moved with its rule, the data or both; empty without the table."""
     stab = tables.get("verdict_stability")
     if stab is None:
         return {}

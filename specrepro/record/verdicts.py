@@ -1,14 +1,7 @@
-"""The scorecard's verdicts, defined once, and the helpers that judge an interval, a margin or a test by them.
-
-What this file is: the verdict names (:data:`VERDICTS`; :data:`JUDGED` are the four that judge a claim), the clauses
-each judging helper evaluates - :data:`INTERVAL_CLAUSES` (a number or direction read from a 95% interval against its
-null), :data:`MARGIN_CLAUSES` (agreement within a stated margin), :data:`TEST_CLAUSES` (an asserted yes/no property)
-- and :data:`VERDICT_DEFINITIONS`, assembled from the clauses' own texts (plus :data:`OTHER_DEFINITIONS` for the
-verdicts that judge nothing), so that the definitions rendered into the README (:func:`verdict_definitions`) are
-the code's; a rule's outcome (:class:`Outcome`, :class:`NotRun`) and the formatting of an interval.
-
-What it is not: the rules (:mod:`specrepro.record.rules_asserted`, :mod:`specrepro.record.rules_measured`,
-:mod:`specrepro.record.rules_trends`) or the claims (:mod:`specrepro.record.scorecard`).
+"""The scorecard's verdicts, defined once: the clauses each judging helper evaluates (:data:`INTERVAL_CLAUSES`,
+:data:`MARGIN_CLAUSES`, :data:`TEST_CLAUSES`) are also the text of :data:`VERDICT_DEFINITIONS`, which the README
+renders (:func:`verdict_definitions`); a rule's outcome (:class:`Outcome`, :class:`NotRun`); the formatting of an
+interval. The rules are in ``rules_asserted``, ``rules_measured`` and ``rules_trends``.
 """
 
 from __future__ import annotations
@@ -21,8 +14,7 @@ from typing import Callable
 __all__ = ["EXACT", "TREND", "INCONCLUSIVE", "NOT_REPRODUCED", "NOT_RUN", "COMPUTED", "NOT_TESTABLE", "VERDICTS",
            "JUDGED", "Clause", "INTERVAL_CLAUSES", "MARGIN_CLAUSES", "TEST_CLAUSES", "OTHER_DEFINITIONS",
            "VERDICT_DEFINITIONS", "verdict_definitions", "judge_interval", "judge_margin", "judge_test", "NotRun",
-           "parse_margin", "fmt_margin", "margin_bounds", "within_margin",
-           "Outcome", "N_PHRASE", "n_unit"]
+           "parse_margin", "fmt_margin", "margin_bounds", "within_margin", "Outcome", "N_PHRASE", "n_unit"]
 
 
 EXACT, TREND, INCONCLUSIVE = "reproduced exactly", "trend reproduced", "inconclusive"
@@ -35,8 +27,8 @@ JUDGED = (EXACT, TREND, INCONCLUSIVE, NOT_REPRODUCED)
 
 @dataclass(frozen=True)
 class Clause:
-    """One clause of a verdict's definition: the verdict, its text (rendered into the README's definitions) and the
-    predicate that a judging helper evaluates; a helper returns the verdict of the first clause that holds."""
+    """One clause of a verdict's definition: its text and the predicate a judging helper evaluates (the first clause
+    that holds gives the verdict)."""
 
     verdict: str
     text: str
@@ -52,10 +44,8 @@ def is_beyond(lo, hi, null: float, direction: int) -> bool:
     return has_ci(lo, hi) and (lo > null if direction > 0 else hi < null)
 
 
-#: a number or a direction the paper measured, read from our 95% interval [lo, hi] of the statistic against its
-#: null (``null``, on the paper's side ``direction``), and whether the interval lies within the paper's number ± the
-#: claim's registered equivalence margin
-#: (``holds_paper``: None when the paper states a direction only); :func:`judge_interval`
+#: a number or a direction the paper measured, read from our 95% interval [lo, hi] against the null on the paper's
+#: side, and whether it lies within the paper's number ± the claim's margin; :func:`judge_interval`
 INTERVAL_CLAUSES = (
     Clause(EXACT, "our whole 95% interval lies within the paper's number (or range) ± the equivalence margin "
                   "registered for the claim, and excludes the null on the paper's side (an equivalence test: more "
@@ -73,8 +63,7 @@ INTERVAL_CLAUSES = (
            lambda lo, hi, null, direction, holds_paper: True),
 )
 
-#: agreement within a stated margin (task quality unchanged within ±10 points; a formula that the measurement follows
-#: within its tolerance), read from our 95% interval [lo, hi] and the margin [m_lo, m_hi]; :func:`judge_margin`
+#: agreement within a stated margin [m_lo, m_hi] (e.g. task quality unchanged within ±10 points); :func:`judge_margin`
 MARGIN_CLAUSES = (
     Clause(EXACT, "for agreement within a stated margin: the whole interval lies within the margin",
            lambda lo, hi, m_lo, m_hi: has_ci(lo, hi) and m_lo <= lo and hi <= m_hi),
@@ -85,9 +74,8 @@ MARGIN_CLAUSES = (
            lambda lo, hi, m_lo, m_hi: True),
 )
 
-#: an asserted yes/no property (exactness, greedy identity, a closed form at the paper's own inputs), read from the
-#: stated test's answer and whether the test can fail (it catches negative controls, or compares outputs or printed
-#: numbers exactly); :func:`judge_test`
+#: an asserted yes/no property (exactness, greedy identity, a closed form at the paper's inputs), read from the stated
+#: test's answer and whether the test can fail; :func:`judge_test`
 TEST_CLAUSES = (
     Clause(EXACT, "for an asserted property or a closed form: the stated test says yes and can fail (it catches "
                   "the negative controls, or compares tokens or printed digits exactly)",
@@ -108,27 +96,14 @@ OTHER_DEFINITIONS = {
 }
 
 
-def clause_definitions() -> dict[str, str]:
-    out = {}
-    for v in VERDICTS:
-        texts = [c.text for clauses in (INTERVAL_CLAUSES, MARGIN_CLAUSES, TEST_CLAUSES) for c in clauses
-                 if c.verdict == v]
-        if v in OTHER_DEFINITIONS:
-            texts.append(OTHER_DEFINITIONS[v])
-        out[v] = "; ".join(texts)
-    return out
-
-
-#: verdict -> its definition, assembled from the clauses the judging helpers evaluate (one source for code and docs)
-VERDICT_DEFINITIONS = clause_definitions()
+#: verdict -> its definition: the texts of the clauses the judging helpers evaluate (one source for code and docs)
+VERDICT_DEFINITIONS = {v: "; ".join([c.text for c in INTERVAL_CLAUSES + MARGIN_CLAUSES + TEST_CLAUSES if c.verdict == v]
+                                    + ([OTHER_DEFINITIONS[v]] if v in OTHER_DEFINITIONS else [])) for v in VERDICTS}
 
 
 def verdict_definitions(bold: bool = True) -> str:
-    """Markdown: each verdict in :data:`VERDICTS` order with its definition from :data:`VERDICT_DEFINITIONS`, one
-    bullet each, and which verdicts judge a claim (:data:`JUDGED`)."""
-    name = (lambda v: f"**{v}**") if bold else (lambda v: v)
-    lines = [f"* {name(v)}: {VERDICT_DEFINITIONS[v]}." for v in VERDICTS]
-    return "\n".join(lines) + "\n"
+    """Markdown: one bullet per verdict of :data:`VERDICTS`, with its definition (:data:`VERDICT_DEFINITIONS`)."""
+    return "".join(f"* {f'**{v}**' if bold else v}: {VERDICT_DEFINITIONS[v]}.\n" for v in VERDICTS)
 
 
 def first_clause(clauses, *args) -> Clause:
@@ -136,10 +111,8 @@ def first_clause(clauses, *args) -> Clause:
 
 
 def judge_interval(lo, hi, null: float, direction: int, holds_paper: bool | None) -> str:
-    """The verdict of :data:`INTERVAL_CLAUSES` for our 95% interval [lo, hi] (None or NaN: no interval), the null on
-    the paper's side ``direction`` (+1: the paper's side is above it) and whether the interval lies within the paper's
-    number ± its registered margin (``holds_paper``, from :func:`within_margin`; None: the paper states a direction
-    only)."""
+    """The verdict of :data:`INTERVAL_CLAUSES` for our 95% interval [lo, hi] (None or NaN: none), the null, the paper's
+    side of it (``direction`` +1: above) and ``holds_paper`` (:func:`within_margin`; None: a direction only)."""
     return first_clause(INTERVAL_CLAUSES, lo, hi, null, direction, holds_paper).verdict
 
 
@@ -159,12 +132,8 @@ def meets_range(lo, hi, paper: tuple[float, float]) -> bool:
 
 
 def parse_margin(text) -> tuple[str, float] | None:
-    """A claim's equivalence margin (its ``margin`` parameter): ``"10%"`` is relative (the paper's number
-    × (1 ± 0.10)), ``"0.05"`` absolute (± 0.05 on the paper's scale); empty or None: no margin.
-
-    Raises:
-        ValueError: text that is neither, or a negative margin.
-    """
+    """A claim's ``margin`` parameter: ``"10%"`` relative (the paper's number × (1 ± 0.10)), ``"0.05"`` absolute;
+    empty or None: no margin. Raises ValueError for text that is neither, or a negative margin."""
     if text is None or str(text).strip() == "":
         return None
     t = str(text).strip()
@@ -193,8 +162,7 @@ def margin_bounds(paper: tuple[float, float], margin: tuple[str, float]) -> tupl
 
 
 def within_margin(lo, hi, paper: tuple[float, float], margin: tuple[str, float] | None) -> bool:
-    """Whether the whole interval [lo, hi] lies within the paper's number ± ``margin`` (False without a margin or an
-    interval): the equivalence test behind "reproduced exactly" for a measured number."""
+    """Whether the whole interval [lo, hi] lies within the paper's number ± ``margin`` (the equivalence test)."""
     if margin is None or not has_ci(lo, hi):
         return False
     b_lo, b_hi = margin_bounds(paper, margin)
@@ -203,11 +171,9 @@ def within_margin(lo, hi, paper: tuple[float, float], margin: tuple[str, float] 
 
 def judge_reading(lo, hi, paper: tuple[float, float] | None, null: float, direction: int, what: str,
                   margin: tuple[str, float] | None = None) -> tuple[str, str]:
-    """The verdict of :data:`INTERVAL_CLAUSES` (:func:`judge_interval`) for a measured claim whose number (``paper``,
-    a value or range; None: a direction only) and null lie on the scale of our interval [lo, hi], with the reason:
-    where the interval lies against the null and against the paper's number ± its registered equivalence ``margin``
-    (:func:`parse_margin`; without one a measured number cannot read "reproduced exactly"). Returns (verdict,
-    reason); the reason of "reproduced exactly" is empty."""
+    """(verdict, reason) of :func:`judge_interval` for a measured claim whose number (``paper``, a range; None: a
+    direction only) and null lie on the scale of our interval [lo, hi]; the reason says where the interval lies
+    against the null and the paper's number ± ``margin`` (:func:`parse_margin`); "" for "reproduced exactly"."""
     holds = None if paper is None else within_margin(lo, hi, paper, margin)
     verdict = judge_interval(lo, hi, null, direction, holds)
     if not has_ci(lo, hi):
@@ -238,15 +204,15 @@ def judge_reading(lo, hi, paper: tuple[float, float] | None, null: float, direct
 
 
 def all_of(verdicts) -> str:
-    """The verdict of a claim that must hold in every setting or series: not reproduced if any is, else inconclusive if
-    any is, else trend reproduced if any is, else reproduced exactly."""
+    """The verdict of a claim that must hold in every setting: the first of not reproduced, inconclusive, trend
+    reproduced and reproduced exactly among ``verdicts``."""
     verdicts = list(verdicts)
     return next(v for v in (NOT_REPRODUCED, INCONCLUSIVE, TREND, EXACT) if v in verdicts)
 
 
 class NotRun(Exception):
-    """Raised by a rule when the rows it needs were not measured in this profile (message = reason). ``ours``: what
-    the table does hold that a reader should still see (e.g. an extension's reading, never judged), or empty."""
+    """Raised by a rule when the rows it needs were not measured in this profile (message = reason); ``ours``: what
+    the table holds that a reader should still see, not judged."""
 
     def __init__(self, reason: str, ours: str = ""):
         super().__init__(reason)
@@ -255,10 +221,8 @@ class NotRun(Exception):
 
 @dataclass
 class Outcome:
-    """One rule's result: the verdict, our number as text (with its interval and n), our point estimate and its
-    95% interval (None where not one number), the sample size n, and the reason (empty when reproduced exactly).
-    ``unit`` names what n counts ("runs", "settings"); empty when our text already says it in an "n = 20 prompts"
-    phrase, from which :func:`n_unit` reads it."""
+    """One rule's result: the verdict, our number as text, our estimate with its 95% interval and n (None where not
+    one number), the reason, and what n counts (``unit``; empty when the text says it: :func:`n_unit`)."""
 
     verdict: str
     ours: str
@@ -275,8 +239,7 @@ N_PHRASE = re.compile(r"\bn = ([\d,]+(?:[-–][\d,]+)?)(?: ([A-Za-z]+(?: × \d+ 
 
 
 def n_unit(out: Outcome) -> str:
-    """What an outcome's n counts: its ``unit``, else the unit of the first "n = <number> <unit>" phrase of its text
-    ("prompts", "prompts × 3 passes", "points"), else "" (no n, or a text that does not say)."""
+    """What an outcome's n counts: its ``unit``, else the unit of its text's first :data:`N_PHRASE`, else ""."""
     if out.unit or out.n is None:
         return out.unit if out.n is not None else ""
     m = N_PHRASE.search(out.ours or "")
@@ -284,8 +247,7 @@ def n_unit(out: Outcome) -> str:
 
 
 def prompt_unit(df) -> str:
-    """The unit of n for per-prompt rows: "prompts", or "prompts × 3 passes" when each prompt was timed in several
-    passes (a ``repeat`` column; the passes of a prompt are one unit of the interval, so n counts prompts)."""
+    """The unit of n for per-prompt rows: "prompts", or "prompts × 3 passes" when a ``repeat`` column says so."""
     passes = int(df["repeat"].nunique()) if "repeat" in getattr(df, "columns", ()) else 1
     return "prompts" if passes <= 1 else f"prompts × {passes} passes"
 
