@@ -1,12 +1,8 @@
-"""The record's figures, called from the notebooks as ``plots.<name>``, with the style and helpers of
-:mod:`specrepro.record.plotkit` (importable from here too). Each takes the table its notebook computes or saves and
-returns a Figure: ours with error bars from 95% intervals, the paper's numbers beside ours in :data:`PAPER_STYLE`
-where the paper prints them, integer ticks on integer axes, the legend outside every axes. Leviathan et al. 2023's
-(arXiv 2211.17192v2, Sec. 3; notebooks 02 and 04) put it to the right; SpecInfer's, Medusa's, Chen's and the
-verifiers' (notebooks 05-07, 09) put it below, with a caption saying where the paper's numbers come from or why
-there are none. Saving (with provenance) is :func:`specrepro.record.results.save_figure`'s.
+"""The record's figures (``plots.<name>`` in the notebooks, with :mod:`specrepro.record.plotkit`'s helpers). Each
+takes its notebook's table and returns a Figure: ours with 95%-interval error bars, the paper's numbers in
+:data:`PAPER_STYLE` where printed, integer ticks on integer axes, the legend outside the axes: right of Leviathan et
+al. 2023's (notebooks 02, 04), below the others' (05-07, 09) above a caption on where the paper's numbers come from.
 """
-
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -17,11 +13,11 @@ from specrepro.record.plotkit import *  # noqa: F401,F403 - re-exported: the not
 from specrepro.record.plotkit import (PAPER_STYLE, add_caption, integer_ticks, interval_error, interval_errorbar,
                                       legend_below, legend_outside, readable)
 
+_PAPER_POINTS = {**PAPER_STYLE, "linestyle": "none"}  # a paper's numbers as unconnected markers
 #: the rungs of the limit ladder (keys of :func:`specrepro.theory.speedup_decomposition`) and their labels
 LADDER = (("tokens_per_step", "tokens per step (Leviathan, c = 0, flat verification)"),
           ("free_draft", "free draft (measured verification cost)"),
-          ("hardware_aware", "hardware-aware (+ draft cost)"),
-          ("with_overhead", "hardware-aware + loop overhead"))
+          ("hardware_aware", "hardware-aware (+ draft cost)"), ("with_overhead", "hardware-aware + loop overhead"))
 
 
 def leviathan_table2():
@@ -35,11 +31,6 @@ def leviathan_table2():
 def _ci(ax, x, table, col: str, **kwargs):
     """:func:`interval_errorbar` of ``table[col]`` with its 95% interval ``col``_lo, ``col``_hi."""
     return interval_errorbar(ax, x, table[col], table[f"{col}_lo"], table[f"{col}_hi"], **kwargs)
-
-
-def _paper_points(ax, x, y, **kwargs):
-    """A paper's numbers as unconnected :data:`PAPER_STYLE` markers (``kwargs`` override the style)."""
-    return ax.plot(x, y, **{**PAPER_STYLE, "linestyle": "none", **kwargs})
 
 
 def _outside(fig, target, ticks: str | None = None):
@@ -64,13 +55,10 @@ def _below(fig, axes, caption: str, ncol: int | None = None, title: str | None =
 
 def fig_optimal_gamma_vs_alpha(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), alphas=None, max_gamma: int = 64,
                                measured=None, paper=None):
-    """Leviathan Figure 3: the optimal draft length γ* vs α (default 0.01..0.95), one curve per cost ratio c in
-    ``cs``, computed as the paper does (Thm 3.8 maximized over integer γ <= max_gamma,
-    :func:`specrepro.theory.optimal_gamma`), not drawn where no γ gives a speedup.
-    ``measured`` (columns label, alpha, c, optionally best_gamma): our drafts as filled stars at (α, γ*(α, c)), their
-    best measured γ as open ones; ``paper`` (columns alpha, gamma, e.g. :func:`leviathan_table2`): the settings the
-    paper ran. Raises ValueError for a c < 0, an α outside [0, 1] or max_gamma < 1.
-    """
+    """Leviathan Figure 3: the optimal γ* (Thm 3.8 maximized over integer γ <= max_gamma) vs α, one curve per c in
+    ``cs``, not drawn where no γ gives a speedup; ``measured`` (label, alpha, c, optionally best_gamma): our drafts
+    as filled stars at γ*, their best measured γ as open ones; ``paper`` (alpha, gamma; :func:`leviathan_table2`):
+    the settings the paper ran. Raises ValueError for a c < 0, an α outside [0, 1] or max_gamma < 1."""
     from specrepro.theory import optimal_gamma, walltime_improvement
 
     if max_gamma < 1:
@@ -85,7 +73,8 @@ def fig_optimal_gamma_vs_alpha(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), alphas=None
         g[gain <= 1] = np.nan
         ax.plot(alphas, g, drawstyle="steps-post", label=f"c = {c:g}")
     if paper is not None and len(paper):
-        _paper_points(ax, paper["alpha"], paper["gamma"], mfc="none", label="Leviathan Table 2: (α, γ) the paper ran")
+        ax.plot(paper["alpha"], paper["gamma"], **_PAPER_POINTS, mfc="none",
+                label="Leviathan Table 2: (α, γ) the paper ran")
     for i, (_, row) in enumerate(() if measured is None else measured.iterrows()):
         star = dict(marker="*", markersize=13, linestyle="none", color=f"C{(len(cs) + i) % 10}")
         gstar = optimal_gamma(float(row["alpha"]), float(row["c"]), max_gamma)
@@ -101,12 +90,9 @@ def fig_optimal_gamma_vs_alpha(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), alphas=None
 
 def fig_speedup_and_operations_vs_alpha(gammas=(2, 3, 5, 10), c: float = 0.0, c_hat: float = 0.0, alphas=None,
                                         paper=None, measured=None):
-    """Leviathan Figure 4 view, two panels vs α (default 0..0.99), one curve per γ in ``gammas``: walltime
-    improvement (Thm 3.8) at draft cost ratio c, arithmetic-operations factor (Thm 3.11) at ĉ (Table 1: c = ĉ = 0).
-    ``paper`` (columns alpha, paper_speed, paper_operations, e.g. :func:`specrepro.lab.leviathan.leviathan_table1`)
-    on both panels; ``measured`` (columns label, alpha, speedup and optionally speedup_lo / _hi) as starred error
-    bars on the speedup panel. Raises ValueError for c or ĉ < 0.
-    """
+    """Leviathan Figure 4 view vs α, one curve per γ: walltime improvement (Thm 3.8, cost ratio c) and operations
+    (Thm 3.11, ĉ) panels; ``paper`` (alpha, paper_speed, paper_operations: Table 1, c = ĉ = 0) on both, ``measured``
+    (label, alpha, speedup, optionally speedup_lo / _hi) as starred error bars on the left. ValueError: c or ĉ < 0."""
     from specrepro.theory import operations_factor, walltime_improvement
 
     if c < 0 or c_hat < 0:
@@ -117,9 +103,9 @@ def fig_speedup_and_operations_vs_alpha(gammas=(2, 3, 5, 10), c: float = 0.0, c_
         left.plot(alphas, walltime_improvement(alphas, g, c), color=f"C{i}", label=f"γ = {g}")
         right.plot(alphas, operations_factor(alphas, g, c_hat), color=f"C{i}")
     if paper is not None and len(paper):
-        _paper_points(left, paper["alpha"], paper["paper_speed"], mfc="none", markersize=8,
-                      label="Leviathan Table 1 (c = ĉ = 0)")
-        _paper_points(right, paper["alpha"], paper["paper_operations"], mfc="none", markersize=8)
+        left.plot(paper["alpha"], paper["paper_speed"], **_PAPER_POINTS, mfc="none", markersize=8,
+                  label="Leviathan Table 1 (c = ĉ = 0)")
+        right.plot(paper["alpha"], paper["paper_operations"], **_PAPER_POINTS, mfc="none", markersize=8)
     for j, (_, row) in enumerate(() if measured is None else measured.iterrows()):
         interval_errorbar(left, [row["alpha"]], [row["speedup"]], [row.get("speedup_lo", np.nan)],
                           [row.get("speedup_hi", np.nan)], fmt="*", markersize=11, color=f"C{len(gammas) + j}",
@@ -134,14 +120,12 @@ def fig_speedup_and_operations_vs_alpha(gammas=(2, 3, 5, 10), c: float = 0.0, c_
 
 
 def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8, 0.9), max_gamma: int = 12):
-    """Thm 3.8's walltime improvement vs γ = 1..max_gamma, one panel per c (shared y), one curve per α, each
-    curve's optimum (:func:`specrepro.theory.optimal_gamma`) ringed. Computed only: the paper draws no such figure
-    (its Fig. 3 is the optimum's position, :func:`fig_optimal_gamma_vs_alpha`)."""
+    """Thm 3.8's walltime improvement vs γ = 1..max_gamma, one panel per c, one curve per α, each optimum ringed.
+    Computed only: the paper draws no such figure (its Fig. 3 is the optimum's position)."""
     from specrepro.theory import optimal_gamma, walltime_improvement
 
     gs = np.arange(1, int(max_gamma) + 1)
-    fig, axes = plt.subplots(1, len(cs), figsize=(3.6 * len(cs), 3.6), sharey=True, squeeze=False)
-    axes = axes[0]
+    fig, (axes,) = plt.subplots(1, len(cs), figsize=(3.6 * len(cs), 3.6), sharey=True, squeeze=False)
     for ax, c in zip(axes, cs):
         for i, a in enumerate(alphas):
             ax.plot(gs, walltime_improvement(a, gs, c), marker=".", color=f"C{i}", label=f"α = {a:g}")
@@ -158,10 +142,9 @@ def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8,
 
 
 def fig_forward_cost_vs_tokens(curves):
-    """Measured ms of one KV-cached forward pass over n new tokens, one line per model (``curves``: columns model,
-    n, ms = median of rounds, optionally its 95% interval ms_low, ms_high, as
-    :func:`specrepro.measure.cost.measure_cost_table`), beside Leviathan's model of it: flat at the model's n = 1
-    time (verification of n tokens costs one step), dashed in :data:`PAPER_STYLE`."""
+    """Measured ms (column ms, optionally ms_low / ms_high) of one KV-cached forward over n new tokens, one line per
+    model of ``curves`` (:func:`specrepro.measure.cost.measure_cost_table`), beside Leviathan's model of it: flat at
+    the n = 1 time (verifying n tokens costs one step), dashed."""
     fig, ax = plt.subplots()
     for i, (name, d) in enumerate(curves.groupby("model", sort=False)):
         d = d.sort_values("n")
@@ -181,12 +164,10 @@ def fig_forward_cost_vs_tokens(curves):
 
 
 def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None, title: str = ""):
-    """Measured speedup over AR vs γ (95% interval) beside the hardware-aware and constant-c (Leviathan Thm 3.8)
-    predictions, one colour per ``draft_col`` value. ``summary``: one row per (draft, γ) with
-    :func:`specrepro.lab.leviathan.summarize_speed`'s measured_speedup (_lo, _hi), predicted_speedup_hardware and
-    predicted_speedup_constant_c (or predicted_speedup_constant_c_in_run, c measured in the timed runs, where every
-    row of a draft has it). ``paper`` (columns gamma, measured, draft, task; e.g. :func:`leviathan_table2`): the
-    paper's measured speedups (T5-XXL on a TPU-v4), labelled, at their γ."""
+    """Measured speedup over AR vs γ (95% CI) beside the hardware-aware and constant-c (Thm 3.8) predictions, one
+    colour per ``draft_col`` value of ``summary`` (:func:`specrepro.lab.leviathan.summarize_speed`: measured_speedup
+    (_lo, _hi), predicted_speedup_hardware, predicted_speedup_constant_c, or its _in_run variant where a draft has it
+    on every row); ``paper`` (gamma, measured, draft, task; :func:`leviathan_table2`): the paper's, labelled."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for i, (name, d) in enumerate(summary.groupby(draft_col, sort=False)):
         d = d.sort_values("gamma")
@@ -199,7 +180,8 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
                 "^:", color=col, mfc="none", label=f"{readable(name)}: predicted, constant c (Leviathan)"
                 + (", c measured in the runs" if in_run else ""))
     if paper is not None and len(paper):
-        _paper_points(ax, paper["gamma"], paper["measured"], label="Leviathan Table 2, measured (T5-XXL, TPU-v4)")
+        ax.plot(paper["gamma"], paper["measured"], **_PAPER_POINTS,
+                label="Leviathan Table 2, measured (T5-XXL, TPU-v4)")
         for _, row in paper.iterrows():
             if "draft" in row:
                 ax.annotate(f"{row.get('task', '')} {str(row['draft']).replace('T5-', '')}".strip(),
@@ -214,19 +196,17 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
 
 
 def fig_limit_ladder(limits, draft_col: str = "draft", title: str = ""):
-    """The limit drawn, one panel per draft (shared y): per γ, bars for :data:`LADDER`'s successive predictions
-    (:func:`specrepro.theory.speedup_decomposition`) and the measured speedup with its 95% interval as a black point.
-    The drops between bars are the gap's shares due to verification, draft cost and overhead; the rest is
-    unexplained by the cost model. ``limits``: :func:`specrepro.lab.leviathan.limit_table`'s columns ``draft_col``,
-    gamma, the rungs, measured (_lo, _hi). Raises ValueError for a missing column or an empty table."""
+    """The limit drawn, one panel per draft: per γ, bars for :data:`LADDER`'s successive predictions and the measured
+    speedup (95% CI) as a black point; the drops between bars are the gap's shares due to verification, draft cost
+    and overhead. ``limits``: :func:`specrepro.lab.leviathan.limit_table`'s ``draft_col``, gamma, the rungs, measured
+    (_lo, _hi). Raises ValueError for a missing column or an empty table."""
     need = {draft_col, "gamma", "measured", "measured_lo", "measured_hi"} | {k for k, _ in LADDER}
     missing = need - set(limits.columns)
     if missing or not len(limits):
         raise ValueError(f"fig_limit_ladder needs a non-empty table with columns {sorted(need)}; "
                          f"missing {sorted(missing)}")
     drafts = list(dict.fromkeys(limits[draft_col]))
-    fig, axes = plt.subplots(1, len(drafts), figsize=(4.2 * len(drafts) + 0.6, 3.8), sharey=True, squeeze=False)
-    axes = axes[0]
+    fig, (axes,) = plt.subplots(1, len(drafts), figsize=(4.2 * len(drafts) + 0.6, 3.8), sharey=True, squeeze=False)
     width = 0.8 / len(LADDER)
     for ax, name in zip(axes, drafts):
         d = limits[limits[draft_col] == name].sort_values("gamma")
@@ -245,11 +225,10 @@ def fig_limit_ladder(limits, draft_col: str = "draft", title: str = ""):
 
 
 def fig_chen_k_sweep(summary, *, title: str | None = None):
-    """Chen et al. 2023 Figure 1 analogue, three panels vs K (0 = AR): speedup over AR, accepted fraction (tokens
-    per loop / (K + 1), with Leviathan Eq. 1's predicted_fraction from our α) and ms per loop. ``summary``:
-    :func:`specrepro.lab.chen.k_sweep_summary`'s K, speedup, accepted_fraction, loop_ms (each with _lo, _hi),
-    predicted_fraction, optionally paper_speedup (Chen Table 1, HumanEval, K = 4: drawn in :data:`PAPER_STYLE`).
-    Raises KeyError for a missing column."""
+    """Chen et al. 2023 Figure 1 analogue, three panels vs K (0 = AR) of ``summary``
+    (:func:`specrepro.lab.chen.k_sweep_summary`): speedup, accepted_fraction (with Leviathan Eq. 1's
+    predicted_fraction) and loop_ms, each with _lo / _hi; paper_speedup (Chen Table 1) where given. KeyError: a
+    missing column."""
     s = summary.sort_values("K")
     k = s["K"].to_numpy(dtype=float)
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
@@ -257,8 +236,8 @@ def fig_chen_k_sweep(summary, *, title: str | None = None):
     axes[0].axhline(1, color="0.5", lw=0.8)
     if "paper_speedup" in s and s.loc[s["K"] > 0, "paper_speedup"].notna().any():
         p = s[(s["K"] > 0) & s["paper_speedup"].notna()]
-        _paper_points(axes[0], p["K"], p["paper_speedup"], markersize=7,
-                      label="Chen et al. Table 1 (HumanEval, 70B + 4B, TPU)")
+        axes[0].plot(p["K"], p["paper_speedup"], **_PAPER_POINTS, markersize=7,
+                     label="Chen et al. Table 1 (HumanEval, 70B + 4B, TPU)")
     axes[0].set(xlabel="K (draft tokens per loop)", ylabel="speedup over AR", title="speedup")
     _ci(axes[1], k, s, "accepted_fraction", fmt="o-", color="C0")
     if "predicted_fraction" in s:
@@ -281,11 +260,10 @@ _SHAPE_LABEL = {"paper": "⟨1,1,k,1,…,1⟩ (SpecInfer's shape)", "root": "⟨
 
 
 def fig_specinfer_tree_width(summary, *, title: str | None = None):
-    """SpecInfer Table 2 and latency vs tree width k: verified tokens per step (left) and ms per token (right),
-    greedy and stochastic, per tree shape (shape "paper" = ⟨1,1,k,1,...⟩ solid, "root" = ⟨k,1,...,1⟩ hollow and
-    dotted, the two shifted by ±0.1 in k). ``summary``: :func:`specrepro.lab.specinfer.tree_width_summary`'s shape,
-    decoding, width, tokens_per_step and ms_per_token (each with _lo, _hi), paper (SpecInfer Table 2 tokens per
-    step, NaN where none: drawn in :data:`PAPER_STYLE`). Raises KeyError for a missing column."""
+    """SpecInfer Table 2 and latency vs tree width: ``summary``'s (:func:`specrepro.lab.specinfer.tree_width_summary`)
+    tokens_per_step (left) and ms_per_token (right), each with _lo / _hi, per decoding (colour) and shape ("paper" =
+    ⟨1,1,k,1,...⟩ solid, "root" = ⟨k,1,...,1⟩ hollow, dotted, shifted by ±0.1 in width); its paper column (Table 2,
+    NaN where none) on the left. Raises KeyError for a missing column."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     shapes = [sh for sh in ("paper", "root") if (summary["shape"] == sh).any()]
     colors = {"greedy": "C0", "stochastic": "C1"}
@@ -299,8 +277,7 @@ def fig_specinfer_tree_width(summary, *, title: str | None = None):
                          markerfacecolor=colors[dec] if sh == "paper" else "white")
             _ci(axes[0], x, d, "tokens_per_step", label=f"{dec}, ours, {_SHAPE_LABEL[sh]}", **style)
             _ci(axes[1], x, d, "ms_per_token", **style)
-    paper = summary[(summary["shape"] == "paper") & summary["paper"].notna()] if "paper" in summary else \
-        summary.iloc[:0]
+    paper = summary[(summary["shape"] == "paper") & summary["paper"].notna()] if "paper" in summary else summary[:0]
     for dec, d in paper.groupby("decoding"):
         d = d.sort_values("width")
         axes[0].plot(d["width"], d["paper"], **{**PAPER_STYLE, "color": colors.get(dec, "0.35")},
@@ -323,11 +300,9 @@ _KIND_STYLE = {"chain": dict(color="C2", marker="^"), "dense": dict(color="C0", 
 
 
 def fig_medusa_dense_vs_sparse(summary, *, title: str | None = None):
-    """Medusa §3.3.1 / Figure 5 analogue: tokens per step vs tree nodes for dense (Cartesian) and sparse
-    (accuracy-driven) trees of the same heads, and the heads as a chain, ours with 95% error bars and the prediction
-    from the heads' held-out accuracies as unfilled markers on a dotted line. ``summary``:
-    :func:`specrepro.lab.medusa_ablation.tree_ablation`'s kind ("chain" / "dense" / "sparse"), nodes,
-    tokens_per_step (_lo, _hi), optionally predicted_tokens_per_step. Raises KeyError for a missing column."""
+    """Medusa §3.3.1 / Figure 5 analogue: ``summary``'s (:func:`specrepro.lab.medusa_ablation.tree_ablation`)
+    tokens_per_step (_lo, _hi) vs nodes per kind (chain, dense, sparse trees of the same heads), the
+    predicted_tokens_per_step from head accuracies (if given) hollow and dotted. KeyError: a missing column."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for kind in [k for k in ("chain", "dense", "sparse") if (summary["kind"] == k).any()]:
         d = summary[summary["kind"] == kind].sort_values("nodes")
@@ -346,10 +321,9 @@ def fig_medusa_dense_vs_sparse(summary, *, title: str | None = None):
 
 
 def fig_medusa_tokens_per_s(tables):
-    """Tokens/s of every method in every decoding setting of notebook 06, one horizontal bar per (method, setting)
-    labelled with its own table's method, error bars where the 95% interval is known. ``tables``: setting label
-    (e.g. "greedy") -> :func:`specrepro.lab.medusa.acceleration_table` output (columns method, tokens_per_s,
-    optionally tokens_per_s_lo / _hi). Raises ValueError for no tables."""
+    """One horizontal bar of tokens_per_s (error bar from tokens_per_s_lo / _hi where given) per (method, setting) of
+    ``tables`` (setting -> :func:`specrepro.lab.medusa.acceleration_table` output), labelled with its own table's
+    method. Raises ValueError for no tables."""
     if not tables:
         raise ValueError("fig_medusa_tokens_per_s needs at least one table")
     both = pd.concat([t.assign(setting=s) for s, t in tables.items()], ignore_index=True)
@@ -370,11 +344,9 @@ def fig_medusa_tokens_per_s(tables):
 
 
 def fig_verifier_node_budget(summary, *, title: str | None = None):
-    """Tokens per step against the node budget N (drafted tokens per step), one line per exact verifier (chains
-    dashed, trees of unmerged paths solid), 95% intervals over prompts as error bars, points shifted by up to ±0.15
-    in N so bars do not hide each other. ``summary``: :func:`specrepro.lab.verifiers.node_budget_summary`'s
-    verifier, label, structure ("chain" / "tree"), budget, tokens_per_step (_lo, _hi). Raises KeyError for a missing
-    column, ValueError for an empty summary."""
+    """Tokens per step (_lo, _hi) vs node budget N, one line per verifier of ``summary``
+    (:func:`specrepro.lab.verifiers.node_budget_summary`: label, structure "chain" dashed / "tree" solid, budget),
+    shifted by up to ±0.15 in N. KeyError: a missing column; ValueError: an empty summary."""
     if summary.empty:
         raise ValueError("fig_verifier_node_budget needs at least one row")
     fig, ax = plt.subplots(figsize=(6.8, 4.0))
