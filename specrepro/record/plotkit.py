@@ -1,7 +1,6 @@
 """Shared figure style and helpers, all importable from :mod:`specrepro.record.plots`: :func:`setup` (one call at the
 top of each notebook; Agg outside Jupyter), integer ticks, 95%-interval error bars, readable labels, and legends and
-captions placed outside the axes so they cover no data (save_figure's tight bounding box keeps them in the file).
-"""
+captions placed outside the axes so they cover no data (save_figure's tight bounding box keeps them in the file)."""
 
 from __future__ import annotations
 
@@ -46,14 +45,10 @@ def integer_ticks(ax, axis: str = "x"):
 
 
 def interval_errorbar(ax, x, estimate, low, high, **kwargs):
-    """Points at ``estimate`` with asymmetric error bars from a 95% interval ``[low, high]`` (e.g. the harness's
-    ``speedup``, ``speedup_lo``, ``speedup_hi`` columns; 1-D array-likes of equal length, NaN allowed in low/high),
-    drawn without a bar where an interval is missing, never with a zero-length one that would look exact.
-    ``kwargs`` go to ``ax.errorbar`` (``capsize`` defaults to 3, ``fmt`` to "o"). Returns the ErrorbarContainer.
-
-    Raises:
-        ValueError: the arrays differ in length, or an interval does not contain its estimate.
-    """
+    """Points at ``estimate`` with asymmetric error bars from 95% intervals ``[low, high]`` (1-D, equal lengths, e.g.
+    columns speedup, speedup_lo, speedup_hi): no bar where a bound is NaN, never a zero-length one that would look
+    exact. ``kwargs`` go to ``ax.errorbar`` (``capsize`` 3, ``fmt`` "o" by default). Returns the ErrorbarContainer.
+    Raises ValueError for unequal lengths or an interval that does not contain its estimate."""
     x, est, lo, hi = (np.asarray(v, dtype=float) for v in (x, estimate, low, high))
     if not (x.shape == est.shape == lo.shape == hi.shape):
         raise ValueError("x, estimate, low and high must have the same length")
@@ -74,7 +69,6 @@ def interval_error(estimate, low, high):
 
 
 #: code names that figures show as words
-
 READABLE = {"no_residual": "no residual (control)", "resample_from_q": "resample from q (control)",
             "raw_q": "raw q ratio (control)", "speculative": "speculative sampling", "ar": "AR",
             "tokens_per_step": "tokens per step", "tokens_per_s": "tokens/s", "accepted_fraction": "accepted / (K + 1)",

@@ -3,6 +3,7 @@ takes its notebook's table and returns a Figure: ours with 95%-interval error ba
 :data:`PAPER_STYLE` where printed, integer ticks on integer axes, the legend outside the axes: right of Leviathan et
 al. 2023's (notebooks 02, 04), below the others' (05-07, 09) above a caption on where the paper's numbers come from.
 """
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -212,8 +213,7 @@ def fig_limit_ladder(limits, draft_col: str = "draft", title: str = ""):
         d = limits[limits[draft_col] == name].sort_values("gamma")
         x = d["gamma"].to_numpy(dtype=float)
         for j, (key, label) in enumerate(LADDER):
-            ax.bar(x + (j - (len(LADDER) - 1) / 2) * width, d[key], width=width, color=f"C{j}", alpha=0.75,
-                   label=label)
+            ax.bar(x + (j - (len(LADDER) - 1) / 2) * width, d[key], width=width, color=f"C{j}", alpha=0.75, label=label)
         _ci(ax, x + (len(LADDER) - 1) / 2 * width, d, "measured", fmt="o", color="k", markersize=5, zorder=5,
             label="measured (95% CI over prompts)")
         ax.axhline(1, color="0.3", lw=0.8)
