@@ -1,16 +1,17 @@
-"""Shared figure style: one call, :func:`setup`, at the top of each notebook (headless-safe: Agg outside Jupyter),
-and the helpers every figure uses (integer ticks, interval error bars, readable labels, merged legend entries).
-All are importable from :mod:`specrepro.record.plots`.
-"""
+"""Shared figure style and helpers, all importable from :mod:`specrepro.record.plots`: :func:`setup` (one call at the
+top of each notebook; Agg outside Jupyter), integer ticks, 95%-interval error bars, readable labels, and legends and
+captions placed outside the axes so they cover no data (save_figure's tight bounding box keeps them in the file)."""
 
 from __future__ import annotations
 
 import os
+import textwrap
 
 import numpy as np
+from matplotlib.figure import Figure
 
 __all__ = ["setup", "PAPER_STYLE", "integer_ticks", "interval_error", "interval_errorbar", "READABLE", "readable",
-           "unique_handles"]
+           "unique_handles", "legend_outside", "legend_below", "add_caption"]
 
 
 PAPER_STYLE = {"marker": "s", "linestyle": "--", "color": "0.35"}  # how the papers' numbers are drawn beside ours
@@ -44,14 +45,10 @@ def integer_ticks(ax, axis: str = "x"):
 
 
 def interval_errorbar(ax, x, estimate, low, high, **kwargs):
-    """Points at ``estimate`` with asymmetric error bars from a 95% interval ``[low, high]`` (e.g. the harness's
-    ``speedup``, ``speedup_lo``, ``speedup_hi`` columns; 1-D array-likes of equal length, NaN allowed in low/high),
-    drawn without a bar where an interval is missing, never with a zero-length one that would look exact.
-    ``kwargs`` go to ``ax.errorbar`` (``capsize`` defaults to 3, ``fmt`` to "o"). Returns the ErrorbarContainer.
-
-    Raises:
-        ValueError: the arrays differ in length, or an interval does not contain its estimate.
-    """
+    """Points at ``estimate`` with asymmetric error bars from 95% intervals ``[low, high]`` (1-D, equal lengths, e.g.
+    columns speedup, speedup_lo, speedup_hi): no bar where a bound is NaN, never a zero-length one that would look
+    exact. ``kwargs`` go to ``ax.errorbar`` (``capsize`` 3, ``fmt`` "o" by default). Returns the ErrorbarContainer.
+    Raises ValueError for unequal lengths or an interval that does not contain its estimate."""
     x, est, lo, hi = (np.asarray(v, dtype=float) for v in (x, estimate, low, high))
     if not (x.shape == est.shape == lo.shape == hi.shape):
         raise ValueError("x, estimate, low and high must have the same length")
@@ -72,7 +69,6 @@ def interval_error(estimate, low, high):
 
 
 #: code names that figures show as words
-
 READABLE = {"no_residual": "no residual (control)", "resample_from_q": "resample from q (control)",
             "raw_q": "raw q ratio (control)", "speculative": "speculative sampling", "ar": "AR",
             "tokens_per_step": "tokens per step", "tokens_per_s": "tokens/s", "accepted_fraction": "accepted / (K + 1)",
@@ -91,3 +87,45 @@ def unique_handles(axes) -> tuple[list, list]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             pairs.setdefault(lab, h)
     return list(pairs.values()), list(pairs)
+
+
+def legend_outside(target, handles=None, labels=None, **kwargs):
+    """A legend (small, frameless) to the right of the axes (``target`` an Axes) or of every axes (``target`` a
+    Figure), duplicate labels merged. Returns the Legend (None if there is nothing to label)."""
+    if handles is None:
+        handles, labels = unique_handles(target.axes if isinstance(target, Figure) else [target])
+    if not handles:
+        return None
+    kwargs.setdefault("fontsize", 8)
+    kwargs.setdefault("frameon", False)
+    if isinstance(target, Figure):
+        right = max(ax.get_position().x1 for ax in target.axes)
+        return target.legend(handles, labels, loc="center left", bbox_to_anchor=(right + 0.01, 0.5), **kwargs)
+    return target.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kwargs)
+
+
+def _lowest_y(fig) -> float:
+    """The bottom of everything drawn on ``fig``, in figure coordinates (may be < 0 under bbox_inches='tight')."""
+    fig.canvas.draw()
+    return min(0.0, fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight())
+
+
+def legend_below(fig, axes, ncol: int | None = None, **kwargs):
+    """One legend for ``axes`` (an Axes or a list; duplicate labels merged), centred under the lowest artist of
+    ``fig`` (x labels included) in ``ncol`` columns (default: up to 3). Call after the panels are laid out.
+    Returns the Legend, or None when no artist has a label."""
+    handles, labels = unique_handles(np.atleast_1d(axes).ravel())
+    if not handles:
+        return None
+    y = _lowest_y(fig)
+    kwargs.setdefault("fontsize", 8)
+    kwargs.setdefault("frameon", False)
+    return fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, y - 0.01),
+                      ncol=ncol or min(len(labels), 3), **kwargs)
+
+
+def add_caption(fig, text: str, width: int = 130):
+    """A caption (``text`` wrapped at ``width`` characters, left-aligned, small) under everything already drawn on
+    ``fig`` (panels, labels, a :func:`legend_below` legend). Returns the Text artist."""
+    return fig.text(0.01, _lowest_y(fig) - 0.015, textwrap.fill(text, width), ha="left", va="top", fontsize=7,
+                    color="0.25")

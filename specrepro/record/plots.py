@@ -1,37 +1,24 @@
-"""The record's figures: Leviathan's (notebooks 02 and 04) here, the others in :mod:`specrepro.record.plots_papers`,
-and the shared style and helpers of :mod:`specrepro.record.plotkit` (:func:`setup`, one call at the top of each
-notebook); all importable from here.
-
-Leviathan et al. 2023's computed curves (arXiv 2211.17192v2, Sec. 3, from :mod:`specrepro.theory`) with the paper's
-printed numbers and our measurements marked on them, and notebook 04's "limit drawn" (tokens per step -> free draft
--> hardware-aware -> measured, per draft and γ). Every function returns a Figure with its legend outside the axes
-(:func:`legend_outside`), so no legend covers data.
-
-What it is not: the saving of figures (that is :func:`specrepro.record.results.save_figure`, which adds provenance).
+"""The record's figures (``plots.<name>`` in the notebooks, with :mod:`specrepro.record.plotkit`'s helpers). Each
+takes its notebook's table and returns a Figure: ours with 95%-interval error bars, the paper's numbers in
+:data:`PAPER_STYLE` where printed, integer ticks on integer axes, the legend outside the axes: right of Leviathan et
+al. 2023's (notebooks 02, 04), below the others' (05-07, 09) above a caption on where the paper's numbers come from.
 """
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.figure import Figure
+import pandas as pd
 
-from specrepro.record import plotkit, plots_papers
 from specrepro.record.plotkit import *  # noqa: F401,F403 - re-exported: the notebooks call them as plots.<name>
-from specrepro.record.plotkit import PAPER_STYLE, integer_ticks, interval_errorbar, readable, unique_handles
-from specrepro.record.plots_papers import *  # noqa: F401,F403 - re-exported: notebooks 05-07 and 09's figures
+from specrepro.record.plotkit import (PAPER_STYLE, add_caption, integer_ticks, interval_error, interval_errorbar,
+                                      legend_below, legend_outside, readable)
 
-__all__ = [*plotkit.__all__, *plots_papers.__all__,
-           # Leviathan figures (notebooks 02 and 04)
-           "LADDER", "leviathan_table2", "legend_outside", "fig_optimal_gamma_vs_alpha",
-           "fig_speedup_and_operations_vs_alpha", "fig_speedup_vs_gamma_closed_form", "fig_forward_cost_vs_tokens",
-           "fig_speedup_vs_gamma_measured", "fig_limit_ladder"]
-
+_PAPER_POINTS = {**PAPER_STYLE, "linestyle": "none"}  # a paper's numbers as unconnected markers
 #: the rungs of the limit ladder (keys of :func:`specrepro.theory.speedup_decomposition`) and their labels
 LADDER = (("tokens_per_step", "tokens per step (Leviathan, c = 0, flat verification)"),
           ("free_draft", "free draft (measured verification cost)"),
-          ("hardware_aware", "hardware-aware (+ draft cost)"),
-          ("with_overhead", "hardware-aware + loop overhead"))
+          ("hardware_aware", "hardware-aware (+ draft cost)"), ("with_overhead", "hardware-aware + loop overhead"))
 
 
 def leviathan_table2():
@@ -42,42 +29,37 @@ def leviathan_table2():
     return paper_table("leviathan_table2")
 
 
-def legend_outside(target, handles=None, labels=None, **kwargs):
-    """A legend placed to the right of the axes (``target`` an Axes) or of every axes (``target`` a Figure), where it
-    cannot cover data; ``save_figure``'s tight bounding box keeps it in the saved file. Returns the Legend (None if
-    there is nothing to label)."""
-    if handles is None:
-        handles, labels = unique_handles(target.axes if isinstance(target, Figure) else [target])
-    if not handles:
-        return None
-    kwargs.setdefault("fontsize", 8)
-    kwargs.setdefault("frameon", False)
-    if isinstance(target, Figure):
-        right = max(ax.get_position().x1 for ax in target.axes)
-        return target.legend(handles, labels, loc="center left", bbox_to_anchor=(right + 0.01, 0.5), **kwargs)
-    return target.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kwargs)
+def _ci(ax, x, table, col: str, **kwargs):
+    """:func:`interval_errorbar` of ``table[col]`` with its 95% interval ``col``_lo, ``col``_hi."""
+    return interval_errorbar(ax, x, table[col], table[f"{col}_lo"], table[f"{col}_hi"], **kwargs)
+
+
+def _outside(fig, target, ticks: str | None = None):
+    """Integer ``ticks`` on ``target`` (an Axes), the figure laid out (``target`` the Figure), a legend right of it."""
+    if ticks:
+        integer_ticks(target, ticks)
+    else:
+        fig.tight_layout()
+    legend_outside(target)
+    return fig
+
+
+def _below(fig, axes, caption: str, ncol: int | None = None, title: str | None = None):
+    """``title`` (the axes' title of a one-axes figure, else the suptitle), layout, a legend and ``caption`` below."""
+    if title:
+        (fig.axes[0].set_title if len(fig.axes) == 1 else fig.suptitle)(title, fontsize=9)
+    fig.tight_layout()
+    legend_below(fig, axes, ncol=ncol)
+    add_caption(fig, caption)
+    return fig
 
 
 def fig_optimal_gamma_vs_alpha(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), alphas=None, max_gamma: int = 64,
                                measured=None, paper=None):
-    """Leviathan et al. 2023, Figure 3: the optimal draft length γ* vs α for several cost ratios c (computed, as in
-    the paper, by maximizing Thm 3.8's walltime improvement over integer γ: :func:`specrepro.theory.optimal_gamma`),
-    not drawn where no γ gives a speedup (α too small for c).
-
-    Args:
-        cs: cost ratios c = t_draft / t_target, one curve each. alphas: the curves' α (default 0.01..0.95).
-        max_gamma: the largest γ searched (integer >= 1).
-        measured: optional DataFrame of our drafts, columns label, alpha, c (and optionally best_gamma, the γ whose
-            measured speedup was highest): each drawn at (α, γ*(α, c)) as a filled star, best_gamma as an open one.
-        paper: optional DataFrame with columns alpha, gamma (e.g. :func:`leviathan_table2`): the settings the paper
-            ran, drawn in :data:`PAPER_STYLE`.
-
-    Returns:
-        matplotlib Figure (one axes; integer γ ticks; legend outside the axes).
-
-    Raises:
-        ValueError: a c < 0, α outside [0, 1] or max_gamma < 1.
-    """
+    """Leviathan Figure 3: the optimal γ* (Thm 3.8 maximized over integer γ <= max_gamma) vs α, one curve per c in
+    ``cs``, not drawn where no γ gives a speedup; ``measured`` (label, alpha, c, optionally best_gamma): our drafts
+    as filled stars at γ*, their best measured γ as open ones; ``paper`` (alpha, gamma; :func:`leviathan_table2`):
+    the settings the paper ran. Raises ValueError for a c < 0, an α outside [0, 1] or max_gamma < 1."""
     from specrepro.theory import optimal_gamma, walltime_improvement
 
     if max_gamma < 1:
@@ -92,45 +74,26 @@ def fig_optimal_gamma_vs_alpha(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), alphas=None
         g[gain <= 1] = np.nan
         ax.plot(alphas, g, drawstyle="steps-post", label=f"c = {c:g}")
     if paper is not None and len(paper):
-        ax.plot(paper["alpha"], paper["gamma"], linestyle="none", marker=PAPER_STYLE["marker"],
-                color=PAPER_STYLE["color"], mfc="none", label="Leviathan Table 2: (α, γ) the paper ran")
-    if measured is not None and len(measured):
-        for i, (_, row) in enumerate(measured.iterrows()):
-            color = f"C{(len(cs) + i) % 10}"
-            gstar = optimal_gamma(float(row["alpha"]), float(row["c"]), max_gamma)
-            ax.plot([row["alpha"]], [gstar], marker="*", markersize=13, linestyle="none", color=color,
-                    markeredgecolor="k", label=f"ours: {row['label']} (α = {row['alpha']:.2f}, c = {row['c']:.2f})"
-                                              f", γ* = {gstar}")
-            if "best_gamma" in measured and np.isfinite(row.get("best_gamma", np.nan)):
-                ax.plot([row["alpha"]], [row["best_gamma"]], marker="*", markersize=13, linestyle="none",
-                        mfc="none", color=color, label=f"ours: {row['label']}, best measured γ = "
-                                                       f"{int(row['best_gamma'])}")
+        ax.plot(paper["alpha"], paper["gamma"], **_PAPER_POINTS, mfc="none",
+                label="Leviathan Table 2: (α, γ) the paper ran")
+    for i, (_, row) in enumerate(() if measured is None else measured.iterrows()):
+        star = dict(marker="*", markersize=13, linestyle="none", color=f"C{(len(cs) + i) % 10}")
+        gstar = optimal_gamma(float(row["alpha"]), float(row["c"]), max_gamma)
+        ax.plot([row["alpha"]], [gstar], markeredgecolor="k", **star,
+                label=f"ours: {row['label']} (α = {row['alpha']:.2f}, c = {row['c']:.2f}), γ* = {gstar}")
+        if "best_gamma" in measured and np.isfinite(row.get("best_gamma", np.nan)):
+            ax.plot([row["alpha"]], [row["best_gamma"]], mfc="none", **star,
+                    label=f"ours: {row['label']}, best measured γ = {int(row['best_gamma'])}")
     ax.set(xlabel="α (acceptance rate)", ylabel="optimal γ (draft length)", ylim=(0, None),
            title="Optimal γ vs α (Leviathan Fig. 3, computed)")
-    integer_ticks(ax, "y")
-    legend_outside(ax)
-    return fig
+    return _outside(fig, ax, "y")
 
 
 def fig_speedup_and_operations_vs_alpha(gammas=(2, 3, 5, 10), c: float = 0.0, c_hat: float = 0.0, alphas=None,
                                         paper=None, measured=None):
-    """Leviathan et al. 2023, Figure 4 view: walltime improvement (Thm 3.8) and arithmetic-operations factor
-    (Thm 3.11) vs α, one curve per γ, at draft cost ratios c (time) and ĉ (operations).
-
-    Args:
-        gammas: integer draft lengths, one curve each (default: the γ of the paper's Table 1).
-        c, c_hat: cost ratios (>= 0) of the two panels (Table 1 uses c = ĉ = 0). alphas: α grid (default 0..0.99).
-        paper: optional DataFrame with columns alpha, gamma, paper_speed, paper_operations (e.g.
-            :func:`specrepro.lab.leviathan.leviathan_table1`), drawn in :data:`PAPER_STYLE` on both panels.
-        measured: optional DataFrame of ours, columns label, alpha, speedup, speedup_lo, speedup_hi (95% interval;
-            NaN allowed), drawn on the speedup panel with error bars.
-
-    Returns:
-        matplotlib Figure with two axes (speedup, operations); legend outside the axes.
-
-    Raises:
-        ValueError: c or ĉ < 0.
-    """
+    """Leviathan Figure 4 view vs α, one curve per γ: walltime improvement (Thm 3.8, cost ratio c) and operations
+    (Thm 3.11, ĉ) panels; ``paper`` (alpha, paper_speed, paper_operations: Table 1, c = ĉ = 0) on both, ``measured``
+    (label, alpha, speedup, optionally speedup_lo / _hi) as starred error bars on the left. ValueError: c or ĉ < 0."""
     from specrepro.theory import operations_factor, walltime_improvement
 
     if c < 0 or c_hat < 0:
@@ -141,39 +104,29 @@ def fig_speedup_and_operations_vs_alpha(gammas=(2, 3, 5, 10), c: float = 0.0, c_
         left.plot(alphas, walltime_improvement(alphas, g, c), color=f"C{i}", label=f"γ = {g}")
         right.plot(alphas, operations_factor(alphas, g, c_hat), color=f"C{i}")
     if paper is not None and len(paper):
-        style = dict(linestyle="none", marker=PAPER_STYLE["marker"], color=PAPER_STYLE["color"], mfc="none",
-                     markersize=8)
-        left.plot(paper["alpha"], paper["paper_speed"], label="Leviathan Table 1 (c = ĉ = 0)", **style)
-        right.plot(paper["alpha"], paper["paper_operations"], **style)
-    if measured is not None and len(measured):
-        for j, (_, row) in enumerate(measured.iterrows()):
-            interval_errorbar(left, [row["alpha"]], [row["speedup"]], [row.get("speedup_lo", np.nan)],
-                              [row.get("speedup_hi", np.nan)], fmt="*", markersize=11, color=f"C{len(gammas) + j}",
-                              markeredgecolor="k", label=f"ours, measured: {row['label']}")
+        left.plot(paper["alpha"], paper["paper_speed"], **_PAPER_POINTS, mfc="none", markersize=8,
+                  label="Leviathan Table 1 (c = ĉ = 0)")
+        right.plot(paper["alpha"], paper["paper_operations"], **_PAPER_POINTS, mfc="none", markersize=8)
+    for j, (_, row) in enumerate(() if measured is None else measured.iterrows()):
+        interval_errorbar(left, [row["alpha"]], [row["speedup"]], [row.get("speedup_lo", np.nan)],
+                          [row.get("speedup_hi", np.nan)], fmt="*", markersize=11, color=f"C{len(gammas) + j}",
+                          markeredgecolor="k", label=f"ours, measured: {row['label']}")
     left.axhline(1, color="0.5", lw=0.8)
     right.axhline(1, color="0.5", lw=0.8)
     left.set(xlabel="α (acceptance rate)", ylabel="walltime improvement (×)",
              title=f"Speedup vs α (Thm 3.8, c = {c:g})")
     right.set(xlabel="α (acceptance rate)", ylabel="arithmetic operations (×)",
               title=f"Operations vs α (Thm 3.11, ĉ = {c_hat:g})")
-    fig.tight_layout()
-    legend_outside(fig)
-    return fig
+    return _outside(fig, fig)
 
 
 def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8, 0.9), max_gamma: int = 12):
-    """Thm 3.8's walltime improvement vs γ (Leviathan et al. 2023), one panel per c, one curve per α, each curve's
-    optimum (:func:`specrepro.theory.optimal_gamma` within 1..max_gamma) ringed. Computed only: the paper draws no
-    such figure (its Fig. 3 is the optimum's position, :func:`fig_optimal_gamma_vs_alpha`).
-
-    Returns:
-        matplotlib Figure, one axes per c (shared y), integer γ ticks, legend outside the axes.
-    """
+    """Thm 3.8's walltime improvement vs γ = 1..max_gamma, one panel per c, one curve per α, each optimum ringed.
+    Computed only: the paper draws no such figure (its Fig. 3 is the optimum's position)."""
     from specrepro.theory import optimal_gamma, walltime_improvement
 
     gs = np.arange(1, int(max_gamma) + 1)
-    fig, axes = plt.subplots(1, len(cs), figsize=(3.6 * len(cs), 3.6), sharey=True, squeeze=False)
-    axes = axes[0]
+    fig, (axes,) = plt.subplots(1, len(cs), figsize=(3.6 * len(cs), 3.6), sharey=True, squeeze=False)
     for ax, c in zip(axes, cs):
         for i, a in enumerate(alphas):
             ax.plot(gs, walltime_improvement(a, gs, c), marker=".", color=f"C{i}", label=f"α = {a:g}")
@@ -186,23 +139,13 @@ def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8,
     axes[0].set_ylabel("walltime improvement (Thm 3.8, ×)")
     axes[0].plot([], [], marker="o", mfc="none", color="0.3", linestyle="none",
                  label=f"best γ in 1..{int(max_gamma)} (ringed)")
-    fig.tight_layout()
-    legend_outside(fig)
-    return fig
+    return _outside(fig, fig)
 
 
 def fig_forward_cost_vs_tokens(curves):
-    """Measured time of one KV-cached forward pass over n new tokens, one line per model, beside Leviathan's model
-    of it (verification of n tokens costs one step: flat at the model's n = 1 time, dashed in :data:`PAPER_STYLE`).
-    Points are medians of repeated rounds (:func:`specrepro.measure.cost.measure_cost_table`), with their 95%
-    interval as error bars where the table has one (columns ms_low, ms_high).
-
-    Args:
-        curves: DataFrame with columns model, n (tokens, integer), ms (milliseconds), optionally ms_low, ms_high.
-
-    Returns:
-        matplotlib Figure (integer n ticks, legend outside the axes).
-    """
+    """Measured ms (column ms, optionally ms_low / ms_high) of one KV-cached forward over n new tokens, one line per
+    model of ``curves`` (:func:`specrepro.measure.cost.measure_cost_table`), beside Leviathan's model of it: flat at
+    the n = 1 time (verifying n tokens costs one step), dashed."""
     fig, ax = plt.subplots()
     for i, (name, d) in enumerate(curves.groupby("model", sort=False)):
         d = d.sort_values("n")
@@ -218,32 +161,19 @@ def fig_forward_cost_vs_tokens(curves):
             label="Leviathan's model: verification as cheap as one step")
     ax.set(xlabel="new tokens n in one forward pass", ylabel="ms per forward (median, 95% interval)", ylim=(0, None),
            title="Forward cost vs tokens (KV-cached)")
-    integer_ticks(ax, "x")
-    legend_outside(ax)
-    return fig
+    return _outside(fig, ax, "x")
 
 
 def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None, title: str = ""):
-    """Measured speedup over AR vs γ with its 95% interval, beside the hardware-aware and constant-c (Leviathan
-    Thm 3.8) predictions, one colour per draft; the paper's measured Table 2 speedups (T5-XXL on a TPU-v4, other
-    hardware and tasks) drawn in :data:`PAPER_STYLE` at their γ.
-
-    Args:
-        summary: DataFrame, one row per (draft, γ), columns ``draft_col`` and
-            :func:`specrepro.lab.leviathan.summarize_speed`'s measured_speedup (with _lo, _hi; NaN allowed),
-            predicted_speedup_hardware and predicted_speedup_constant_c (or, where every row of a draft has it,
-            predicted_speedup_constant_c_in_run: c measured in the timed runs, as its legend says).
-        paper: optional DataFrame with columns gamma, measured, draft (e.g. :func:`leviathan_table2` rows).
-
-    Returns:
-        matplotlib Figure (integer γ ticks, legend outside the axes).
-    """
+    """Measured speedup over AR vs γ (95% CI) beside the hardware-aware and constant-c (Thm 3.8) predictions, one
+    colour per ``draft_col`` value of ``summary`` (:func:`specrepro.lab.leviathan.summarize_speed`: measured_speedup
+    (_lo, _hi), predicted_speedup_hardware, predicted_speedup_constant_c, or its _in_run variant where a draft has it
+    on every row); ``paper`` (gamma, measured, draft, task; :func:`leviathan_table2`): the paper's, labelled."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for i, (name, d) in enumerate(summary.groupby(draft_col, sort=False)):
         d = d.sort_values("gamma")
         col = f"C{i}"
-        interval_errorbar(ax, d["gamma"], d["measured_speedup"], d["measured_speedup_lo"],
-                          d["measured_speedup_hi"], fmt="o-", color=col, label=f"{readable(name)}: measured (95% CI)")
+        _ci(ax, d["gamma"], d, "measured_speedup", fmt="o-", color=col, label=f"{readable(name)}: measured (95% CI)")
         ax.plot(d["gamma"], d["predicted_speedup_hardware"], "s--", color=col, mfc="none",
                 label=f"{readable(name)}: predicted, hardware-aware")
         in_run = "predicted_speedup_constant_c_in_run" in d and d["predicted_speedup_constant_c_in_run"].notna().all()
@@ -251,8 +181,8 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
                 "^:", color=col, mfc="none", label=f"{readable(name)}: predicted, constant c (Leviathan)"
                 + (", c measured in the runs" if in_run else ""))
     if paper is not None and len(paper):
-        ax.plot(paper["gamma"], paper["measured"], linestyle="none", marker=PAPER_STYLE["marker"],
-                color=PAPER_STYLE["color"], label="Leviathan Table 2, measured (T5-XXL, TPU-v4)")
+        ax.plot(paper["gamma"], paper["measured"], **_PAPER_POINTS,
+                label="Leviathan Table 2, measured (T5-XXL, TPU-v4)")
         for _, row in paper.iterrows():
             if "draft" in row:
                 ax.annotate(f"{row.get('task', '')} {str(row['draft']).replace('T5-', '')}".strip(),
@@ -263,51 +193,171 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
         ax.set_xlim(lo, max(hi, float(paper["gamma"].max()) + 0.9))
     ax.axhline(1, color="0.5", lw=0.8)
     ax.set(xlabel="γ (draft length)", ylabel="speedup over AR (×)", title=title)
-    integer_ticks(ax, "x")
-    legend_outside(ax)
-    return fig
+    return _outside(fig, ax, "x")
 
 
 def fig_limit_ladder(limits, draft_col: str = "draft", title: str = ""):
-    """The limit drawn: per draft (one panel each) and γ, bars for the successive predictions of
-    :func:`specrepro.theory.speedup_decomposition` (:data:`LADDER`'s rungs) and the measured speedup with its 95%
-    interval as a black point: the drops between bars are the gap's shares due to verification, draft cost and
-    overhead; the rest (measured below the last bar) is unexplained by the cost model.
-
-    Args:
-        limits: DataFrame, one row per (draft, γ), columns ``draft_col``, gamma, tokens_per_step, free_draft,
-            hardware_aware, with_overhead, measured, measured_lo, measured_hi (as
-            :func:`specrepro.lab.leviathan.limit_table`).
-
-    Returns:
-        matplotlib Figure, one axes per draft (shared y), integer γ ticks, legend outside the axes.
-
-    Raises:
-        ValueError: a missing column or an empty table.
-    """
+    """The limit drawn, one panel per draft: per γ, bars for :data:`LADDER`'s successive predictions and the measured
+    speedup (95% CI) as a black point; the drops between bars are the gap's shares due to verification, draft cost
+    and overhead. ``limits``: :func:`specrepro.lab.leviathan.limit_table`'s ``draft_col``, gamma, the rungs, measured
+    (_lo, _hi). Raises ValueError for a missing column or an empty table."""
     need = {draft_col, "gamma", "measured", "measured_lo", "measured_hi"} | {k for k, _ in LADDER}
     missing = need - set(limits.columns)
     if missing or not len(limits):
         raise ValueError(f"fig_limit_ladder needs a non-empty table with columns {sorted(need)}; "
                          f"missing {sorted(missing)}")
     drafts = list(dict.fromkeys(limits[draft_col]))
-    fig, axes = plt.subplots(1, len(drafts), figsize=(4.2 * len(drafts) + 0.6, 3.8), sharey=True, squeeze=False)
-    axes = axes[0]
+    fig, (axes,) = plt.subplots(1, len(drafts), figsize=(4.2 * len(drafts) + 0.6, 3.8), sharey=True, squeeze=False)
     width = 0.8 / len(LADDER)
     for ax, name in zip(axes, drafts):
         d = limits[limits[draft_col] == name].sort_values("gamma")
         x = d["gamma"].to_numpy(dtype=float)
         for j, (key, label) in enumerate(LADDER):
-            ax.bar(x + (j - (len(LADDER) - 1) / 2) * width, d[key], width=width, color=f"C{j}", alpha=0.75,
-                   label=label)
-        interval_errorbar(ax, x + (len(LADDER) - 1) / 2 * width, d["measured"], d["measured_lo"],
-                          d["measured_hi"], fmt="o", color="k", markersize=5, zorder=5,
-                          label="measured (95% CI over prompts)")
+            ax.bar(x + (j - (len(LADDER) - 1) / 2) * width, d[key], width=width, color=f"C{j}", alpha=0.75, label=label)
+        _ci(ax, x + (len(LADDER) - 1) / 2 * width, d, "measured", fmt="o", color="k", markersize=5, zorder=5,
+            label="measured (95% CI over prompts)")
         ax.axhline(1, color="0.3", lw=0.8)
         ax.set(title=readable(name), xlabel="γ (draft length)", xticks=np.unique(x))  # the integer γ measured
     axes[0].set_ylabel("speedup over AR (×)")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    legend_outside(fig)
-    return fig
+    return _outside(fig, fig)
+
+
+def fig_chen_k_sweep(summary, *, title: str | None = None):
+    """Chen et al. 2023 Figure 1 analogue, three panels vs K (0 = AR) of ``summary``
+    (:func:`specrepro.lab.chen.k_sweep_summary`): speedup, accepted_fraction (with Leviathan Eq. 1's
+    predicted_fraction) and loop_ms, each with _lo / _hi; paper_speedup (Chen Table 1) where given. KeyError: a
+    missing column."""
+    s = summary.sort_values("K")
+    k = s["K"].to_numpy(dtype=float)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    _ci(axes[0], k, s, "speedup", fmt="o-", color="C0", label="ours: median over prompts, 95% CI")
+    axes[0].axhline(1, color="0.5", lw=0.8)
+    if "paper_speedup" in s and s.loc[s["K"] > 0, "paper_speedup"].notna().any():
+        p = s[(s["K"] > 0) & s["paper_speedup"].notna()]
+        axes[0].plot(p["K"], p["paper_speedup"], **_PAPER_POINTS, markersize=7,
+                     label="Chen et al. Table 1 (HumanEval, 70B + 4B, TPU)")
+    axes[0].set(xlabel="K (draft tokens per loop)", ylabel="speedup over AR", title="speedup")
+    _ci(axes[1], k, s, "accepted_fraction", fmt="o-", color="C0")
+    if "predicted_fraction" in s:
+        axes[1].plot(k, s["predicted_fraction"], "x:", color="C2",
+                     label=r"prediction $(1-\alpha^{K+1})/((1-\alpha)(K+1))$ from our α")
+    axes[1].set(xlabel="K", ylabel="tokens per loop / (K + 1)", title="accepted fraction", ylim=(0, 1.05))
+    _ci(axes[2], k, s, "loop_ms", fmt="o-", color="C0")
+    axes[2].set(xlabel="K", ylabel="ms per loop (prefill excluded)", title="loop time")
+    for ax in axes:
+        integer_ticks(ax, "x")
+        ax.set_xlim(np.min(k) - 0.5, np.max(k) + 0.5)
+    return _below(fig, axes, "Paper's numbers: Chen et al. 2023 Table 1 gives one HumanEval point (K = 4, 2.46x; "
+                             "Chinchilla 70B + 4B draft on TPU v4). Their Figure 1 curves (speedup, accepted "
+                             "fraction, loop time vs K) are for XSum and their values are not printed in the text, "
+                             "so the middle and right panels show ours only. Error bars: 95% percentile-bootstrap "
+                             "intervals over prompts.", title=title)
+
+
+_SHAPE_LABEL = {"paper": "⟨1,1,k,1,…,1⟩ (SpecInfer's shape)", "root": "⟨k,1,…,1⟩ (branching at the first token)"}
+
+
+def fig_specinfer_tree_width(summary, *, title: str | None = None):
+    """SpecInfer Table 2 and latency vs tree width: ``summary``'s (:func:`specrepro.lab.specinfer.tree_width_summary`)
+    tokens_per_step (left) and ms_per_token (right), each with _lo / _hi, per decoding (colour) and shape ("paper" =
+    ⟨1,1,k,1,...⟩ solid, "root" = ⟨k,1,...,1⟩ hollow, dotted, shifted by ±0.1 in width); its paper column (Table 2,
+    NaN where none) on the left. Raises KeyError for a missing column."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    shapes = [sh for sh in ("paper", "root") if (summary["shape"] == sh).any()]
+    colors = {"greedy": "C0", "stochastic": "C1"}
+    for si, sh in enumerate(shapes):
+        for dec in ("greedy", "stochastic"):
+            d = summary[(summary["shape"] == sh) & (summary["decoding"] == dec)].sort_values("width")
+            if d.empty:
+                continue
+            x = d["width"].to_numpy(dtype=float) + (0.1 * (2 * si - 1) if len(shapes) > 1 else 0.0)
+            style = dict(color=colors[dec], fmt="o-" if sh == "paper" else "o:",
+                         markerfacecolor=colors[dec] if sh == "paper" else "white")
+            _ci(axes[0], x, d, "tokens_per_step", label=f"{dec}, ours, {_SHAPE_LABEL[sh]}", **style)
+            _ci(axes[1], x, d, "ms_per_token", **style)
+    paper = summary[(summary["shape"] == "paper") & summary["paper"].notna()] if "paper" in summary else summary[:0]
+    for dec, d in paper.groupby("decoding"):
+        d = d.sort_values("width")
+        axes[0].plot(d["width"], d["paper"], **{**PAPER_STYLE, "color": colors.get(dec, "0.35")},
+                     label=f"{dec}, SpecInfer Table 2 (LLaMA-7B/68M, Alpaca)")
+    axes[0].set(xlabel="tree width k", ylabel="verified tokens per step", title="tokens per step (Table 2)")
+    axes[1].set(xlabel="tree width k", ylabel="ms per generated token", title="latency per token")
+    for ax in axes:
+        integer_ticks(ax, "x")
+    left = ("Left: SpecInfer Table 2 (§6.4, trees ⟨1,1,k,1,1,1,1,1⟩, LLaMA-7B + LLaMA-68M on Alpaca, GPU) beside "
+            "ours." if len(paper) else "Left: SpecInfer Table 2 is not drawn: its trees ⟨1,1,k,1,1,1,1,1⟩ have depth "
+            "8, these another depth (or no tree of SpecInfer's shape was run).")
+    return _below(fig, axes, left + " Right: SpecInfer's per-token latency vs width is not "
+                             "transcribed in our paper notes, so ours only; our tree runs are sequential (not "
+                             "interleaved with each other), so machine drift between widths is not paired away. "
+                             "Error bars: 95% percentile-bootstrap intervals over prompts.", ncol=2, title=title)
+
+
+_KIND_STYLE = {"chain": dict(color="C2", marker="^"), "dense": dict(color="C0", marker="o"),
+               "sparse": dict(color="C1", marker="s")}
+
+
+def fig_medusa_dense_vs_sparse(summary, *, title: str | None = None):
+    """Medusa §3.3.1 / Figure 5 analogue: ``summary``'s (:func:`specrepro.lab.medusa_ablation.tree_ablation`)
+    tokens_per_step (_lo, _hi) vs nodes per kind (chain, dense, sparse trees of the same heads), the
+    predicted_tokens_per_step from head accuracies (if given) hollow and dotted. KeyError: a missing column."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for kind in [k for k in ("chain", "dense", "sparse") if (summary["kind"] == k).any()]:
+        d = summary[summary["kind"] == kind].sort_values("nodes")
+        st = _KIND_STYLE[kind]
+        _ci(ax, d["nodes"], d, "tokens_per_step", fmt="-", marker=st["marker"], color=st["color"],
+            label=f"{kind} tree{'s' if len(d) > 1 else ''}, measured (95% CI over prompts)")
+        if "predicted_tokens_per_step" in d and d["predicted_tokens_per_step"].notna().any():
+            ax.plot(d["nodes"], d["predicted_tokens_per_step"], linestyle=":", marker=st["marker"],
+                    markerfacecolor="white", color=st["color"], label=f"{kind}, predicted from head accuracies")
+    ax.set(xlabel="tree nodes (candidate tokens per step)", ylabel="tokens per target step (greedy)")
+    integer_ticks(ax, "x")
+    return _below(fig, ax, "Medusa's dense-vs-sparse comparison (§3.3.1, Figure 5; Vicuna-7B on GPU) is not "
+                           "transcribed in our paper notes, so no paper numbers are drawn; its claim is the shape: "
+                           "sparse trees reach a dense tree's tokens per step with fewer nodes. Error bars: 95% "
+                           "percentile-bootstrap intervals over prompts.", ncol=2, title=title)
+
+
+def fig_medusa_tokens_per_s(tables):
+    """One horizontal bar of tokens_per_s (error bar from tokens_per_s_lo / _hi where given) per (method, setting) of
+    ``tables`` (setting -> :func:`specrepro.lab.medusa.acceleration_table` output), labelled with its own table's
+    method. Raises ValueError for no tables."""
+    if not tables:
+        raise ValueError("fig_medusa_tokens_per_s needs at least one table")
+    both = pd.concat([t.assign(setting=s) for s, t in tables.items()], ignore_index=True)
+    bounds = both.reindex(columns=["tokens_per_s_lo", "tokens_per_s_hi"])  # NaN where a table has no interval
+    xerr = interval_error(both["tokens_per_s"], bounds["tokens_per_s_lo"], bounds["tokens_per_s_hi"])
+    fig, ax = plt.subplots(figsize=(7.5, 0.34 * len(both) + 1.4))
+    y = np.arange(len(both))
+    for i, s in enumerate(tables):
+        m = (both["setting"] == s).to_numpy()
+        ax.barh(y[m], both.loc[m, "tokens_per_s"], xerr=xerr[:, m], color=f"C{i}", capsize=3,
+                error_kw={"elinewidth": 1}, label=readable(s))
+    ax.set_yticks(y, [f"{readable(mth)} · {readable(s)}" for mth, s in zip(both["method"], both["setting"])],
+                  fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("tokens/s, median over prompts (95% CI; shared CPU)")
+    return _below(fig, ax, "No paper numbers: tokens/s depend on the hardware; Medusa's speedups (Vicuna, GPU) "
+                           "are compared with ours in the scorecard.", ncol=len(tables))
+
+
+def fig_verifier_node_budget(summary, *, title: str | None = None):
+    """Tokens per step (_lo, _hi) vs node budget N, one line per verifier of ``summary``
+    (:func:`specrepro.lab.verifiers.node_budget_summary`: label, structure "chain" dashed / "tree" solid, budget),
+    shifted by up to ±0.15 in N. KeyError: a missing column; ValueError: an empty summary."""
+    if summary.empty:
+        raise ValueError("fig_verifier_node_budget needs at least one row")
+    fig, ax = plt.subplots(figsize=(6.8, 4.0))
+    keys = list(dict.fromkeys(summary["verifier"]))
+    for i, key in enumerate(keys):
+        d = summary[summary["verifier"] == key].sort_values("budget")
+        shift = 0.3 * (i / max(1, len(keys) - 1) - 0.5)
+        _ci(ax, d["budget"] + shift, d, "tokens_per_step", fmt="o--" if d["structure"].iloc[0] == "chain" else "o-",
+            color=f"C{i}", label=d["label"].iloc[0])
+    integer_ticks(ax)
+    ax.set(xlabel="node budget N (drafted tokens per step)", ylabel="tokens per step (95% CI)")
+    return _below(fig, ax, "Same draft model and prompts for every verifier; chains draft γ = N tokens, trees "
+                           "N/2-deep pairs of unmerged paths. No paper numbers: each paper measured its own models "
+                           "and drafts (their reported gains are in the verifier table).", ncol=2, title=title)
