@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specrepro.files import atomic_write_text
+from specrepro.record.results import check_clean_for_record, save_table
+
 __all__ = ["configure_parser", "run_command"]
 
 
@@ -38,9 +41,6 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     samplers' verdicts (a failing audited row is a finding); 1 when a control misbehaved (the audit is then not
     trustworthy) or llama.cpp's programs are not built."""
     import pandas as pd
-
-    from specrepro.files import atomic_write_text
-    from specrepro.record.results import check_clean_for_record, save_table
 
     check_clean_for_record(args.profile)  # before the minutes of sampling, not after
     llama = args.runtime == "llama.cpp"

@@ -17,6 +17,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from specrepro.files import checkpoint_file, code_fingerprint, cpu_description, git_commit, sha256_bytes
+from specrepro.record.parts import merged_provenance, parse_part_name, part_name, part_span, read_parts
+from specrepro.record.results import check_clean_for_record, save_table
+
 __all__ = ["configure_parser", "run_command", "bench_divergences", "divergences_name", "DECODING_MODULES",
            "add_workload_options", "workload_run", "run_key", "run_provenance", "save_merged", "bench_prompt_ids",
            "open_llama_bench_target"]
@@ -158,9 +162,7 @@ def workload_run(args: argparse.Namespace) -> SimpleNamespace:
         KeyError: an unknown pair. ValueError: a part without prompts, a dirty tree under ``make reproduce`` (both
             before the models load).
     """
-    from specrepro.files import checkpoint_file, cpu_description, git_commit
     from specrepro.models import PAIRS, load_pair
-    from specrepro.record.results import check_clean_for_record
 
     if args.pair not in PAIRS:
         raise KeyError(f"unknown pair {args.pair!r}; known pairs: {', '.join(PAIRS)}")
@@ -168,7 +170,6 @@ def workload_run(args: argparse.Namespace) -> SimpleNamespace:
     from specrepro.core.decoding import default_eos_ids
     from specrepro.data import load_workload
     from specrepro.drafters.model import DraftModelDrafter
-    from specrepro.record.parts import part_name, part_span
 
     r = SimpleNamespace(target=PAIRS[args.pair][0], draft=PAIRS[args.pair][1], name=args.name, part={}, start=0)
     r.prompts = load_workload(args.workload, args.n_prompts)
@@ -190,8 +191,6 @@ def run_key(r: SimpleNamespace, args: argparse.Namespace, **settings) -> dict:
     decoding code (:data:`DECODING_MODULES`), not the commit or machine."""
     import torch
 
-    from specrepro.files import code_fingerprint
-
     return {"target": r.target, "draft": r.draft, "workload": args.workload, "prompt_ids": [p.id for p in r.prompts],
             "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, **settings, "device": args.device,
             "dtype": str(r.tm.dtype), "torch": torch.__version__, "decoding_code": code_fingerprint(DECODING_MODULES)}
@@ -207,9 +206,6 @@ def run_provenance(r: SimpleNamespace, args: argparse.Namespace, rows, seconds: 
 def save_merged(table, parts: list, args: argparse.Namespace) -> tuple[str, dict]:
     """Save ``table``, joined from ``parts`` (:func:`specrepro.record.parts.read_parts`'), as their whole table with
     the merged sidecar (:func:`specrepro.record.parts.merged_provenance`); returns ``(name, sidecar)``."""
-    from specrepro.record.parts import merged_provenance, parse_part_name
-    from specrepro.record.results import save_table
-
     name, prov = parse_part_name(parts[0][0])[0], merged_provenance(parts)
     save_table(table, name, profile=parts[0][1].get("profile", args.profile), device=args.device, **prov)
     return name, prov
@@ -226,8 +222,6 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     if args.merge:
         import pandas as pd
 
-        from specrepro.record.parts import read_parts
-
         parts = read_parts(args.merge)
         table = pd.concat([pd.read_csv(p) for p, _ in parts], ignore_index=True)
         name, prov = save_merged(table, parts, args)
@@ -237,7 +231,6 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         raise ValueError(f"need gamma >= 1, max_new_tokens >= 1 and tie_bound > 0; got {args.gamma}, "
                          f"{args.max_new_tokens}, {args.tie_bound}")
     from specrepro.core.decoding import generate
-    from specrepro.record.results import save_table
     from specrepro.sim.real import greedy_equality
 
     r = workload_run(args)
@@ -275,8 +268,6 @@ def _report(table, what: str, settings: dict, seconds: float) -> int:
 def _run_from_bench(args: argparse.Namespace) -> int:
     """``--from-bench FILE``: :func:`bench_divergences` (a llama.cpp bench file: :func:`_llama_divergences`) saved
     as :func:`divergences_name`; exit status 1 unless all are near-ties."""
-    from specrepro.files import sha256_bytes
-    from specrepro.record.results import check_clean_for_record, save_table
     from specrepro.sim.llama_equality import is_llamacpp_bench
 
     if not args.tie_bound > 0 or not args.tie_spacings >= 0:

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import argparse
 import ast
+import datetime
 import hashlib
 import json
+import math
 import os
 import sys
 import time
 from pathlib import Path
 
-from specrepro.files import READS_ENV, atomic_write_text, hold_record_lock_for
+from specrepro.files import READS_ENV, atomic_write_text, cpu_description, git_commit, hold_record_lock_for
 
 __all__ = ["RUN_KEY", "declared_parameters", "notebook_parameters", "stamp_run", "run_facts", "code_drift",
            "run_notebook", "read_log", "source_code_sha256", "stamp_inputs", "recorded_inputs", "main"]
@@ -38,10 +40,9 @@ def _stamp(notebook: str | Path, **entries) -> None:
     """Set ``metadata.specrepro.<key>`` to each of ``entries`` in ``notebook``, atomically."""
     import nbformat
 
-    path = Path(notebook)
-    nb = _read(path)
+    nb = _read(notebook)
     nb.metadata.setdefault(RUN_KEY, {}).update(entries)
-    atomic_write_text(path, nbformat.writes(nb) + "\n")
+    atomic_write_text(Path(notebook), nbformat.writes(nb) + "\n")
 
 
 def _code_cells(notebook: str | Path) -> list[str]:
@@ -78,11 +79,6 @@ def stamp_run(notebook: str | Path, seconds: float, profile: str) -> dict:
     Raises:
         ValueError: ``seconds`` is negative or not finite.
     """
-    import datetime
-    import math
-
-    from specrepro.files import cpu_description, git_commit
-
     if not (math.isfinite(seconds) and seconds >= 0):
         raise ValueError(f"seconds must be finite and >= 0, got {seconds}")
     facts = {"profile": profile, "minutes": round(seconds / 60, 1), "commit": git_commit(), "cpu": cpu_description(),

@@ -13,13 +13,16 @@ from __future__ import annotations
 import argparse
 import time
 
+from specrepro.files import resumable_rows
+from specrepro.record.equality import add_workload_options, run_key, run_provenance, save_merged, workload_run
+from specrepro.record.parts import companion_name, read_parts
+from specrepro.record.results import save_table
+
 __all__ = ["configure_parser", "run_command", "sample_pairs", "quality_tables", "merge_quality_parts"]
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     """Options of ``python -m specrepro pass-at-1`` (defaults shown by ``--help``)."""
-    from specrepro.record.equality import add_workload_options
-
     add_workload_options(p, workload_help="a HumanEval-format workload (its problems carry tests)", gamma=4)
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-p", type=float, default=0.95)
@@ -45,7 +48,6 @@ def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_n
     import pandas as pd
 
     from specrepro.core.decoding import generate
-    from specrepro.files import resumable_rows
     from specrepro.measure.harness import make_generator, seed_for
 
     def one(i):
@@ -119,9 +121,6 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     from specrepro.core.decoding import generate
     from specrepro.core.sampling import SamplingConfig
     from specrepro.data import format_prompt
-    from specrepro.record.equality import run_key, run_provenance, workload_run
-    from specrepro.record.parts import companion_name
-    from specrepro.record.results import save_table
 
     r = workload_run(args)
     ids = [r.tok(format_prompt(p, r.tok), return_tensors="pt").input_ids[0] for p in r.prompts]
@@ -178,8 +177,6 @@ def merge_quality_parts(paths) -> tuple:
     """
     import pandas as pd
 
-    from specrepro.record.parts import companion_name, read_parts
-
     summaries = read_parts(paths)
     comps = read_parts([p.with_name(companion_name(p.name.removesuffix(".csv"), "_completions") + ".csv")
                         for p, _ in summaries])
@@ -197,8 +194,6 @@ def merge_quality_parts(paths) -> tuple:
 
 def _merge_command(args: argparse.Namespace) -> int:
     """``--merge PART...``: :func:`merge_quality_parts` saved as ``<name>`` and ``<name>_completions``."""
-    from specrepro.record.equality import save_merged
-
     summary, completions, summaries, comps = merge_quality_parts(args.merge)
     save_merged(completions, comps, args)
     name, prov = save_merged(summary, summaries, args)
