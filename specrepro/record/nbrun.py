@@ -15,6 +15,7 @@ import argparse
 import ast
 import datetime
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -100,8 +101,8 @@ def code_drift(source: str | Path, executed: str | Path) -> list[int]:
     Raises:
         FileNotFoundError: either notebook is missing.
     """
-    a, b = _code_cells(source), _code_cells(executed)
-    return [i + 1 for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i]]
+    pairs = itertools.zip_longest(_code_cells(source), _code_cells(executed))  # a missing cell is None
+    return [i + 1 for i, (a, b) in enumerate(pairs) if a != b]
 
 
 def run_notebook(source: str | Path, output: str | Path, profile: str | Path, kernel: str = "python3") -> Path:
