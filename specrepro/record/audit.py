@@ -75,8 +75,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         else:
             file = f"repro_{setting}_{r['implementation']}.py"
             script = sim.reproduction_script(r["setting"], r["implementation"], seed=args.seed)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / file, script)
+        atomic_write_text(out / file, script)  # with its folder
         print("reproduction:", out / file)
     bad = df[(df["role"] != "audited") & ~df["as_expected"]]
     if len(bad):

@@ -102,14 +102,21 @@ def quality_tables(problems, samples, *, method: str, setting: str = "nucleus", 
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
-    """Sample, score and save both tables; prints pass@1 of each method and the paired difference. Exit status 0.
+    """Sample, score and save both tables (``--merge``: :func:`merge_quality_parts`' tables, with merged sidecars);
+    prints pass@1 of each method and the paired difference. Exit status 0.
 
     Raises:
         ValueError: γ < 1, max_new_tokens < 1, temperature <= 0, top_p outside (0, 1], timeout <= 0 (all before any
             model loads); as :func:`specrepro.record.equality.workload_run`.
     """
     if args.merge:
-        return _merge_command(args)
+        summary, completions, summaries, comps = merge_quality_parts(args.merge)
+        save_merged(completions, comps, args)
+        name, prov = save_merged(summary, summaries, args)
+        method = next(m for m in summary["method"] if m != "ar")
+        _report(completions, method, f"{name}: {prov.get('target')} + {prov.get('draft')}, merged from "
+                f"{len(summaries)} parts", float(prov["seconds"]))
+        return 0
     if args.gamma < 1 or args.max_new_tokens < 1:
         raise ValueError(f"need gamma >= 1 and max_new_tokens >= 1; got {args.gamma}, {args.max_new_tokens}")
     if not args.temperature > 0:
@@ -190,14 +197,3 @@ def merge_quality_parts(paths) -> tuple:
         rows.append({"setting": group["setting"].iloc[0], "method": method, "pass@1": float(passed.mean()),
                      "passed": int(passed.sum()), "problems": len(group), "harness": harness[0]})
     return pd.DataFrame(rows), completions, summaries, comps
-
-
-def _merge_command(args: argparse.Namespace) -> int:
-    """``--merge PART...``: :func:`merge_quality_parts` saved as ``<name>`` and ``<name>_completions``."""
-    summary, completions, summaries, comps = merge_quality_parts(args.merge)
-    save_merged(completions, comps, args)
-    name, prov = save_merged(summary, summaries, args)
-    method = next(m for m in summary["method"] if m != "ar")
-    _report(completions, method, f"{name}: {prov.get('target')} + {prov.get('draft')}, merged from {len(summaries)} "
-            "parts", float(prov["seconds"]))
-    return 0
