@@ -1,16 +1,16 @@
-"""``python -m specrepro audit``: transformers' own speculative samplers through the exactness battery.
-
-The command around :func:`specrepro.sim.audit.audit_table` (with ``--runtime llama.cpp``, llama.cpp's speculative
-programs, :func:`specrepro.sim.llamacpp_audit.audit_llamacpp_table`): it prints the table (per setting and
-implementation: TV to the exact distribution, p-value, n, the TV detected with 90% power, verdict), saves it as the
-result table ``audit_transformers`` (``audit_llamacpp``; :func:`specrepro.record.results.save_table`) and writes a
-standalone reproduction script for every audited row that fails (every one with ``--all-repros``) under ``--out``.
+"""``python -m specrepro audit``: transformers' own speculative samplers (``--runtime llama.cpp``: llama.cpp's
+speculative programs) through the exactness battery, :func:`specrepro.sim.audit.audit_table`
+(:func:`specrepro.sim.llamacpp_audit.audit_llamacpp_table`), saved as the result table ``audit_transformers``
+(``audit_llamacpp``), with a standalone reproduction script under ``--out`` for every audited row that fails.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from specrepro.files import atomic_write_text
+from specrepro.record.results import check_clean_for_record, save_table
 
 __all__ = ["configure_parser", "run_command"]
 
@@ -36,21 +36,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
-    """Run the audit, print and save the table, write the reproduction scripts.
-
-    Returns:
-        0 when every control behaved as expected (our samplers and HF's plain sampling pass, the replayed bugs
-        fail), whatever the audited samplers' verdicts are (a failing audited row is a finding, with its
-        reproduction); 1 when a control misbehaved (the audit is then not trustworthy) or llama.cpp's programs are
-        not built.
-    """
+    """Run the audit, print and save the table, write the reproduction scripts. Exit status 0 when every control
+    behaved as expected (our samplers and HF's plain sampling pass, the replayed bugs fail), whatever the audited
+    samplers' verdicts (a failing audited row is a finding); 1 when a control misbehaved (the audit is then not
+    trustworthy) or llama.cpp's programs are not built."""
     import pandas as pd
 
-    from specrepro.files import atomic_write_text
-    from specrepro.record.results import check_clean_for_record, save_table
-
     check_clean_for_record(args.profile)  # before the minutes of sampling, not after
-    llama = getattr(args, "runtime", "transformers") == "llama.cpp"
+    llama = args.runtime == "llama.cpp"
     if llama:
         from specrepro.sim import llamacpp_audit as sim
 
@@ -82,8 +75,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         else:
             file = f"repro_{setting}_{r['implementation']}.py"
             script = sim.reproduction_script(r["setting"], r["implementation"], seed=args.seed)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / file, script)
+        atomic_write_text(out / file, script)  # with its folder
         print("reproduction:", out / file)
     bad = df[(df["role"] != "audited") & ~df["as_expected"]]
     if len(bad):

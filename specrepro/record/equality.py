@@ -1,22 +1,12 @@
-"""``python -m specrepro greedy-equality``: greedy speculative decoding against greedy AR on a whole workload.
+"""``python -m specrepro greedy-equality``: greedy chain speculative decoding against greedy AR on a whole workload
+(all 164 HumanEval problems by default), every divergence explained by a near-tie (the target's top-2 logit gap,
+teacher-forced on the AR prefix, below ``--tie-bound``) or counted as a failure
+(:func:`specrepro.sim.real.greedy_equality`): the exactness battery's test at scale, not a timing.
 
-The command behind the exactness battery's test at scale: for every prompt of a workload (all 164 HumanEval problems
-by default), greedy AR and greedy chain speculative decoding with the draft model, every divergence explained by a
-measured near-tie (the target's top-2 logit gap, teacher-forced on the AR prefix, below ``--tie-bound``) or counted
-as a failure (:func:`specrepro.sim.real.greedy_equality`). The table goes through
-:func:`specrepro.record.results.save_table` (the committed record only under ``make reproduce``), with the wall time.
-
-An interrupted run resumes from a checkpoint (:func:`checkpoint_path`) of every finished prompt, under the same
-models, settings, prompts, torch and decoding code (:data:`DECODING_MODULES` and what they import), whatever the
-commit or CPU; every row names the commit and CPU of the sitting that decoded it. ``--part I/K`` decodes the I-th of
-K consecutive slices of the prompts into ``<name>.p<I>`` and ``--merge PART.csv ...`` joins them into ``<name>``
-(:mod:`specrepro.record.parts`).
-
-``--from-bench FILE`` explains the greedy outputs of a bench file that differ from its AR run instead: by
-:func:`specrepro.sim.real.explain_divergence` for PyTorch methods (bounds in spacings of the dtype), by
-:mod:`specrepro.sim.llama_equality` for a llama.cpp bench file (its config names the target's GGUF file).
-
-What it is not: a timing (the two runs are not interleaved for speed; use ``python -m specrepro bench``).
+Resumable from a checkpoint under the same models, settings, prompts, torch and :data:`DECODING_MODULES`, whatever the
+commit or CPU (each row names its sitting's); ``--part``/``--merge`` as :mod:`specrepro.record.parts`. ``--from-bench
+FILE`` instead explains a bench file's greedy divergences (:func:`bench_divergences`; a llama.cpp bench file by
+:mod:`specrepro.sim.llama_equality`). The shared machinery of whole-workload commands (``pass-at-1`` too) lives here.
 """
 
 from __future__ import annotations
@@ -27,28 +17,22 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from specrepro.files import checkpoint_file
+from specrepro.files import checkpoint_file, code_fingerprint, cpu_description, git_commit, sha256_bytes
+from specrepro.record.parts import merged_provenance, parse_part_name, part_name, part_span, read_parts
+from specrepro.record.results import check_clean_for_record, save_table
 
-__all__ = ["configure_parser", "run_command", "checkpoint_path", "bench_divergences", "divergences_name",
-           "DECODING_MODULES", "add_workload_options", "workload_run", "run_key", "run_provenance",
-           "bench_prompt_ids", "open_llama_bench_target"]
+__all__ = ["configure_parser", "run_command", "bench_divergences", "divergences_name", "DECODING_MODULES",
+           "add_workload_options", "workload_run", "run_key", "run_provenance", "save_merged", "bench_prompt_ids",
+           "open_llama_bench_target"]
 
-#: The modules whose code decides the tokens of a greedy-equality row (with every package module they import; see
-#: :func:`specrepro.files.code_fingerprint`): decoding and its caches, the draft model, model loading, the workloads
-#: and prompt formatting, and the divergence measurement. A checkpoint resumes only under the same code of these.
+#: The modules whose code (with every package module they import: :func:`specrepro.files.code_fingerprint`) decides a
+#: row's tokens; a checkpoint resumes only under the same code of these.
 DECODING_MODULES = ("specrepro.core.decoding", "specrepro.drafters.model", "specrepro.models", "specrepro.data",
                     "specrepro.sim.real")
 
 
-def checkpoint_path(name: str, profile: str) -> Path:
-    """Where a whole-workload command keeps the per-prompt checkpoint of the table ``name`` under ``profile``:
-    ``build/checkpoints/<name>.<profile>.json`` (git-ignored), deleted once the table is saved."""
-    return checkpoint_file(name, profile)
-
-
 def add_workload_options(p: argparse.ArgumentParser, *, workload_help: str, gamma: int) -> None:
-    """The options every whole-workload record command shares (``greedy-equality``, ``pass-at-1``): the pair, the
-    workload and how many of its prompts, new tokens, the draft length, the profile, device, dtype and parts."""
+    """The options every whole-workload record command (``greedy-equality``, ``pass-at-1``) shares."""
     p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     p.add_argument("--pair", default="qwen-coder", help="a named target/draft pair")
     p.add_argument("--workload", default="humaneval", help=workload_help)
@@ -86,15 +70,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def divergences_name(bench_json: str | Path) -> str:
-    """The result table that explains a bench file's greedy divergences: ``divergences_<bench file stem>`` (not
-    ``bench_*``, which names the bench files themselves)."""
+    """The table explaining a bench file's greedy divergences: ``divergences_<bench file stem>`` (not ``bench_*``)."""
     return f"divergences_{Path(bench_json).stem}"
 
 
 def bench_prompt_ids(cfg: dict, tokenizer) -> dict:
-    """The token ids a bench file's methods decoded, rebuilt as the bench built them (its workload and first
-    ``n_prompts`` prompts, raw or under the tokenizer's chat template as ``chat_template`` says, encoded by the
-    target's tokenizer): prompt id -> long [L] tensor."""
+    """A bench file's prompts rebuilt as the bench built them (its workload, first ``n_prompts``, chat template or
+    not), encoded by the target's tokenizer: prompt id -> long [L] tensor."""
     from specrepro.data import format_prompt, load_workload
 
     chat = bool(cfg.get("chat_template"))
@@ -103,11 +85,9 @@ def bench_prompt_ids(cfg: dict, tokenizer) -> dict:
 
 
 def open_llama_bench_target(cfg: dict):
-    """The target of a llama.cpp bench file as the bench opened it: its GGUF file
-    (:func:`specrepro.bench.llama.gguf_path`; re-encoded by :func:`specrepro.bench.formats.format_gguf` where the
-    recorded file is ``<model>-<format>.gguf``), checked against the recorded sha256, in a
-    :class:`~specrepro.backends.llamacpp.LlamaCppLM` with the recorded context length, thread count and KV cache type
-    and llama.cpp's default attention (flash attention "auto").
+    """A llama.cpp bench file's target as the bench opened it: its GGUF file (:func:`specrepro.bench.llama.gguf_path`,
+    or :func:`specrepro.bench.formats.format_gguf`'s for a recorded ``<model>-<format>.gguf``) in a
+    :class:`~specrepro.backends.llamacpp.LlamaCppLM` with the recorded context length, threads and KV cache type.
 
     Raises:
         ValueError: the GGUF file here is not the one the bench ran (another sha256).
@@ -132,20 +112,16 @@ def open_llama_bench_target(cfg: dict):
 
 def bench_divergences(bench_json: str | Path, *, tie_bound: float = 1e-3, tie_spacings: float = 2.0,
                       model=None, tokenizer=None):
-    """Every greedy output of a bench file (``python -m specrepro bench --json``) that differs from greedy AR's on
-    the same prompt and pass, explained or not by a near-tie (:func:`specrepro.sim.real.explain_divergence`).
-
-    A method that diverges does so the same way in every pass (greedy decoding is deterministic), so the table has
-    one row per (method, prompt) with the passes that diverged counted. The prompts are rebuilt as the bench built
-    them (its workload, prompt ids and chat template); the target is loaded as the bench ran it (its name and
-    dtype, on the CPU) unless ``model`` and ``tokenizer`` are given.
+    """Every greedy output of a bench file that differs from greedy AR's on the same prompt and pass, explained or not
+    by a near-tie (:func:`specrepro.sim.real.explain_divergence`), on the bench's prompts (:func:`bench_prompt_ids`)
+    and its target (name and dtype, on the CPU) unless ``model`` and ``tokenizer`` are given.
 
     Returns:
-        pandas.DataFrame: method, prompt_id, passes (diverged / run), then :func:`explain_divergence`'s fields. Empty
-        when every output equals AR's (or the file is not greedy).
+        pandas.DataFrame, one row per (method, prompt) (greedy decoding diverges alike in every pass): method,
+        prompt_id, passes (diverged / run), then explain_divergence's fields. Empty if nothing diverges (or not greedy).
 
     Raises:
-        ValueError: a bench file without runs or without an ``ar`` run for a prompt that has a divergent one.
+        ValueError: a divergent run without an ``ar`` run of its prompt.
     """
     import pandas as pd
 
@@ -178,16 +154,15 @@ def bench_divergences(bench_json: str | Path, *, tie_bound: float = 1e-3, tie_sp
 
 
 def workload_run(args: argparse.Namespace) -> SimpleNamespace:
-    """What a whole-workload command (``greedy-equality``, ``pass-at-1``) decodes: the pair's ``target`` and
-    ``draft`` names, ``prompts`` (a part's slice under ``--part``, from ``start`` of ``n_whole``), the table's ``name``
-    and ``part`` settings, then the loaded ``tm``, ``dm``, ``tok``, ``eos`` and draft-model ``drafter``.
+    """What a whole-workload command decodes: the pair's ``target`` and ``draft``, ``prompts`` (under ``--part`` a
+    slice, from ``start`` of ``n_whole``), the table's ``name`` and ``part`` settings, its ``ckpt`` file and the
+    sitting's ``row_info`` (commit, CPU), then the loaded ``tm``, ``dm``, ``tok``, ``eos`` and ``drafter``.
 
     Raises:
-        KeyError: an unknown pair. ValueError: a part without prompts (before the models load); a dirty tree under
-            ``make reproduce``.
+        KeyError: an unknown pair. ValueError: a part without prompts, a dirty tree under ``make reproduce`` (both
+            before the models load).
     """
     from specrepro.models import PAIRS, load_pair
-    from specrepro.record.results import check_clean_for_record
 
     if args.pair not in PAIRS:
         raise KeyError(f"unknown pair {args.pair!r}; known pairs: {', '.join(PAIRS)}")
@@ -195,7 +170,6 @@ def workload_run(args: argparse.Namespace) -> SimpleNamespace:
     from specrepro.core.decoding import default_eos_ids
     from specrepro.data import load_workload
     from specrepro.drafters.model import DraftModelDrafter
-    from specrepro.record.parts import part_name, part_span
 
     r = SimpleNamespace(target=PAIRS[args.pair][0], draft=PAIRS[args.pair][1], name=args.name, part={}, start=0)
     r.prompts = load_workload(args.workload, args.n_prompts)
@@ -204,6 +178,8 @@ def workload_run(args: argparse.Namespace) -> SimpleNamespace:
         i, k, r.start, stop = part_span(r.n_whole, args.part)
         r.prompts, r.name = r.prompts[r.start:stop], part_name(args.name, (i, k))
         r.part = {"part": [i, k], "part_prompts": [r.start, stop]}
+    r.ckpt = checkpoint_file(r.name, args.profile)  # deleted once the table is saved
+    r.row_info = {"commit": git_commit(), "cpu": cpu_description()}
     r.tm, r.dm, r.tok = load_pair(r.target, r.draft, device=args.device, dtype=args.dtype)
     r.eos = default_eos_ids(r.tm, r.tok)
     r.drafter = DraftModelDrafter(r.dm, r.tm.get_output_embeddings().weight.shape[0])
@@ -214,8 +190,6 @@ def run_key(r: SimpleNamespace, args: argparse.Namespace, **settings) -> dict:
     """A :func:`workload_run`'s checkpoint key: models, prompts, sizes, ``settings``, device, dtype, torch and the
     decoding code (:data:`DECODING_MODULES`), not the commit or machine."""
     import torch
-
-    from specrepro.files import code_fingerprint
 
     return {"target": r.target, "draft": r.draft, "workload": args.workload, "prompt_ids": [p.id for p in r.prompts],
             "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, **settings, "device": args.device,
@@ -229,9 +203,16 @@ def run_provenance(r: SimpleNamespace, args: argparse.Namespace, rows, seconds: 
                 row_commits=sorted(set(rows["commit"])), row_cpus=sorted(set(rows["cpu"])))
 
 
+def save_merged(table, parts: list, args: argparse.Namespace) -> tuple[str, dict]:
+    """Save ``table``, joined from ``parts`` (:func:`specrepro.record.parts.read_parts`'), as their whole table with
+    the merged sidecar (:func:`specrepro.record.parts.merged_provenance`); returns ``(name, sidecar)``."""
+    name, prov = parse_part_name(parts[0][0])[0], merged_provenance(parts)
+    save_table(table, name, profile=parts[0][1].get("profile", args.profile), device=args.device, **prov)
+    return name, prov
+
+
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
-    """Run the check and save the table; prints the counts. Exit status 0 when no divergence is a failure, 1 when
-    some is (the table names them).
+    """Run the check and save the table; prints the counts. Exit status 1 when some divergence is a failure, else 0.
 
     Raises:
         ValueError: γ < 1, max_new_tokens < 1, tie_bound <= 0 (before any model loads); errors of model loading.
@@ -239,13 +220,17 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     if args.from_bench:
         return _run_from_bench(args)
     if args.merge:
-        return _merge_command(args)
+        import pandas as pd
+
+        parts = read_parts(args.merge)
+        table = pd.concat([pd.read_csv(p) for p, _ in parts], ignore_index=True)
+        name, prov = save_merged(table, parts, args)
+        return _report(table, f"{name}: {prov.get('target')} + {prov.get('draft')}, merged from {len(parts)} parts",
+                       prov, float(prov["seconds"]))
     if args.gamma < 1 or args.max_new_tokens < 1 or not args.tie_bound > 0:
         raise ValueError(f"need gamma >= 1, max_new_tokens >= 1 and tie_bound > 0; got {args.gamma}, "
                          f"{args.max_new_tokens}, {args.tie_bound}")
     from specrepro.core.decoding import generate
-    from specrepro.files import cpu_description, git_commit
-    from specrepro.record.results import save_table
     from specrepro.sim.real import greedy_equality
 
     r = workload_run(args)
@@ -255,18 +240,17 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         return generate(r.tm, x, drafter=r.drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                         eos_token_id=r.eos)
 
-    ckpt = checkpoint_path(r.name, args.profile)
     key = run_key(r, args, tie_bound=args.tie_bound)
     table = greedy_equality(r.tm, ids, speculative, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
-                            eos_token_id=r.eos, progress=True, checkpoint=ckpt, checkpoint_key=key,
-                            row_info={"commit": git_commit(), "cpu": cpu_description()})
+                            eos_token_id=r.eos, progress=True, checkpoint=r.ckpt, checkpoint_key=key,
+                            row_info=r.row_info)
     table.insert(0, "prompt_id", [p.id for p in r.prompts])
     table["prompt"] += r.start  # the prompt's index in the whole workload
     seconds = float(table.attrs.get("seconds", float("nan")))
     save_table(table, r.name, profile=args.profile, device=args.device, target=r.target, draft=r.draft,
                gamma=args.gamma, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
                **run_provenance(r, args, table, seconds, key))
-    ckpt.unlink(missing_ok=True)
+    r.ckpt.unlink(missing_ok=True)
     return _report(table, f"{r.name}: {r.target} + {r.draft}, {args.workload}", vars(args), seconds)
 
 
@@ -281,28 +265,9 @@ def _report(table, what: str, settings: dict, seconds: float) -> int:
     return 1 if failures else 0
 
 
-def _merge_command(args: argparse.Namespace) -> int:
-    """``--merge PART...``: the parts joined into ``<name>`` with their merged sidecar
-    (:func:`specrepro.record.parts.merged_provenance`); prints the counts as a whole run does."""
-    import pandas as pd
-
-    from specrepro.record.parts import merged_provenance, parse_part_name, read_parts
-    from specrepro.record.results import save_table
-
-    parts = read_parts(args.merge)
-    name = parse_part_name(parts[0][0])[0]
-    table = pd.concat([pd.read_csv(p) for p, _ in parts], ignore_index=True)
-    prov = merged_provenance(parts)
-    save_table(table, name, profile=parts[0][1].get("profile", args.profile), device=args.device, **prov)
-    return _report(table, f"{name}: {prov.get('target')} + {prov.get('draft')}, merged from {len(parts)} parts",
-                   prov, float(prov["seconds"]))
-
-
 def _run_from_bench(args: argparse.Namespace) -> int:
-    """``--from-bench FILE``: :func:`bench_divergences` (or, for a llama.cpp bench file,
-    :func:`_run_from_llama_bench`) saved as ``divergences_<bench name>``; exit status 1 unless all are near-ties."""
-    from specrepro.files import sha256_bytes
-    from specrepro.record.results import check_clean_for_record, save_table
+    """``--from-bench FILE``: :func:`bench_divergences` (a llama.cpp bench file: :func:`_llama_divergences`) saved
+    as :func:`divergences_name`; exit status 1 unless all are near-ties."""
     from specrepro.sim.llama_equality import is_llamacpp_bench
 
     if not args.tie_bound > 0 or not args.tie_spacings >= 0:
@@ -312,28 +277,31 @@ def _run_from_bench(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no bench file {path}")
     check_clean_for_record(args.profile)
     raw = path.read_bytes()
-    if is_llamacpp_bench(json.loads(raw)["config"]):
-        return _run_from_llama_bench(args, path, raw)
-    table = bench_divergences(path, tie_bound=args.tie_bound, tie_spacings=args.tie_spacings)
+    data = json.loads(raw)
+    if is_llamacpp_bench(data["config"]):
+        table, settings, rule, tail = _llama_divergences(args, data)
+        what = "(method, reference, prompt) divergences among llama.cpp outputs"
+    else:
+        table = bench_divergences(path, tie_bound=args.tie_bound, tie_spacings=args.tie_spacings)
+        settings, tail = {"tie_spacings": args.tie_spacings}, ""
+        rule = f"|gap| <= max({args.tie_bound:g}, {args.tie_spacings:g} spacings)"
+        what = "(method, prompt) divergences from greedy AR"
     save_table(table, divergences_name(path), profile=args.profile, bench_file=path.name,
-               bench_sha256=sha256_bytes(raw), tie_bound=args.tie_bound, tie_spacings=args.tie_spacings)
+               bench_sha256=sha256_bytes(raw), tie_bound=args.tie_bound, **settings)
     n_bad = int((~table["explained"].astype(bool)).sum()) if len(table) else 0
-    print(f"{path.name}: {len(table)} (method, prompt) divergences from greedy AR, {len(table) - n_bad} near-ties "
-          f"(|gap| <= max({args.tie_bound:g}, {args.tie_spacings:g} spacings)), {n_bad} not explained")
+    print(f"{path.name}: {len(table)} {what}, {len(table) - n_bad} near-ties ({rule}), {n_bad} not explained{tail}")
     return 1 if n_bad else 0
 
 
-def _run_from_llama_bench(args: argparse.Namespace, path: Path, raw: bytes) -> int:
+def _llama_divergences(args: argparse.Namespace, data: dict) -> tuple:
     """``--from-bench`` on a llama.cpp bench file: :func:`specrepro.sim.llama_equality.llama_bench_divergences` on
-    the prompts (:func:`bench_prompt_ids`) and target (:func:`open_llama_bench_target`) the bench ran."""
-    from specrepro.files import sha256_bytes
+    the prompts (:func:`bench_prompt_ids`) and target (:func:`open_llama_bench_target`) the bench ran, as ``(table,
+    sidecar settings, the near-tie rule and the tail of the line printed)``."""
     from specrepro.models import load_tokenizer
-    from specrepro.record.results import save_table
     from specrepro.sim.llama_equality import PATHS, llama_bench_divergences, llama_references
 
     if not args.tie_disagreements >= 0:
         raise ValueError(f"need tie_disagreements >= 0; got {args.tie_disagreements}")
-    data = json.loads(raw)
     cfg = data["config"]
     t0 = time.perf_counter()
     ids = bench_prompt_ids(cfg, load_tokenizer(cfg["target"]))
@@ -343,19 +311,14 @@ def _run_from_llama_bench(args: argparse.Namespace, path: Path, raw: bytes) -> i
     seconds = time.perf_counter() - t0
     g = cfg["llamacpp"]["target_gguf"]
     methods = list(dict.fromkeys(r["method"] for r in data.get("runs") or []))
-    save_table(table, divergences_name(path), profile=args.profile, bench_file=path.name,
-               bench_sha256=sha256_bytes(raw), tie_bound=args.tie_bound, tie_disagreements=args.tie_disagreements,
-               rule="near-tie: |logit(reference token) - logit(other token)| <= max(tie_bound, tie_disagreements x d) "
-                    "on every path, d = the largest spread of either token's logit over the paths",
-               paths=list(PATHS), references=llama_references(cfg, methods), target_gguf=g.get("file"),
-               target_sha256=g.get("sha256"), n_threads=lm.n_threads, seconds=round(seconds, 1))
-    n = len(table)
-    ok = table["explained"].astype(bool) if n else table.get("explained")
-    n_ok = int(ok.sum()) if n else 0
-    gaps = table["max_abs_gap"] if n and "max_abs_gap" in table else None
+    settings = dict(tie_disagreements=args.tie_disagreements,
+                    rule="near-tie: |logit(reference token) - logit(other token)| <= max(tie_bound, tie_disagreements "
+                         "x d) on every path, d = the largest spread of either token's logit over the paths",
+                    paths=list(PATHS), references=llama_references(cfg, methods), target_gguf=g.get("file"),
+                    target_sha256=g.get("sha256"), n_threads=lm.n_threads, seconds=round(seconds, 1))
+    ok = table["explained"].astype(bool) if len(table) else None
+    gaps = table["max_abs_gap"] if len(table) and "max_abs_gap" in table else None
     largest = f"{gaps.max():.4g}" if gaps is not None and gaps.notna().any() else "-"
-    largest_tie = (f"{gaps[ok].max():.4g}" if gaps is not None and gaps[ok].notna().any() else "-")
-    print(f"{path.name}: {n} (method, reference, prompt) divergences among llama.cpp outputs, {n_ok} near-ties "
-          f"(|gap| <= max({args.tie_bound:g}, {args.tie_disagreements:g} x the paths' disagreement) on every path), "
-          f"{n - n_ok} not explained; largest |gap| {largest} (among near-ties {largest_tie}); {seconds / 60:.1f} min")
-    return 1 if n - n_ok else 0
+    largest_tie = f"{gaps[ok].max():.4g}" if gaps is not None and gaps[ok].notna().any() else "-"
+    rule = f"|gap| <= max({args.tie_bound:g}, {args.tie_disagreements:g} x the paths' disagreement) on every path"
+    return table, settings, rule, f"; largest |gap| {largest} (among near-ties {largest_tie}); {seconds / 60:.1f} min"

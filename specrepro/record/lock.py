@@ -1,9 +1,7 @@
-"""``python -m specrepro record-lock --job PID``: the record lock for a whole ``make reproduce``.
-
-``make reproduce`` runs it first with the make process's pid: it takes the checkout's record lock
-(:func:`specrepro.files.hold_record_lock_for_job`) for that job and holds it in a background process until make
-ends, so that no other job writes the record between two of its recipes (a second one stops at once, naming the
-first). Every writer of the record also takes the lock on its own.
+"""``python -m specrepro record-lock --job PID``: ``make reproduce`` runs it first with make's pid, so that the
+checkout's record lock is held for the whole job (:func:`specrepro.files.hold_record_lock_for_job`, in a background
+process until make ends) and no other job writes the record between two of its recipes (a second stops at once,
+naming the first). Every writer of the record also takes the lock on its own.
 """
 
 from __future__ import annotations

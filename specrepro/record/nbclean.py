@@ -1,24 +1,18 @@
 """Strip what changes run to run, and what only a live kernel needs, from an executed notebook, so committed executed
-notebooks diff cleanly and stay small.
+notebooks diff cleanly and stay small; every other output stays (readers look at them in JupyterLab).
 
 Usage: ``python -m specrepro.record.nbclean NOTEBOOK.ipynb [...]`` (rewrites each file atomically).
 
-What it removes or rewrites:
-
-* papermill's timestamps and durations, per-cell execution timestamps, and absolute paths (the repository root
-  becomes ``.``);
-* progress bars down to their final state: a text bar's stream chunks are merged and every line a carriage return
-  overwrote is dropped, as a terminal would show it; a notebook bar (tqdm's ipywidgets bar, whose live state
-  nbclient stores in the notebook's metadata) becomes a plain-text output with the bar's final line, or is dropped if
-  it hid itself on closing (``leave=False``), and the stored widget state (kilobytes per bar) is removed;
-* tqdm's ``IProgress not found`` warning (a kernel without ipywidgets).
-
-What it is not: an output remover; every other output stays, since readers look at them in JupyterLab without
-running anything.
+Removed: papermill's and the cells' timestamps and durations, absolute paths (the repository root becomes ``.``),
+tqdm's ``IProgress not found`` warning, and progress bars down to their final state: a text bar as a terminal shows it
+(:func:`resolve_carriage_returns`), a notebook bar (tqdm's ipywidgets bar, whose live state nbclient stores in the
+notebook's metadata) as a plain-text output of its final line, or nothing if it hid itself (``leave=False``), and the
+stored widget state (kilobytes per bar) dropped.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 import sys
@@ -39,11 +33,9 @@ _IPROGRESS_WARNING = re.compile(r"^[^\n]*TqdmWarning: IProgress not found[^\n]*\
 
 
 def resolve_carriage_returns(text: str) -> str:
-    """The text a terminal would show for ``text`` (stream text, possibly many chunks): within each line, what
-    follows a carriage return overwrites the line from its start (``"abcdef\\rxy"`` shows ``"xycdef"``);
-    ``"\\r\\n"`` is a line end. A line that held a carriage return loses its trailing spaces (a bar's padding) and is
-    dropped with its line end if it ends up blank (a bar that erased itself); other lines are kept as they are.
-    """
+    """The text a terminal shows for stream ``text``: after a carriage return the line is overwritten from its start
+    (``"abcdef\\rxy"`` shows ``"xycdef"``; ``"\\r\\n"`` is a line end), then loses its trailing spaces (a bar's
+    padding), and its line end too if it ends up blank (a bar that erased itself); other lines are kept as they are."""
     if "\r" not in text:
         return text
     text = text.replace("\r\n", "\n")
@@ -54,10 +46,7 @@ def resolve_carriage_returns(text: str) -> str:
         if "\r" not in line:
             out.append(line + ("" if last else "\n"))
             continue
-        shown = ""
-        for segment in line.split("\r"):
-            shown = segment + shown[len(segment):]
-        shown = shown.rstrip()  # the padding a bar writes to cover a longer previous line
+        shown = functools.reduce(lambda seen, segment: segment + seen[len(segment):], line.split("\r"), "").rstrip()
         if shown:
             out.append(shown + ("" if last else "\n"))
     return "".join(out)
@@ -131,8 +120,7 @@ def _convert_widget_outputs(outputs: list, state: dict) -> list:
 
 
 def clean_notebook_node(nb) -> None:
-    """Clean a notebook in memory (an ``nbformat`` NotebookNode, version 4) as the module docstring says; streams
-    left empty are dropped."""
+    """Clean a notebook in memory (an ``nbformat`` v4 NotebookNode) as the module docstring says."""
     pm = nb.metadata.get("papermill", {})
     for key in ("start_time", "end_time", "duration", "exception", "input_path", "output_path"):
         pm.pop(key, None)
@@ -155,17 +143,15 @@ def clean_notebook_node(nb) -> None:
                 out["text"] = resolve_carriage_returns(_IPROGRESS_WARNING.sub("", out["text"]))
         outputs = [o for o in outputs if o.get("output_type") != "stream" or o["text"]]
         for out in outputs:
-            if "text" in out and root in out["text"]:
-                out["text"] = out["text"].replace(root, ".")
             data = out.get("data", {})
-            for mime in ("text/plain", "text/html", "text/markdown"):
-                if mime in data and isinstance(data[mime], str) and root in data[mime]:
-                    data[mime] = data[mime].replace(root, ".")
+            for node, key in ((out, "text"), (data, "text/plain"), (data, "text/html"), (data, "text/markdown")):
+                if isinstance(node.get(key), str) and root in node[key]:
+                    node[key] = node[key].replace(root, ".")
         cell["outputs"] = outputs
 
 
 def clean_notebook(path: str | Path) -> None:
-    """Clean the executed notebook at ``path`` in place (atomically); see :func:`clean_notebook_node`.
+    """Clean the executed notebook at ``path`` in place, atomically (:func:`clean_notebook_node`).
 
     Raises:
         FileNotFoundError: ``path`` does not exist; nbformat's errors for a file that is not a notebook.

