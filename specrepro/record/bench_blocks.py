@@ -74,14 +74,15 @@ def _templates():
     env = jinja2.Environment(loader=jinja2.PackageLoader("specrepro.record", "templates"), autoescape=False,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
-    env.filters.update(cell=cell, ci=ci_cell)
+    env.filters.update(cell=cell, ci=ci_cell, fmt=format)
     env.tests["notna"] = pd.notna
     return env
 
 
 def render_template(name: str, **context) -> str:
     """The package's template ``templates/<name>.md.j2`` rendered with ``context`` (a missing name raises); the
-    templates have the filters ``cell`` (:func:`cell`) and ``ci`` (:func:`ci_cell`) and the test ``notna``."""
+    templates have the filters ``cell`` (:func:`cell`), ``ci`` (:func:`ci_cell`) and ``fmt`` (:func:`format`)
+    and the test ``notna`` (:func:`pandas.notna`)."""
     return _templates().get_template(f"{name}.md.j2").render(**context)
 
 
