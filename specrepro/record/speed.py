@@ -14,37 +14,13 @@ from specrepro.files import read_noted
 from specrepro.record.bench_blocks import ci_cell, profile_figures, profile_results, rel, render_template
 from specrepro.record.results import STANDARD
 
-__all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "VARIANTS_TABLE", "SIXTEEN_BIT_TARGETS", "variant_rows", "render_speed", "render_formats", "speed_rows",
-           "gap_rows", "sixteen_bit_rows", "save_formats_figure"]
+__all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "VARIANTS_TABLE", "SIXTEEN_BIT_TARGETS", "variant_rows", "render_speed",
+           "render_formats", "sixteen_bit_rows", "save_formats_figure"]
 
 #: the table the block reads and the figure it shows; the CPU variants' table shown beside them
 FORMATS_TABLE = "llamacpp_formats.csv"
 VARIANTS_TABLE = "llamacpp_variants.csv"
 FORMATS_FIGURE = "fig_llamacpp_formats.png"
-#: the columns of :func:`speed_rows` the README's short table shows: format, AR ms, γ, decode and end-to-end speedups
-_SHORT = (0, 2, 4, 8, 9)
-
-
-def speed_rows(df: pd.DataFrame) -> list[tuple]:
-    """One markdown row per weight format: file size, llama.cpp's AR decode ms per token, our chain's, the
-    block-cost ratio at the measured γ, the free-draft bound, the prediction at the measured α, the measured decode
-    and end-to-end speedups (95% intervals) and α."""
-    return [(f"`{r.format}`", f"{r.file_mib:.0f}", ci_cell(r.ar_decode_ms, r.ar_decode_ms_lo, r.ar_decode_ms_hi, ".1f"),
-             ci_cell(r.sd_decode_ms, r.sd_decode_ms_lo, r.sd_decode_ms_hi, ".1f"), str(int(r.measured_gamma)),
-             f"{r.block_ratio:.2f}", f"{r.free_draft_bound:.2f}×", f"{r.predicted_at_measured_alpha:.2f}×",
-             ci_cell(r.decode_speedup, r.decode_speedup_lo, r.decode_speedup_hi) + "×",
-             ci_cell(r.speedup, r.speedup_lo, r.speedup_hi) + "×",
-             ci_cell(r.measured_alpha, r.measured_alpha_lo, r.measured_alpha_hi)) for r in df.itertuples()]
-
-
-def gap_rows(df: pd.DataFrame) -> list[tuple]:
-    """One markdown row per weight format: measured over predicted and the four measured ratios that make up the
-    gap (:func:`specrepro.bench.formats.formats_shard`)."""
-    return [(f"`{r.format}`", f"{r.measured_over_predicted:.2f}", f"{r.ar_decode_over_t1:.2f}",
-             f"{r.tokens_per_step_over_eq1:.2f}", f"{r.target_step_over_cost:.2f}", f"{r.draft_step_over_t1:.2f}")
-            for r in df.itertuples()]
-
-
 #: the 16-bit files' targets the block reports (:data:`specrepro.bench.targets.TARGETS`), with their short labels
 SIXTEEN_BIT_TARGETS = {"llama-16bit-decode-vs-llama-ar": "greedy, over its AR in decode time",
                        "llama-16bit-vs-llama-ar": "end to end",
@@ -117,10 +93,8 @@ def _context(profile: str, base: Path | None) -> dict:
         ar, sd = df.loc[df["ar_decode_ms"].idxmin()], df.loc[df["sd_decode_ms"].idxmin()]
         best = ("ar", ar) if ar["ar_decode_ms"] <= sd["sd_decode_ms"] else ("sd", sd)
         fig = profile_figures(profile) / FORMATS_FIGURE
-        rows = speed_rows(df)
         context.update(
-            rows=rows, gaps=gap_rows(df), short=[tuple(r[i] for i in _SHORT) for r in rows],
-            commit=prov.get("commit", "?"), cpu=prov.get("cpu", "?"),
+            rows=list(df.itertuples()), commit=prov.get("commit", "?"), cpu=prov.get("cpu", "?"),
             variant=", ".join(sorted(set(df["cpu_variant"].astype(str)))), threads=int(df["threads"].iloc[0]),
             n_prompts=int(df["n_prompts"].iloc[0]), passes=int(df["passes"].iloc[0]), alpha=float(df["alpha"].iloc[0]),
             alpha_from=(prov.get("alpha") or {}).get("method", "?"), best_kind=best[0], best=best[1],
