@@ -117,29 +117,6 @@ _BASELINE_COLUMNS = (("speedup_vs_hf_ar", "× HF AR [95% CI]"),
                      ("speedup_vs_llama_ar", "× llama-ar [95% CI]"))
 
 
-def _bench_head(cfg: dict, summary: list[dict], link: str) -> str:
-    """A bench table's heading: pair, workload, prompts × passes, tokens, sampling, γ, hardware, dtype, CPU linear
-    path, library versions, commit, whether the draft as loaded was kept, and the file."""
-    greedy = float(cfg.get("temperature") or 0) == 0
-    sampling = "greedy (T = 0)" if greedy else f"T = {cfg.get('temperature')}, top-p {cfg.get('top_p')}" + (
-        f", top-k {cfg['top_k']}" if cfg.get("top_k") else "")
-    # the run's --gamma reaches only the speculative methods named without "@γ"
-    plain = [str(r["method"]) for r in summary if "@" not in str(r["method"]) and r.get("gamma")]
-    bf16 = "" if cfg.get("dtype") != "bfloat16" or cfg.get("cpu_bf16") is None else (
-        " (native: AVX-512 BF16 or AMX)" if cfg["cpu_bf16"] else " (emulated: this CPU has no AVX-512 BF16 or AMX)")
-    kept = {True: "kept (a method drafts with it)", False: "released"}.get(cfg.get("float_draft_kept"))
-    return " · ".join(x for x in (
-        f"**{cfg.get('target')} + {cfg.get('draft')}**",
-        f"{cfg.get('workload')}, {cfg.get('n_prompts')} prompts × {cfg.get('repeats', 1)}",
-        f"{cfg.get('max_new_tokens')} new tokens", sampling, plain and f"γ = {cfg.get('gamma')} ({', '.join(plain)})",
-        f"{cfg.get('device_description', cfg.get('device'))}" + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "")
-        + f", {cfg.get('dtype')}{bf16}" + (f", CPU linear {cfg['cpu_linear']}" if cfg.get("cpu_linear") else ""),
-        f"torch {cfg.get('torch')}, transformers {cfg.get('transformers')}",
-        cfg.get("commit") and f"commit `{cfg['commit']}`",
-        kept and f"draft as loaded {kept} before timing",
-        f"[`{link}`]({link})") if x)
-
-
 def _bench_table(data: dict, greedy: bool) -> dict:
     """A bench file's table (see :func:`render_bench`): ``columns`` (title, alignment), a column per quantity the
     file has, and ``rows``, a row per method: each cell a :func:`_bench_cell` of the summary row (with the key's 95%
@@ -193,7 +170,7 @@ def _bench_table(data: dict, greedy: bool) -> dict:
 
 def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
     """Markdown for the README's benchmark-of-record block: per bench JSON of the profile (:func:`bench_files`) its
-    setting (:func:`_bench_head`) and a table (:func:`_bench_table`), a row per method: median tokens/s and ms/token;
+    setting and a table (:func:`_bench_table`), a row per method: median tokens/s and ms/token;
     paired speedups over our AR, transformers' assisted generation and the other baselines the run has; α and tokens
     per step (pooled); per-position acceptance; where the run measured costs, the hardware-aware prediction (the
     loop's, and with AR's prefill), the free-draft bound and measured / predicted; the peak resident GB; for greedy
@@ -219,7 +196,9 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
             parts.append(render_template("bench", kind="unreadable", link=link, error=exc))
             continue
         greedy = float(cfg.get("temperature") or 0) == 0
-        parts.append(render_template("bench", kind="table", head=_bench_head(cfg, summary, link),
+        # the run's --gamma reaches only the speculative methods named without "@γ"
+        plain = [str(r["method"]) for r in summary if "@" not in str(r["method"]) and r.get("gamma")]
+        parts.append(render_template("bench", kind="table", cfg=cfg, greedy=greedy, plain=plain, link=link,
                                      **_bench_table(data, greedy)))
         if is_llama_run(data):  # llama.cpp's cost model with its intervals and each method's limit ladder
             parts.append(ladder_markdown(data))
