@@ -94,7 +94,7 @@ def provenance_note(path: Path) -> str:
     return f"commit `{prov.get('commit', '?')}`, profile {prov.get('profile', '?')}, {prov.get('device', '?')}"
 
 
-def _bench_cell(v, digits: int = 2, lo=None, hi=None) -> str:
+def _bench_cell(v, digits: int | None = 2, lo=None, hi=None) -> str:
     """A bench table's cell: a float to ``digits`` places, with its interval ``[lo, hi]`` (2 places) where both ends
     are finite and differ; a bool as yes / **no**; a list as its values ("-" for a position no step reached, null in
     the JSON); any other value as it is; "—" for None, NaN or an empty list."""
@@ -104,23 +104,39 @@ def _bench_cell(v, digits: int = 2, lo=None, hi=None) -> str:
         return "yes" if v else "**no**"
     if isinstance(v, (list, tuple)):
         return " ".join("-" if x is None or not math.isfinite(x) else f"{x:.2f}" for x in v) or "—"
-    text = f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+    text = f"{v:.{digits}f}" if isinstance(v, float) and digits is not None else str(v)
     return f"{text} [{lo:.2f}, {hi:.2f}]" if _finite(lo) and _finite(hi) and lo != hi else text
 
 
-#: paired ratios over other baselines than our AR and transformers' assisted generation: a column where a file has them
-_BASELINE_COLUMNS = (("speedup_vs_hf_ar", "× HF AR [95% CI]"),
-                     ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"),
-                     ("speedup_vs_hf_assisted_int8_pruned", "× HF assisted, int8 pruned-head draft [95% CI]"),
-                     ("speedup_vs_hf_assisted_int4", "× HF assisted, 4-bit draft [95% CI]"),
-                     ("speedup_vs_llama_server_ar", "× llama.cpp AR (llama-server-ar) [95% CI]"),
-                     ("speedup_vs_llama_ar", "× llama-ar [95% CI]"))
+#: a bench table's columns in order: (title, key of the summary row, digits, None for a text column aligned left;
+#: shown: always (None), where a row has the key ("key"), or where the file has what :func:`_bench_table` names).
+#: A "[95% CI]" title shows the key's 95% interval over prompts, ``<key>_lo`` and ``<key>_hi``, where the row has one.
+_BENCH_COLUMNS = (
+    ("method", "method", None, None), ("tokens/s", "tokens_per_s", 2, None), ("ms/token", "ms_per_token", 0, None),
+    ("decode ms/token, prefill left out [95% CI]", "decode", 1, "decode"),
+    ("× our AR [95% CI]", "speedup_vs_ar", 2, None), ("× HF assisted [95% CI]", "speedup_vs_hf_assisted", 2, None),
+    ("× HF AR [95% CI]", "speedup_vs_hf_ar", 2, "key"),
+    ("× HF assisted, int8 draft [95% CI]", "speedup_vs_hf_assisted_int8", 2, "key"),
+    ("× HF assisted, int8 pruned-head draft [95% CI]", "speedup_vs_hf_assisted_int8_pruned", 2, "key"),
+    ("× HF assisted, 4-bit draft [95% CI]", "speedup_vs_hf_assisted_int4", 2, "key"),
+    ("× llama.cpp AR (llama-server-ar) [95% CI]", "speedup_vs_llama_server_ar", 2, "key"),
+    ("× llama-ar [95% CI]", "speedup_vs_llama_ar", 2, "key"),
+    ("α [95% CI]", "alpha", 2, None), ("tokens/step [95% CI]", "tokens_per_step", 2, None),
+    ("per-position acceptance", "per_position_acceptance", None, None),
+    ("draft ms per drafted token (cost model)", "draft_ms_per_token", 1, "predicted"),
+    ("predicted × AR (hardware-aware{prefill})", "predicted", 2, "predicted"),
+    ("free-draft bound", "free_draft_bound", 2, "predicted"),
+    ("measured / predicted", "measured_over_predicted", 2, "predicted"),
+    ("predicted from the run's own costs", "predicted_speedup_in_run", 2, "in_run"),
+    ("measured / that", "measured_over_predicted_in_run", 2, "in_run"),
+    ("peak resident GB", "peak_gb", 1, "peak"),
+    *((f"equal to greedy {name}", f"equal_{b}", None, f"equal_{b}")
+      for b, name in (("ar", "AR"), ("llama_server_ar", "llama-server-ar"), ("llama_ar", "llama-ar"))))
 
 
 def _bench_table(data: dict, greedy: bool) -> dict:
-    """A bench file's table (see :func:`render_bench`): ``columns`` (title, alignment), a column per quantity the
-    file has, and ``rows``, a row per method: each cell a :func:`_bench_cell` of the summary row (with the key's 95%
-    interval, ``<key>_lo`` and ``<key>_hi``, under a "[95% CI]" title) or of a cell computed here."""
+    """A bench file's table (see :func:`render_bench`): ``columns`` (title, alignment) of :data:`_BENCH_COLUMNS`
+    and ``rows``, a row per method, each cell a :func:`_bench_cell` of the summary row or of a cell computed here."""
     from specrepro.bench.ladder import is_llama_run
     from specrepro.measure.harness import decode_ms_per_token
 
@@ -133,6 +149,9 @@ def _bench_table(data: dict, greedy: bool) -> dict:
     decode = is_llama_run(data) and not runs.empty  # llama.cpp files: decode time per token beside end to end
     # greedy runs: whether each output equals greedy AR's, and llama.cpp's AR's where the file has it
     equal = ["ar", *(b for b in ("llama_server_ar", "llama_ar") if has(f"greedy_equal_to_{b}"))] if greedy else []
+    shown = {None: True, "decode": decode, "predicted": predicted,
+             "in_run": predicted and has("predicted_speedup_in_run"),
+             "peak": any(_finite(r.get("peak_rss_mb")) for r in summary), **{f"equal_{b}": True for b in equal}}
     rows = [{**r, "method": f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),
              "decode": decode and ci_cell(*decode_ms_per_token(runs, r["method"])[:3], spec=".1f"),
              "predicted": _bench_cell(r.get("predicted_speedup")) + (
@@ -142,27 +161,10 @@ def _bench_table(data: dict, greedy: bool) -> dict:
              "peak_gb": r["peak_rss_mb"] * 2**20 / 1e9 if _finite(r.get("peak_rss_mb")) else None,
              **{f"equal_{b}": r.get(f"equal_to_{b}_runs") or _bench_cell(r.get(f"greedy_equal_to_{b}"))
                 for b in equal}} for r in summary]
-    columns = [("method", "method", 0, True), ("tokens/s", "tokens_per_s", 2, True),
-               ("ms/token", "ms_per_token", 0, True),
-               ("decode ms/token, prefill left out [95% CI]", "decode", 1, decode),
-               ("× our AR [95% CI]", "speedup_vs_ar", 2, True),
-               ("× HF assisted [95% CI]", "speedup_vs_hf_assisted", 2, True),
-               *((title, key, 2, any(key in r for r in summary)) for key, title in _BASELINE_COLUMNS),
-               ("α [95% CI]", "alpha", 2, True), ("tokens/step [95% CI]", "tokens_per_step", 2, True),
-               ("per-position acceptance", "per_position_acceptance", 2, True),
-               ("draft ms per drafted token (cost model)", "draft_ms_per_token", 1, predicted),
-               ("predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "") + ")",
-                "predicted", 2, predicted),
-               ("free-draft bound", "free_draft_bound", 2, predicted),
-               ("measured / predicted", "measured_over_predicted", 2, predicted),
-               *((title, key, 2, predicted and has("predicted_speedup_in_run"))
-                 for title, key in (("predicted from the run's own costs", "predicted_speedup_in_run"),
-                                    ("measured / that", "measured_over_predicted_in_run"))),
-               ("peak resident GB", "peak_gb", 1, any(_finite(r.get("peak_rss_mb")) for r in summary)),
-               *((f"equal to greedy {'AR' if b == 'ar' else b.replace('_', '-')}", f"equal_{b}", 2, True) for b in equal)]
-    columns = [(title, key, digits) for title, key, digits, shown in columns if shown]
-    left = ("method", "per_position_acceptance", *(f"equal_{b}" for b in equal))
-    return {"columns": [(title, "---" if key in left else "---:") for title, key, _ in columns],
+    columns = [(title.format(prefill=", loop / with the prefill" if prefill else ""), key, digits)
+               for title, key, digits, when in _BENCH_COLUMNS
+               if (any(key in r for r in summary) if when == "key" else shown.get(when, False))]
+    return {"columns": [(title, "---" if digits is None else "---:") for title, _, digits in columns],
             "rows": [[_bench_cell(r.get(key), digits, *((r.get(f"{key}_lo"), r.get(f"{key}_hi"))
                                                         if "[95% CI]" in title else ()))
                       for title, key, digits in columns] for r in rows]}
