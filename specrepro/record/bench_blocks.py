@@ -304,14 +304,7 @@ def render_targets(profile: str = STANDARD) -> str:
     checked on the profile's bench files (:func:`targets_table`): status, the measured ratio with its 95% interval over
     prompts, the method (best of several by the median, said so), the prompts and the file."""
     table = targets_table(profile)
-    counts = table["status"].value_counts()
-    records = table.to_dict(orient="records")
-    rows = [(cell(r["target"]), r["status"] if r["status"] != "missed" else "**missed**", cell(r["measured"]),
-             cell(r["method"]), "" if pd.isna(r["n_prompts"]) else int(r["n_prompts"]), f"`{r['file']}.json`")
-            for r in records]
-    return render_template("targets", rows=rows, why=[(r["target"], r["why"]) for r in records if r.get("why")],
-                           counts=" · ".join(f"{int(counts.get(s, 0))} {s}"
-                                             for s in ("met", "met on the median", "missed", "not run")))
+    return render_template("targets", rows=table.to_dict(orient="records"), counts=table["status"].value_counts())
 
 
 def bench_files(directory: Path) -> list[Path]:
