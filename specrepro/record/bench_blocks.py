@@ -1,10 +1,8 @@
-"""The bench-file blocks of the record's pages, and the markdown helpers every block shares.
-
-:func:`render_bench` (the benchmark of record, with the divergences from greedy AR explained and the chat workload's
-categories), the performance targets (:func:`targets_table`, :func:`render_targets`, :func:`prediction_gaps`), and
-:func:`cell`, :func:`ci_cell`, :func:`rel`, :func:`profile_results`, :func:`provenance_note` and
-:func:`render_template` (the blocks' prose and table heads are templates, ``specrepro/record/templates/*.md.j2``).
-The pages that hold the blocks are :mod:`specrepro.record.report`'s.
+"""The bench blocks of the record's pages and the helpers every block shares: :func:`render_bench` (the benchmark
+of record, its divergences from greedy AR explained, the chat workload's categories), the performance targets
+(:func:`targets_table`, :func:`render_targets`, :func:`prediction_gaps`), the cells (:func:`cell`, :func:`ci_cell`),
+links (:func:`rel`), directories and :func:`render_template`: every block's prose and layout is a template,
+``templates/<name>.md.j2``. The pages that hold the blocks are :mod:`specrepro.record.report`'s.
 """
 
 from __future__ import annotations
@@ -95,9 +93,9 @@ def provenance_note(path: Path) -> str:
 
 
 def _bench_cell(v, digits: int | None = 2, lo=None, hi=None) -> str:
-    """A bench table's cell: a float to ``digits`` places, with its interval ``[lo, hi]`` (2 places) where both ends
-    are finite and differ; a bool as yes / **no**; a list as its values ("-" for a position no step reached, null in
-    the JSON); any other value as it is; "—" for None, NaN or an empty list."""
+    """A bench cell: a float to ``digits`` places with its interval ``[lo, hi]`` (2 places) where both ends are finite
+    and differ (unlike :func:`ci_cell`, a bool is yes / **no**, a list its values with "-" for a position no step
+    reached, anything else as it is); "—" for None, NaN or an empty list."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "—"
     if isinstance(v, bool):
@@ -171,17 +169,13 @@ def _bench_table(data: dict, greedy: bool) -> dict:
 
 
 def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
-    """Markdown for the README's benchmark-of-record block: per bench JSON of the profile (:func:`bench_files`) its
-    setting and a table (:func:`_bench_table`), a row per method: median tokens/s and ms/token;
-    paired speedups over our AR, transformers' assisted generation and the other baselines the run has; α and tokens
-    per step (pooled); per-position acceptance; where the run measured costs, the hardware-aware prediction (the
-    loop's, and with AR's prefill), the free-draft bound and measured / predicted; the peak resident GB; for greedy
-    runs whether each output equals greedy AR's (and llama.cpp's). Intervals are 95% over prompts. Below a table: a
-    llama.cpp run's cost model and limit ladders (:func:`specrepro.bench.ladder.ladder_markdown`), the divergences
-    from greedy AR explained, the chat workload's categories. An unreadable file is named with its error; in the
-    standard profile the block ends with the bench files a target names that the record lacks. Links are relative to
-    ``base``, the directory of the page that holds the block (default: the repository root).
-    """
+    """Markdown for the benchmark-of-record block: per bench JSON of the profile (:func:`bench_files`) its setting
+    and a table, a row per method and a column per quantity the file has (:data:`_BENCH_COLUMNS`: speeds, paired
+    speedups over each baseline, α, tokens per step, the cost model's predictions, peak memory, greedy equality; 95%
+    intervals over prompts), then a llama.cpp run's limit ladders (:func:`specrepro.bench.ladder.ladder_markdown`),
+    the divergences from greedy AR explained and the chat workload's categories. An unreadable file is named with its
+    error; in the standard profile the block ends with the bench files a target names that the record lacks. Links
+    are relative to ``base``, the directory of the page that holds the block (default: the repository root)."""
     from specrepro.bench.ladder import is_llama_run, ladder_markdown
     from specrepro.bench.run import refresh_predictions
 
@@ -269,8 +263,8 @@ def _render_groups(runs) -> str:
 
     def one(r) -> str:
         text = _bench_cell(r.speedup, 2, r.speedup_lo, r.speedup_hi)
-        return text + ("×" if text != "—" else "") + (f"; {r.tokens_per_step:.2f}" if math.isfinite(r.tokens_per_step)
-                                                      else "")
+        tps = f"; {r.tokens_per_step:.2f}" if math.isfinite(r.tokens_per_step) else ""
+        return text + ("×" if text != "—" else "") + tps
 
     g["cell"] = [one(r) for r in g.itertuples()]
     cells = (g.drop_duplicates(["method", "group"]).pivot(index="method", columns="group", values="cell")
@@ -300,9 +294,8 @@ def prediction_gaps(profile: str = STANDARD) -> pd.DataFrame:
 
 
 def render_targets(profile: str = STANDARD) -> str:
-    """Markdown for the README's performance-targets block: each target of :data:`specrepro.bench.targets.TARGETS`
-    checked on the profile's bench files (:func:`targets_table`): status, the measured ratio with its 95% interval over
-    prompts, the method (best of several by the median, said so), the prompts and the file."""
+    """Markdown for the performance-targets block: each target of :data:`specrepro.bench.targets.TARGETS` checked on
+    the profile's bench files (:func:`targets_table`) with its status, measured ratio [95% CI], method and file."""
     table = targets_table(profile)
     return render_template("targets", rows=table.to_dict(orient="records"), counts=table["status"].value_counts())
 

@@ -20,8 +20,8 @@ import pandas as pd
 
 from specrepro.files import atomic_write_files, hold_record_lock_for, read_noted, repo_root
 from specrepro.record.bench_blocks import (  # noqa: F401 - bench_files ... targets_table re-exported
-    bench_files, cell, ci_cell, prediction_gaps, profile_figures, profile_results, provenance_note, rel, render_bench,
-    render_targets, render_template, targets_table)
+    bench_files, prediction_gaps, profile_figures, profile_results, provenance_note, rel, render_bench, render_targets,
+    render_template, targets_table)
 from specrepro.record.gpu import GPU_ALPHA_METHOD, gpu_dir, render_gpu  # noqa: F401 - re-exported
 from specrepro.record.registry import with_registration
 from specrepro.record.results import (STANDARD, read_json, record_dir,  # noqa: F401 - record_dir re-exported
@@ -90,12 +90,10 @@ def _card_head(card: pd.DataFrame) -> str:
 
 
 def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
-    """The full scorecard (``scorecard.md``): a line naming the profile, each machine with the number of claims
-    measured on it, the commits, the number of distinct claims and the count of each verdict; then one table per group,
-    headed by its verdict counts. Each row: paper, location and arXiv version; the claim with the paper's setting; the
-    paper's number with its kind; ours with its 95% interval, n and our setting; the verdict; why. Then where each
-    speedup comes from (:func:`specrepro.record.decompose.speedup_decomposition`).
-    """
+    """The full scorecard (``scorecard.md``): the profile, each machine with its number of claims, the commits and
+    the count of each verdict; one table per group headed by its verdict counts, a row per claim (paper and where, the
+    claim in the paper's setting, the paper's number, ours in our setting, verdict, why); then where each speedup
+    comes from (:func:`specrepro.record.decompose.speedup_decomposition`)."""
     from specrepro.record.decompose import speedup_decomposition
     from specrepro.record.scorecard import load_claims
     from specrepro.record.tables import Tables
@@ -152,9 +150,8 @@ def _summary_row(r) -> dict:
 
 
 def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | None = None) -> str:
-    """The README's scorecard: the number of distinct claims and of each verdict, a link to the full card
-    (``scorecard.md``, relative to ``base``, the directory of the page that holds the block), then one short table per
-    group (claim | paper | ours [95% CI] | n | verdict), each headed by its verdict counts (:func:`group_counts`)."""
+    """The README's scorecard: the count of each verdict, a link to the full card (relative to ``base``, the
+    directory of the page that holds the block) and one short table per group (:func:`group_counts` heading)."""
     profile = _profile(card, profile)
     return render_template("summary", profile=profile, card_head=_card_head(card),
                            link=rel(profile_results(profile) / "scorecard.md", base),
@@ -164,9 +161,8 @@ def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | 
 
 
 def render_figures(profile: str = STANDARD, base: Path | None = None) -> str:
-    """Markdown for the README's key figures: each image with its caption and the commit, profile, device and date of
-    the run that drew it (its provenance sidecar), or a note that ``make reproduce`` has not drawn it yet; links
-    relative to ``base``, the directory of the page that holds the block (default: the repository root)."""
+    """Markdown for the README's key figures (``templates/figures.md.j2``), each with the commit, profile, device and
+    date of the run that drew it, or a note that it is not drawn yet; links relative to ``base`` (as :func:`rel`)."""
     fdir = profile_figures(profile)
 
     def provenance(stem: str) -> dict | None:  # the sidecar of a figure drawn, None for one not drawn yet
@@ -215,12 +211,8 @@ def record_pages(readme: str | Path | None = None) -> list[Path]:
 
 def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None = None,
                  base: Path | None = None) -> str:
-    """The content of generated block ``name`` (:data:`BLOCKS`) for ``profile``, with links relative to ``base`` (the
-    directory of the page that holds it).
-
-    Raises:
-        ValueError: ``name`` is not a generated block.
-    """
+    """The content of generated block ``name`` (:data:`BLOCKS`) for ``profile``, links relative to ``base`` (the
+    directory of the page that holds it). Raises ValueError for a name not in :data:`BLOCKS`."""
     if name not in BLOCKS:
         raise ValueError(f"unknown generated block {name!r}; known: {list(BLOCKS)}")
     if name == "scorecard":
@@ -230,14 +222,11 @@ def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None =
 
 def render_llama_audit(profile: str = STANDARD) -> str:
     """Markdown for the ``llamaaudit`` block (docs/battery.md) from the table ``audit_llamacpp`` (``python -m
-    specrepro audit --runtime llama.cpp``): per setting and sampler its role, n, TV to the exact law, the chi-square
-    and G-test p-values, the TV detected with 90% power, the verdict, both acceptance rates and, for a sampler audited
-    against the law its code implies, that law's TV to the exact one and the samples' p-value against it; a missing
-    table is named."""
+    specrepro audit --runtime llama.cpp``): per setting and sampler its n, TV, p-values, power, verdict, acceptance
+    rates and the TV and fit of the law its code implies; a missing table is named."""
     path = profile_results(profile) / "audit_llamacpp.csv"
     if not path.exists():
-        return ("No llama.cpp audit in the record yet: `make data/results/audit_llamacpp.csv` builds llama.cpp's "
-                "speculative programs and runs it.\n")
+        return render_template("llamaaudit", rows=None)
     df = pd.read_csv(io.BytesIO(read_noted(path)))
     df = df.assign(**{c: df.get(c, math.nan) for c in ("tv_null_mean", "code_law_tv_to_exact", "p_value_vs_code_law")})
     return render_template("llamaaudit", prov=provenance_note(path), first=df.iloc[0], rows=list(df.itertuples()))
@@ -245,10 +234,9 @@ def render_llama_audit(profile: str = STANDARD) -> str:
 
 def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
     """Our AR baseline's cost in every bench file of ``profile`` beside what the same file measured of the machine:
-    one row per file with its CPU, dtype and threads, AR's ms per token and AR's target forward per step in those runs
-    (ms; each the median over prompts of each prompt's median over passes, with its 95% bootstrap interval over
-    prompts and n prompts), the cost model's one-token target forward before and after the timed passes (ms; NaN
-    without a cost model), and how many (pass, prompt) blocks ran under load where the file records it."""
+    a row per file with its CPU, dtype, threads, n prompts, AR's ms per token and target forward per step (ms; median
+    over prompts of the median over passes, 95% bootstrap interval over prompts), the cost model's t(1) before and
+    after the timed passes (ms; NaN without one) and the (pass, prompt) blocks run under load, where recorded."""
     from specrepro.stats import bootstrap_ci
 
     rows = []
@@ -277,8 +265,8 @@ def render_ar_cost(profile: str = STANDARD) -> str:
 
 def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
                  pages: list[Path] | None = None) -> dict[Path, tuple[str, str]]:
-    """Every page's text as it is and as rendered: ``{path: (old, new)}`` for each of ``pages`` (default
-    :func:`record_pages`), each generated block rendered into the page that holds its markers. Writes nothing.
+    """``{path: (old, new)}`` for each of ``pages`` (default :func:`record_pages`): its text, and with each generated
+    block it holds the markers of rendered. Writes nothing.
 
     Raises:
         ValueError: README.md (the first page) lacks a block of :data:`README_BLOCKS`, a block's markers are missing,
@@ -309,10 +297,10 @@ def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
 
 def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, readme: str | Path | None = None,
                   force: bool = False) -> bool:
-    """Rewrite every generated block in whichever page holds its markers, README.md (``readme``) or a docs/*.md file
-    beside it (:func:`render_pages`), from ``card`` (default: :func:`specrepro.record.scorecard.score`) and
-    ``profile``'s tables and figures; the changed pages are written in one step. Only under ``make reproduce`` or
-    ``make scorecard`` (:func:`specrepro.record.results.writes_record`) unless ``force``. True if a page changed.
+    """Rewrite every generated block of README.md (``readme``) and the docs/*.md beside it (:func:`render_pages`)
+    from ``card`` (default: scored now) and ``profile``'s tables and figures, the changed pages in one step; only
+    under ``make reproduce`` / ``make scorecard`` (:func:`specrepro.record.results.writes_record`) unless ``force``.
+    True if a page changed.
 
     Raises:
         ValueError: a block is missing from README.md or misplaced (:func:`render_pages`).
@@ -328,17 +316,17 @@ def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, rea
 
 
 def render_battery(profile: str = STANDARD) -> str:
-    """Markdown for the exactness-battery block, from notebook 01's tables of ``profile``: each goodness-of-fit test's
-    false-alarm rate (± its binomial standard error over the null experiments) and the smallest TV deviation it
-    detects with 90% power, and the published-bug registry's negative controls caught and look-alikes passed. A
-    missing table is named."""
+    """Markdown for the exactness-battery block from notebook 01's tables: each goodness-of-fit test's false-alarm
+    rate (± binomial s.e.) and smallest TV detected at 90% power, and the published bugs' negative controls caught
+    and look-alikes passed. A missing table is named."""
     rdir = profile_results(profile)
     power_path, bugs_path = rdir / "exactness_power_false_alarm.csv", rdir / "exactness_bug_registry.csv"
     context = {"profile": profile, "rows": None, "bugs": None}
     if power_path.exists():
         power = pd.read_csv(io.BytesIO(read_noted(power_path)))
         context.update(prov=provenance_note(power_path), ok=int(power["within_level"].astype(bool).sum()),
-                       undetected=not power["min_tv_detected_90"].map(math.isfinite).all(), rows=list(power.itertuples()))
+                       undetected=not power["min_tv_detected_90"].map(math.isfinite).all(),
+                       rows=list(power.itertuples()))
     if bugs_path.exists():
         bugs = pd.read_csv(io.BytesIO(read_noted(bugs_path)))
         neg, pos = bugs[bugs["negative"].astype(bool)], bugs[~bugs["negative"].astype(bool)]
@@ -357,10 +345,9 @@ SCORECARD_NOTEBOOK = "08_scorecard"
 
 def render_runtimes(executed: Path | None = None, sources: Path | None = None) -> str:
     """Markdown for the ``runtimes`` block of docs/profiles.md: per committed executed notebook of
-    :data:`RUNTIME_PROFILES` (under ``executed``, default ``notebooks/executed/``) the run time (minutes) its run
-    stamped into it (:func:`specrepro.record.nbrun.stamp_run`; "not recorded" before stamps existed), with that run's
-    commit, CPU and date, and whether its code cells are its source's today (``sources``, default ``notebooks/``;
-    :func:`specrepro.record.nbrun.code_drift`)."""
+    :data:`RUNTIME_PROFILES` (under ``executed``, default ``notebooks/executed/``) the run time its run stamped into it
+    (:func:`specrepro.record.nbrun.stamp_run`) with the run's commit, CPU and date, and whether its code is its
+    source's today (``sources``, default ``notebooks/``; :func:`specrepro.record.nbrun.code_drift`)."""
     from specrepro.record.nbrun import code_drift, run_facts
 
     root = Path(executed) if executed is not None else repo_root() / "notebooks" / "executed"
