@@ -29,10 +29,9 @@ SIXTEEN_BIT_TARGETS = {"llama-16bit-decode-vs-llama-ar": "greedy, over its AR in
 
 
 def sixteen_bit_rows(profile: str = STANDARD, base: Path | None = None) -> list[dict]:
-    """The 16-bit files' targets (:data:`SIXTEEN_BIT_TARGETS`) checked on ``profile``'s bench files
-    (:func:`specrepro.bench.targets.check_targets`), those whose file is in the profile: per target its label,
-    threshold, status, the measured ratio with its 95% interval (the first the check reports), our method and
-    llama.cpp's, n, and the file's link."""
+    """The 16-bit files' targets (:data:`SIXTEEN_BIT_TARGETS`) whose file ``profile`` has, checked
+    (:func:`specrepro.bench.targets.check_targets`): label, threshold, status, the (first) measured ratio [95% CI],
+    our method and llama.cpp's, n and the file's link."""
     from specrepro.bench.targets import TARGETS, check_targets
 
     chosen = [t for t in TARGETS if t.id in SIXTEEN_BIT_TARGETS]
@@ -71,25 +70,27 @@ def variant_rows(df: pd.DataFrame) -> list[tuple]:
     return rows
 
 
+def _read(path: Path) -> tuple[pd.DataFrame, dict]:
+    """A table of the record and its provenance sidecar."""
+    return pd.read_csv(io.BytesIO(read_noted(path))), json.loads(path.with_suffix(".provenance.json").read_text())
+
+
 def _variants(profile: str, base: Path | None) -> dict:
     path = profile_results(profile) / VARIANTS_TABLE
     if not path.exists():
         return {"variants": None}
-    df = pd.read_csv(io.BytesIO(read_noted(path)))
-    prov = json.loads(path.with_suffix(".provenance.json").read_text())
-    chosen = ", ".join(sorted(set(df.loc[df["build"] == "chosen", "cpu_variant"].astype(str))))
-    portable = ", ".join(sorted(set(df.loc[df["build"] == "portable", "cpu_variant"].astype(str))))
+    df, prov = _read(path)
     return {"variants": {"rows": variant_rows(df), "table": rel(path, base), "commit": prov.get("commit", "?"),
-                         "cpu": prov.get("cpu", "?"), "chosen": chosen, "portable": portable,
-                         "alternations": int(df["alternation"].nunique())}}
+                         "cpu": prov.get("cpu", "?"), "alternations": int(df["alternation"].nunique()),
+                         **{build: ", ".join(sorted(set(df.loc[df["build"] == build, "cpu_variant"].astype(str))))
+                            for build in ("chosen", "portable")}}}
 
 
 def _context(profile: str, base: Path | None) -> dict:
     path = profile_results(profile) / FORMATS_TABLE
     context: dict = {"table": rel(path, base), "have": path.exists()}
     if path.exists():
-        df = pd.read_csv(io.BytesIO(read_noted(path)))
-        prov = json.loads(path.with_suffix(".provenance.json").read_text())
+        df, prov = _read(path)
         ar, sd = df.loc[df["ar_decode_ms"].idxmin()], df.loc[df["sd_decode_ms"].idxmin()]
         best = ("ar", ar) if ar["ar_decode_ms"] <= sd["sd_decode_ms"] else ("sd", sd)
         fig = profile_figures(profile) / FORMATS_FIGURE
@@ -120,11 +121,8 @@ def render_formats(profile: str = STANDARD, base: Path | None = None) -> str:
 
 def save_formats_figure(profile: str = STANDARD) -> Path:
     """Draw :func:`specrepro.bench.formats.plot_formats` from ``profile``'s weight-format table and save it as
-    :data:`FORMATS_FIGURE` (:func:`specrepro.record.results.save_figure`). Returns the PNG path.
-
-    Raises:
-        FileNotFoundError: the table is not there.
-    """
+    :data:`FORMATS_FIGURE` (:func:`specrepro.record.results.save_figure`). Returns the PNG path; FileNotFoundError
+    without the table."""
     from specrepro.bench.formats import plot_formats
     from specrepro.record.results import save_figure
 
