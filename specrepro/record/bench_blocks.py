@@ -1,10 +1,8 @@
-"""The bench-file blocks of the record's pages, and the markdown helpers every block shares.
-
-:func:`render_bench` (the benchmark of record, with the divergences from greedy AR explained and the chat workload's
-categories), the performance targets (:func:`targets_table`, :func:`render_targets`, :func:`prediction_gaps`), and
-:func:`cell`, :func:`ci_cell`, :func:`rel`, :func:`profile_results`, :func:`provenance_note` and
-:func:`render_template` (the blocks' prose and table heads are templates, ``specrepro/record/templates/*.md.j2``).
-The pages that hold the blocks are :mod:`specrepro.record.report`'s.
+"""The bench blocks of the record's pages and the helpers every block shares: :func:`render_bench` (the benchmark
+of record, its divergences from greedy AR explained, the chat workload's categories), the performance targets
+(:func:`targets_table`, :func:`render_targets`, :func:`prediction_gaps`), the cells (:func:`cell`, :func:`ci_cell`),
+links (:func:`rel`), directories and :func:`render_template`: every block's prose and layout is a template,
+``templates/<name>.md.j2``. The pages that hold the blocks are :mod:`specrepro.record.report`'s.
 """
 
 from __future__ import annotations
@@ -71,13 +69,18 @@ def profile_figures(profile: str) -> Path:
 def _templates():
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.PackageLoader("specrepro.record", "templates"), autoescape=False,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                              undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("specrepro.record", "templates"), autoescape=False,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters.update(cell=cell, ci=ci_cell, fmt=format)
+    env.tests["notna"] = pd.notna
+    return env
 
 
 def render_template(name: str, **context) -> str:
-    """The package's template ``templates/<name>.md.j2`` rendered with ``context`` (a missing name raises)."""
+    """The package's template ``templates/<name>.md.j2`` rendered with ``context`` (a missing name raises); the
+    templates have the filters ``cell`` (:func:`cell`), ``ci`` (:func:`ci_cell`) and ``fmt`` (:func:`format`)
+    and the test ``notna`` (:func:`pandas.notna`)."""
     return _templates().get_template(f"{name}.md.j2").render(**context)
 
 
@@ -89,137 +92,96 @@ def provenance_note(path: Path) -> str:
     return f"commit `{prov.get('commit', '?')}`, profile {prov.get('profile', '?')}, {prov.get('device', '?')}"
 
 
-def _bench_cell(v, digits: int = 2) -> str:
+def _bench_cell(v, digits: int | None = 2, lo=None, hi=None) -> str:
+    """A bench cell: a float to ``digits`` places with its interval ``[lo, hi]`` (2 places) where both ends are finite
+    and differ (unlike :func:`ci_cell`, a bool is yes / **no**, a list its values with "-" for a position no step
+    reached, anything else as it is); "—" for None, NaN or an empty list."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "—"
     if isinstance(v, bool):
         return "yes" if v else "**no**"
     if isinstance(v, (list, tuple)):
-        # positions no step reached (an adaptive length's long tail) are null in the JSON: shown as "-"
         return " ".join("-" if x is None or not math.isfinite(x) else f"{x:.2f}" for x in v) or "—"
-    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+    text = f"{v:.{digits}f}" if isinstance(v, float) and digits is not None else str(v)
+    return f"{text} [{lo:.2f}, {hi:.2f}]" if _finite(lo) and _finite(hi) and lo != hi else text
 
 
-def _ratio_cell(row: dict, key: str) -> str:
-    """``row[key]`` with its 95% interval over prompts (``key_lo``, ``key_hi``) where the JSON has one."""
-    v, lo, hi = row.get(key), row.get(f"{key}_lo"), row.get(f"{key}_hi")
-    text = _bench_cell(v)
-    if text == "—" or not (_finite(lo) and _finite(hi)) or lo == hi:
-        return text
-    return f"{text} [{lo:.2f}, {hi:.2f}]"
+#: a bench table's columns in order: (title, key of the summary row, digits, None for a text column aligned left;
+#: shown: always (None), where a row has the key ("key"), or where the file has what :func:`_bench_table` names).
+#: A "[95% CI]" title shows the key's 95% interval over prompts, ``<key>_lo`` and ``<key>_hi``, where the row has one.
+_BENCH_COLUMNS = (
+    ("method", "method", None, None), ("tokens/s", "tokens_per_s", 2, None), ("ms/token", "ms_per_token", 0, None),
+    ("decode ms/token, prefill left out [95% CI]", "decode", 1, "decode"),
+    ("× our AR [95% CI]", "speedup_vs_ar", 2, None), ("× HF assisted [95% CI]", "speedup_vs_hf_assisted", 2, None),
+    ("× HF AR [95% CI]", "speedup_vs_hf_ar", 2, "key"),
+    ("× HF assisted, int8 draft [95% CI]", "speedup_vs_hf_assisted_int8", 2, "key"),
+    ("× HF assisted, int8 pruned-head draft [95% CI]", "speedup_vs_hf_assisted_int8_pruned", 2, "key"),
+    ("× HF assisted, 4-bit draft [95% CI]", "speedup_vs_hf_assisted_int4", 2, "key"),
+    ("× llama.cpp AR (llama-server-ar) [95% CI]", "speedup_vs_llama_server_ar", 2, "key"),
+    ("× llama-ar [95% CI]", "speedup_vs_llama_ar", 2, "key"),
+    ("α [95% CI]", "alpha", 2, None), ("tokens/step [95% CI]", "tokens_per_step", 2, None),
+    ("per-position acceptance", "per_position_acceptance", None, None),
+    ("draft ms per drafted token (cost model)", "draft_ms_per_token", 1, "predicted"),
+    ("predicted × AR (hardware-aware{prefill})", "predicted", 2, "predicted"),
+    ("free-draft bound", "free_draft_bound", 2, "predicted"),
+    ("measured / predicted", "measured_over_predicted", 2, "predicted"),
+    ("predicted from the run's own costs", "predicted_speedup_in_run", 2, "in_run"),
+    ("measured / that", "measured_over_predicted_in_run", 2, "in_run"),
+    ("peak resident GB", "peak_gb", 1, "peak"),
+    *((f"equal to greedy {name}", f"equal_{b}", None, f"equal_{b}")
+      for b, name in (("ar", "AR"), ("llama_server_ar", "llama-server-ar"), ("llama_ar", "llama-ar"))))
 
 
-#: paired ratios over other baselines than our AR and transformers' assisted generation: a column where a file has them
-_BASELINE_COLUMNS = (("speedup_vs_hf_ar", "× HF AR [95% CI]"),
-                     ("speedup_vs_hf_assisted_int8", "× HF assisted, int8 draft [95% CI]"),
-                     ("speedup_vs_hf_assisted_int8_pruned", "× HF assisted, int8 pruned-head draft [95% CI]"),
-                     ("speedup_vs_hf_assisted_int4", "× HF assisted, 4-bit draft [95% CI]"),
-                     ("speedup_vs_llama_server_ar", "× llama.cpp AR (llama-server-ar) [95% CI]"),
-                     ("speedup_vs_llama_ar", "× llama-ar [95% CI]"))
-
-
-def _bench_head(cfg: dict, summary: list[dict], link: str) -> str:
-    """A bench table's heading: pair, workload, prompts × passes, tokens, sampling, γ, hardware, dtype, CPU linear
-    path, library versions, commit, whether the draft as loaded was kept, and the file."""
-    greedy = float(cfg.get("temperature") or 0) == 0
-    sampling = "greedy (T = 0)" if greedy else f"T = {cfg.get('temperature')}, top-p {cfg.get('top_p')}" + (
-        f", top-k {cfg['top_k']}" if cfg.get("top_k") else "")
-    # the run's --gamma reaches only the speculative methods named without "@γ"
-    plain = [str(r["method"]) for r in summary if "@" not in str(r["method"]) and r.get("gamma")]
-    bf16 = "" if cfg.get("dtype") != "bfloat16" or cfg.get("cpu_bf16") is None else (
-        " (native: AVX-512 BF16 or AMX)" if cfg["cpu_bf16"] else " (emulated: this CPU has no AVX-512 BF16 or AMX)")
-    kept = {True: "kept (a method drafts with it)", False: "released"}.get(cfg.get("float_draft_kept"))
-    return " · ".join(x for x in (
-        f"**{cfg.get('target')} + {cfg.get('draft')}**",
-        f"{cfg.get('workload')}, {cfg.get('n_prompts')} prompts × {cfg.get('repeats', 1)}",
-        f"{cfg.get('max_new_tokens')} new tokens", sampling, plain and f"γ = {cfg.get('gamma')} ({', '.join(plain)})",
-        f"{cfg.get('device_description', cfg.get('device'))}" + (f" [{cfg['cpu']}]" if cfg.get("cpu") else "")
-        + f", {cfg.get('dtype')}{bf16}" + (f", CPU linear {cfg['cpu_linear']}" if cfg.get("cpu_linear") else ""),
-        f"torch {cfg.get('torch')}, transformers {cfg.get('transformers')}",
-        cfg.get("commit") and f"commit `{cfg['commit']}`",
-        kept and f"draft as loaded {kept} before timing",
-        f"[`{link}`]({link})") if x)
-
-
-def _bench_table(data: dict, greedy: bool) -> list[str]:
-    """A bench file's table: a column per quantity the file has (see :func:`render_bench`), a row per method."""
+def _bench_table(data: dict, greedy: bool) -> dict:
+    """A bench file's table (see :func:`render_bench`): ``columns`` (title, alignment) of :data:`_BENCH_COLUMNS`
+    and ``rows``, a row per method, each cell a :func:`_bench_cell` of the summary row or of a cell computed here."""
     from specrepro.bench.ladder import is_llama_run
     from specrepro.measure.harness import decode_ms_per_token
 
-    summary = data["summary"]
+    summary, runs = data["summary"], pd.DataFrame(data.get("runs") or [])
 
     def has(key):
         return any(r.get(key) is not None for r in summary)
 
-    prefill = has("predicted_speedup_with_prefill")
-
-    def pred(r):
-        with_prefill = r.get("predicted_speedup_with_prefill")
-        return _bench_cell(r.get("predicted_speedup")) + (
-            " / " + _bench_cell(with_prefill) if prefill and with_prefill is not None else "")
-
-    def equal(r, b):
-        return r.get(f"equal_to_{b}_runs") or _bench_cell(r.get(f"greedy_equal_to_{b}"))
-
-    decode = {}  # llama.cpp files: decode time per token beside end to end
-    if is_llama_run(data) and data.get("runs"):
-        runs = pd.DataFrame(data["runs"])
-        decode = {r["method"]: decode_ms_per_token(runs, r["method"])[:3] for r in summary}
-    # greedy runs with llama.cpp's AR: whether each output equals its greedy tokens too
-    llama_eq = [b for b in ("llama_server_ar", "llama_ar") if greedy and has(f"greedy_equal_to_{b}")]
-    # (title, alignment, cell of a summary row) per column the file has
-    columns = [("method", "---", lambda r: f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)")),
-               ("tokens/s", "---:", lambda r: _bench_cell(r.get("tokens_per_s"))),
-               ("ms/token", "---:", lambda r: _bench_cell(r.get("ms_per_token"), 0)),
-               *([("decode ms/token, prefill left out [95% CI]", "---:",
-                   lambda r: ci_cell(*decode.get(r["method"], (math.nan,) * 3), spec=".1f"))] if decode else []),
-               ("× our AR [95% CI]", "---:", lambda r: _ratio_cell(r, "speedup_vs_ar")),
-               ("× HF assisted [95% CI]", "---:", lambda r: _ratio_cell(r, "speedup_vs_hf_assisted")),
-               *[(title, "---:", lambda r, key=key: _ratio_cell(r, key)) for key, title in _BASELINE_COLUMNS
-                 if any(key in r for r in summary)],
-               ("α [95% CI]", "---:", lambda r: _ratio_cell(r, "alpha")),
-               ("tokens/step [95% CI]", "---:", lambda r: _ratio_cell(r, "tokens_per_step")),
-               ("per-position acceptance", "---", lambda r: _bench_cell(r.get("per_position_acceptance"))),
-               *([("draft ms per drafted token (cost model)", "---:",
-                   lambda r: _bench_cell(r.get("draft_ms_per_token"), 1)),
-                  ("predicted × AR (hardware-aware" + (", loop / with the prefill" if prefill else "") + ")",
-                   "---:", pred),
-                  ("free-draft bound", "---:", lambda r: _bench_cell(r.get("free_draft_bound"))),
-                  ("measured / predicted", "---:", lambda r: _bench_cell(r.get("measured_over_predicted")))]
-                 if has("predicted_speedup") else []),
-               *([("predicted from the run's own costs", "---:",
-                   lambda r: _bench_cell(r.get("predicted_speedup_in_run"))),
-                  ("measured / that", "---:", lambda r: _bench_cell(r.get("measured_over_predicted_in_run")))]
-                 if has("predicted_speedup") and has("predicted_speedup_in_run") else []),
-               # the largest resident high-water mark of the method's calls (MiB in the JSON), in 10^9 bytes
-               *([("peak resident GB", "---:", lambda r: _bench_cell(r["peak_rss_mb"] * 2**20 / 1e9, 1)
-                   if _finite(r.get("peak_rss_mb")) else "—")]
-                 if any(_finite(r.get("peak_rss_mb")) for r in summary) else []),
-               *([("equal to greedy AR", "---", lambda r: equal(r, "ar"))] if greedy else []),
-               *[(f"equal to greedy {b.replace('_', '-')}", "---", lambda r, b=b: equal(r, b)) for b in llama_eq]]
-    return ["| " + " | ".join(c[0] for c in columns) + " |", "|" + "".join(c[1] + "|" for c in columns),
-            *("| " + " | ".join(c[2](r) for c in columns) + " |" for r in summary)]
+    prefill, predicted = has("predicted_speedup_with_prefill"), has("predicted_speedup")
+    decode = is_llama_run(data) and not runs.empty  # llama.cpp files: decode time per token beside end to end
+    # greedy runs: whether each output equals greedy AR's, and llama.cpp's AR's where the file has it
+    equal = ["ar", *(b for b in ("llama_server_ar", "llama_ar") if has(f"greedy_equal_to_{b}"))] if greedy else []
+    shown = {None: True, "decode": decode, "predicted": predicted,
+             "in_run": predicted and has("predicted_speedup_in_run"),
+             "peak": any(_finite(r.get("peak_rss_mb")) for r in summary), **{f"equal_{b}": True for b in equal}}
+    rows = [{**r, "method": f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),
+             "decode": decode and ci_cell(*decode_ms_per_token(runs, r["method"])[:3], spec=".1f"),
+             "predicted": _bench_cell(r.get("predicted_speedup")) + (
+                 f" / {_bench_cell(r['predicted_speedup_with_prefill'])}"
+                 if prefill and r.get("predicted_speedup_with_prefill") is not None else ""),
+             # the largest resident high-water mark of the method's calls (MiB in the JSON), in 10^9 bytes
+             "peak_gb": r["peak_rss_mb"] * 2**20 / 1e9 if _finite(r.get("peak_rss_mb")) else None,
+             **{f"equal_{b}": r.get(f"equal_to_{b}_runs") or _bench_cell(r.get(f"greedy_equal_to_{b}"))
+                for b in equal}} for r in summary]
+    columns = [(title.format(prefill=", loop / with the prefill" if prefill else ""), key, digits)
+               for title, key, digits, when in _BENCH_COLUMNS
+               if (any(key in r for r in summary) if when == "key" else shown.get(when, False))]
+    return {"columns": [(title, "---" if digits is None else "---:") for title, _, digits in columns],
+            "rows": [[_bench_cell(r.get(key), digits, *((r.get(f"{key}_lo"), r.get(f"{key}_hi"))
+                                                        if "[95% CI]" in title else ()))
+                      for title, key, digits in columns] for r in rows]}
 
 
 def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
-    """Markdown for the README's benchmark-of-record block: per bench JSON of the profile (:func:`bench_files`) its
-    setting (:func:`_bench_head`) and a table, a row per method: median tokens/s and ms/token; paired speedups over our
-    AR, transformers' assisted generation and the other baselines the run has (transformers' AR and assisted
-    generation with compressed drafts, llama.cpp's ``llama-server-ar``, our ``llama-ar``); α and tokens per step
-    (pooled); per-position acceptance; where the run measured costs, the hardware-aware prediction (the loop's, and
-    with AR's prefill), the free-draft bound and measured / predicted; the peak resident GB (10^9 bytes); for greedy
-    runs whether each output equals greedy AR's (and llama.cpp's). Intervals are 95% over prompts. Below a table: a
-    llama.cpp run's cost model and limit ladders (:func:`specrepro.bench.ladder.ladder_markdown`), the divergences
-    from greedy AR explained, the chat workload's categories. An unreadable file is named with its error; in the
-    standard profile the block ends with the bench files a target names that the record lacks. Links are relative to
-    ``base``, the directory of the page that holds the block (default: the repository root).
-    """
+    """Markdown for the benchmark-of-record block: per bench JSON of the profile (:func:`bench_files`) its setting
+    and a table, a row per method and a column per quantity the file has (:data:`_BENCH_COLUMNS`: speeds, paired
+    speedups over each baseline, α, tokens per step, the cost model's predictions, peak memory, greedy equality; 95%
+    intervals over prompts), then a llama.cpp run's limit ladders (:func:`specrepro.bench.ladder.ladder_markdown`),
+    the divergences from greedy AR explained and the chat workload's categories. An unreadable file is named with its
+    error; in the standard profile the block ends with the bench files a target names that the record lacks. Links
+    are relative to ``base``, the directory of the page that holds the block (default: the repository root)."""
     from specrepro.bench.ladder import is_llama_run, ladder_markdown
     from specrepro.bench.run import refresh_predictions
 
     paths = bench_files(profile_results(profile))
     if not paths:
-        return f"No benchmark results for profile {profile} yet: `make reproduce PROFILE={profile}` writes them.\n"
+        return render_template("bench", kind="none", profile=profile)
     parts = []
     for path in paths:
         link = rel(path, base)
@@ -227,10 +189,13 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
             data = refresh_predictions(json.loads(read_noted(path)))
             cfg, summary = data["config"], data["summary"]
         except (OSError, ValueError, KeyError) as exc:
-            parts.append(f"`{link}`: unreadable ({exc}).\n")
+            parts.append(render_template("bench", kind="unreadable", link=link, error=exc))
             continue
         greedy = float(cfg.get("temperature") or 0) == 0
-        parts.append("\n".join([_bench_head(cfg, summary, link), "", *_bench_table(data, greedy)]) + "\n")
+        # the run's --gamma reaches only the speculative methods named without "@γ"
+        plain = [str(r["method"]) for r in summary if "@" not in str(r["method"]) and r.get("gamma")]
+        parts.append(render_template("bench", kind="table", cfg=cfg, greedy=greedy, plain=plain, link=link,
+                                     **_bench_table(data, greedy)))
         if is_llama_run(data):  # llama.cpp's cost model with its intervals and each method's limit ladder
             parts.append(ladder_markdown(data))
         explained = _render_divergences(path, summary) if greedy else ""
@@ -241,12 +206,9 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
     if profile == STANDARD:  # the record's files a performance target reads that are not measured yet
         from specrepro.bench.targets import PENDING_FILES, TARGETS
 
-        have = {p.stem for p in paths}
-        missing = [f for f in dict.fromkeys(t.file for t in TARGETS) if f not in have]
+        missing = [f for f in dict.fromkeys(t.file for t in TARGETS) if f not in {p.stem for p in paths}]
         if missing:
-            parts.append("Named by a performance target, not in the record yet: "
-                         + ", ".join(f"`{f}.json`" + (" (no recipe yet)" if f in PENDING_FILES else "")
-                                     for f in missing) + ".\n")
+            parts.append(render_template("bench", kind="missing", missing=missing, pending=PENDING_FILES))
     return "\n".join(parts)
 
 
@@ -273,29 +235,18 @@ def _render_divergences(bench_path: Path, summary) -> str:
         return ""
     if "reference" in df.columns:  # a llama.cpp file: its outputs against its baseline and llama-ar
         return _render_llama_divergences(df, prov, table)
-    items = "; ".join(
-        f"`{r.method}` {r.prompt_id} ({r.passes} passes) at token {int(r.diverged_at)}: "
-        + (f"gap {r.gap:+.4g} / {r.gap_incremental:+.4g} (full forward / AR's cached path), spacing {r.spacing:.4g}"
-           if "gap" in df.columns and pd.notna(r.gap) else "one output ends where the other goes on")
-        for r in df.itertuples())
-    return render_template("divergences", kind="ours", n=len(df), n_ok=int(df["explained"].astype(bool).sum()),
-                           prov=prov, table=table.name, items=items)
+    return render_template("divergences", kind="ours", rows=list(df.itertuples()), gap="gap" in df.columns,
+                           n_ok=int(df["explained"].astype(bool).sum()), prov=prov, table=table.name)
 
 
 def _render_llama_divergences(df: pd.DataFrame, prov: dict, table: Path) -> str:
     """The divergences of a llama.cpp bench file (``greedy-equality --from-bench``, llama.cpp branch): counts, the
     rule fixed in advance, and per divergence point the methods, passes and each replayed path's gap."""
-    points = df.groupby(["prompt_id", "diverged_at", "ref_token", "other_token"], sort=False)
-    items = "; ".join(
-        f"{pid} token {int(at)}: "
-        + ", ".join(f"`{r.method}` vs `{r.reference}` ({r.passes})" for r in g.itertuples())
-        + f" — gap one token / batch / server {g['gap_one_token'].iloc[0]:+.3g} / {g['gap_batch'].iloc[0]:+.3g} / "
-          f"{g['gap_server'].iloc[0]:+.3g}, d {g['disagreement'].iloc[0]:.3g}"
-        for (pid, at, _, _), g in points)
-    return render_template("divergences", kind="llama", n=len(df), points=points.ngroups,
-                           n_ok=int(df["explained"].astype(bool).sum()),
+    return render_template("divergences", kind="llama", n=len(df), n_ok=int(df["explained"].astype(bool).sum()),
+                           points=list(df.groupby(["prompt_id", "diverged_at", "ref_token", "other_token"],
+                                                  sort=False)),
                            n_order=int(df["order_differs"].astype(bool).sum()) if "order_differs" in df else 0,
-                           prov=prov, table=table.name, items=items)
+                           prov=prov, table=table.name)
 
 
 def _render_groups(runs) -> str:
@@ -306,25 +257,20 @@ def _render_groups(runs) -> str:
     try:
         g = group_speedups(runs)
     except KeyError:
-        return "Per category: the run has no AR to pair with.\n"
+        return render_template("bench", kind="no_ar")
     if g.empty:
         return ""
 
     def one(r) -> str:
-        text = _ratio_cell({"x": r.speedup, "x_lo": r.speedup_lo, "x_hi": r.speedup_hi}, "x")
-        return (text + ("×" if text != "—" else "")
-                + (f"; {r.tokens_per_step:.2f}" if math.isfinite(r.tokens_per_step) else ""))
+        text = _bench_cell(r.speedup, 2, r.speedup_lo, r.speedup_hi)
+        tps = f"; {r.tokens_per_step:.2f}" if math.isfinite(r.tokens_per_step) else ""
+        return text + ("×" if text != "—" else "") + tps
 
-    groups = list(dict.fromkeys(g["group"]))
-    n = g.groupby("group", sort=False)["n_prompts"].max()
-    cells = (g.assign(cell=[one(r) for r in g.itertuples()]).drop_duplicates(["method", "group"])
-             .pivot(index="method", columns="group", values="cell")
-             .reindex(index=list(dict.fromkeys(g["method"])), columns=groups).fillna("—"))
-    lines = ["Per category (× our AR [95% CI], paired within the category's prompts; then tokens per step):", "",
-             "| method | " + " | ".join(f"{c} (n = {int(n[c])})" for c in groups) + " |",
-             "|---|" + "---:|" * len(groups),
-             *(f"| `{m}` | " + " | ".join(row) + " |" for m, row in zip(cells.index, cells.to_numpy()))]
-    return "\n".join(lines) + "\n"
+    g["cell"] = [one(r) for r in g.itertuples()]
+    cells = (g.drop_duplicates(["method", "group"]).pivot(index="method", columns="group", values="cell")
+             .reindex(index=list(dict.fromkeys(g["method"])), columns=list(dict.fromkeys(g["group"]))).fillna("—"))
+    return render_template("bench", kind="groups", cells=cells,
+                           n=g.groupby("group", sort=False)["n_prompts"].max().astype(int))
 
 
 def targets_table(profile: str = STANDARD) -> pd.DataFrame:
@@ -348,18 +294,10 @@ def prediction_gaps(profile: str = STANDARD) -> pd.DataFrame:
 
 
 def render_targets(profile: str = STANDARD) -> str:
-    """Markdown for the README's performance-targets block: each target of :data:`specrepro.bench.targets.TARGETS`
-    checked on the profile's bench files (:func:`targets_table`): status, the measured ratio with its 95% interval over
-    prompts, the method (best of several by the median, said so), the prompts and the file."""
+    """Markdown for the performance-targets block: each target of :data:`specrepro.bench.targets.TARGETS` checked on
+    the profile's bench files (:func:`targets_table`) with its status, measured ratio [95% CI], method and file."""
     table = targets_table(profile)
-    counts = table["status"].value_counts()
-    records = table.to_dict(orient="records")
-    rows = [(cell(r["target"]), r["status"] if r["status"] != "missed" else "**missed**", cell(r["measured"]),
-             cell(r["method"]), "" if pd.isna(r["n_prompts"]) else int(r["n_prompts"]), f"`{r['file']}.json`")
-            for r in records]
-    return render_template("targets", rows=rows, why=[(r["target"], r["why"]) for r in records if r.get("why")],
-                           counts=" · ".join(f"{int(counts.get(s, 0))} {s}"
-                                             for s in ("met", "met on the median", "missed", "not run")))
+    return render_template("targets", rows=table.to_dict(orient="records"), counts=table["status"].value_counts())
 
 
 def bench_files(directory: Path) -> list[Path]:

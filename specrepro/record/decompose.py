@@ -1,13 +1,10 @@
-"""Where each speedup on the card comes from: the card's speed ratios split into tokens per step, the cost of the
-verifying forward, and the draft's and the loop's share of a step, from the same timed runs the verdict reads.
-
-Per timed run the decoding time per token (prefill left out) is ``loop_ms / tokens_per_step``
-(:func:`specrepro.measure.harness.run_interleaved`), so a method's decode-time speedup over its baseline is the
-product of three ratios, each paired per prompt and pass as the card's speedups are
-(:func:`specrepro.measure.harness.paired_ratios`): tokens per step (method over baseline), the forward-cost ratio
-(the baseline's target forward per step over the method's; t(1) / t(γ + 1) for a chain against AR), and the target
-forward's share of a step (method over baseline: what the draft and the loop cost). Each is a median over prompts with
-its 95% interval (:func:`specrepro.stats.stat_ci`). This judges nothing; no verdict depends on it.
+"""Where each speedup on the card comes from. Per timed run the decoding time per token (prefill left out) is
+``loop_ms / tokens_per_step`` (:func:`specrepro.measure.harness.run_interleaved`), so a method's decode-time speedup
+over its baseline is the product of three ratios paired per prompt and pass in the runs the verdict reads
+(:func:`specrepro.measure.harness.paired_ratios`): tokens per step, the forward-cost ratio (the baseline's target
+forward per step over the method's) and the target forward's share of a step (what the draft and the loop leave);
+each a median over prompts with its 95% interval (:func:`specrepro.stats.stat_ci`). No verdict depends on it; the
+scorecard's "Where each speedup comes from" (``templates/scorecard.md.j2``) says how to read it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from specrepro.files import read_noted, repo_root
-from specrepro.record.bench_blocks import ci_cell, profile_results, render_template
+from specrepro.record.bench_blocks import profile_results, render_template
 from specrepro.record.results import STANDARD
 
 __all__ = ["GPU_ALPHA_METHOD", "gpu_dir", "gpu_files", "write_gpu_sidecars", "render_gpu"]
@@ -16,11 +16,12 @@ __all__ = ["GPU_ALPHA_METHOD", "gpu_dir", "gpu_files", "write_gpu_sidecars", "re
 
 #: the draft method of the bench of record whose α the GPU block's predictions take (the draft in its own dtype)
 GPU_ALPHA_METHOD = "sd-draft@4"
+#: a cost-curve file's cache modes: eager, static cache, CUDA graphs
+_MODES = ("eager", "static", "graphs")
 
 
 def gpu_dir() -> Path:
-    """``data/gpu``: measurements made on a lent GPU (not by ``make reproduce``), each file naming its device,
-    commit and versions."""
+    """``data/gpu``: measurements made on a lent GPU, each file naming its device, commit and versions."""
     return repo_root() / "data" / "gpu"
 
 
@@ -30,14 +31,10 @@ def gpu_files(gdir: Path, prefix: str) -> list[Path]:
 
 
 def write_gpu_sidecars(gdir: Path | None = None) -> list[Path]:
-    """Give each measurement under ``data/gpu`` a provenance sidecar ``<name>.provenance.json``: the run's commit,
-    date, device and library versions (read from the file itself) and the sha256 of the file and of its log
-    (``test_cuda_<gpu>.log``; ``run_<gpu>.log`` for ``cost_curves_<gpu>.json``), which ``record_hash_mismatches``
-    checks. A sidecar already recording the same is left as it is. Returns the sidecars written.
-
-    Raises:
-        ValueError: a measurement file that names no commit.
-    """
+    """Give each measurement under ``data/gpu`` a sidecar ``<name>.provenance.json``: the run's commit, date, device
+    and versions (from the file) and the sha256 of the file and its log (``test_cuda_<gpu>.log``; ``run_<gpu>.log``
+    for ``cost_curves_<gpu>.json``), which ``record_hash_mismatches`` checks; one already recording the same is left.
+    Returns the sidecars written. Raises ValueError for a measurement file that names no commit."""
     from specrepro.files import atomic_write_text, sha256_bytes
 
     gdir = gpu_dir() if gdir is None else Path(gdir)
@@ -65,15 +62,11 @@ def write_gpu_sidecars(gdir: Path | None = None) -> list[Path]:
 
 
 def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
-    """Markdown for the ``gpu`` block of docs/gpu.md, from the files under ``gdir`` (default :func:`gpu_dir`):
-
-    * each ``cost_curves_*.json`` (``python -m specrepro cost-curves``): t(n) in ms per cache mode (eager, static
-      cache, CUDA graphs), with the median's 95% interval where the file has one; for a target and a draft, per mode
-      c = t_draft(1) / t_target(1) and the hardware-aware predictions (:func:`specrepro.theory.hardware_aware_speedup`)
-      of the chain at γ = 4 and at its best γ and of a free draft, at the α the bench of record measured on the CPU
-      (:data:`GPU_ALPHA_METHOD` in ``bench_qwen_greedy.json``): predictions, not measured speedups;
-    * each ``test_cuda_*.json`` with its ``.log``: tests collected, passed, failed, and not reached.
-    """
+    """Markdown for the ``gpu`` block of docs/gpu.md from the files under ``gdir`` (default :func:`gpu_dir`): each
+    ``cost_curves_*.json``'s t(n) per cache mode (:data:`_MODES`; ms, 95% interval where the file has one) and, for a
+    target and a draft, per mode c and the predicted speedups (:func:`specrepro.theory.hardware_aware_speedup` at γ = 4
+    and the best γ, the free-draft bound) at the α of :data:`GPU_ALPHA_METHOD` in the CPU's bench of record; each
+    ``test_cuda_*.json`` with its log: tests collected, passed, failed and not reached."""
     from specrepro.theory import CostCurve, free_draft_bound, hardware_aware_speedup, optimal_gamma_hardware
 
     gdir = gpu_dir() if gdir is None else Path(gdir)
@@ -84,35 +77,29 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
             if row["method"] == GPU_ALPHA_METHOD and row.get("alpha") is not None:
                 alpha = float(row["alpha"])
                 alpha_n = f"{row['n_prompts']} prompts x {row['runs'] // row['n_prompts']} passes"
-    files, modes = [], ("eager", "static", "graphs")
+    files = []
     for path in gpu_files(gdir, "cost_curves_"):
         res = json.loads(read_noted(path))
         cfg, models = res["config"], res["models"]
-        short = {m: Path(m).name for m in models}
-        times = []
-        for m in models:
-            for mode in (mode for mode in modes if models[m].get(f"{mode}_ms") is not None):
-                ms = models[m][f"{mode}_ms"]
-                low = models[m].get(f"{mode}_ms_low") or [None] * len(ms)
-                high = models[m].get(f"{mode}_ms_high") or [None] * len(ms)
-                times.append([short[m], mode, *(ci_cell(v, lo, hi) for v, lo, hi in zip(ms, low, high))])
-        diffs = {short[m]: models[m].get("graphs_max_abs_logit_diff") for m in models}
-        f = {"name": path.name, "cfg": cfg, "times": times, "predictions": [],
-             "with_ci": any(models[m].get(f"{mode}_ms_low") is not None for m in models for mode in modes),
-             "diffs": ", ".join(f"{k} {v:g}" for k, v in diffs.items() if v is not None)}
+        got = {(m, mode): models[m][f"{mode}_ms"] for m in models for mode in _MODES
+               if models[m].get(f"{mode}_ms") is not None}  # (model, mode) -> t(n) per n, ms
+        diffs = {Path(m).name: models[m].get("graphs_max_abs_logit_diff") for m in models}
+        f = {"name": path.name, "cfg": cfg, "predictions": [],
+             "diffs": {k: v for k, v in diffs.items() if v is not None},
+             "times": [(Path(m).name, mode, list(zip(ms, *(models[m].get(f"{mode}_ms_{end}") or [None] * len(ms)
+                                                          for end in ("low", "high")))))
+                       for (m, mode), ms in got.items()],
+             "with_ci": any(models[m].get(f"{mode}_ms_low") is not None for m in models for mode in _MODES)}
         if len(models) == 2 and alpha is not None:
             target, draft = models
-            f.update(target=short[target], draft=short[draft])
-            for mode in modes:
-                t_ms, d_ms = models[target].get(f"{mode}_ms"), models[draft].get(f"{mode}_ms")
-                if t_ms is None or d_ms is None:
-                    continue
-                t_curve, d_curve = CostCurve(cfg["ns"], t_ms), CostCurve(cfg["ns"], d_ms)
+            f.update(target=Path(target).name, draft=Path(draft).name)
+            for mode in (mode for mode in _MODES if (target, mode) in got and (draft, mode) in got):
+                t_curve, d_curve = CostCurve(cfg["ns"], got[target, mode]), CostCurve(cfg["ns"], got[draft, mode])
                 g = optimal_gamma_hardware(alpha, t_curve, d_curve, max_gamma=max(cfg["ns"]) - 1)
-                f["predictions"].append((mode, f"{d_curve(1) / t_curve(1):.2f}",
-                                         f"{hardware_aware_speedup(alpha, 4, t_curve, d_curve):.2f}x",
-                                         f"{hardware_aware_speedup(alpha, g, t_curve, d_curve):.2f}x (γ = {g})",
-                                         f"{free_draft_bound(alpha, 4, t_curve):.2f}x"))
+                f["predictions"].append({"mode": mode, "c": d_curve(1) / t_curve(1), "gamma": g,
+                                         "at_4": hardware_aware_speedup(alpha, 4, t_curve, d_curve),
+                                         "at_best": hardware_aware_speedup(alpha, g, t_curve, d_curve),
+                                         "free": free_draft_bound(alpha, 4, t_curve)})
         files.append(f)
     tests = []
     for meta_path in gpu_files(gdir, "test_cuda_"):

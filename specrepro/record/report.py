@@ -1,11 +1,10 @@
 """The scorecard's rendering and the pages that hold the record's generated blocks.
 
-:func:`render_markdown` (``scorecard.md``) and :func:`render_summary` (the README's short scorecard), the figures,
-battery, runtimes, arcost and llamaaudit blocks (the bench and targets blocks are
-:mod:`specrepro.record.bench_blocks`', gpu :mod:`specrepro.record.gpu`'s, speed and formats
-:mod:`specrepro.record.speed`'s, all re-exported here), :func:`write_scorecard`, and :func:`render_pages` /
-:func:`update_readme`, which render each block into whichever page (README.md or docs/*.md) holds its markers.
-Nothing here decides a verdict (:mod:`specrepro.record.scorecard` does).
+:func:`render_markdown` (``scorecard.md``), :func:`render_summary` (the README's scorecard), the figures, battery,
+runtimes, arcost and llamaaudit blocks (bench and targets: :mod:`specrepro.record.bench_blocks`; gpu, speed and
+formats: :mod:`specrepro.record.gpu`, :mod:`specrepro.record.speed`; all re-exported here), and :func:`render_pages`
+/ :func:`update_readme`, which render each block into whichever page (README.md or docs/*.md) holds its markers.
+Each block's prose and layout is a template (``templates/<block>.md.j2``); nothing here decides a verdict.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ import pandas as pd
 
 from specrepro.files import atomic_write_files, hold_record_lock_for, read_noted, repo_root
 from specrepro.record.bench_blocks import (  # noqa: F401 - bench_files ... targets_table re-exported
-    bench_files, cell, ci_cell, prediction_gaps, profile_figures, profile_results, provenance_note, rel, render_bench,
-    render_targets, render_template, targets_table)
+    bench_files, prediction_gaps, profile_figures, profile_results, provenance_note, rel, render_bench, render_targets,
+    render_template, targets_table)
 from specrepro.record.gpu import GPU_ALPHA_METHOD, gpu_dir, render_gpu  # noqa: F401 - re-exported
 from specrepro.record.registry import with_registration
 from specrepro.record.results import (STANDARD, read_json, record_dir,  # noqa: F401 - record_dir re-exported
@@ -31,7 +30,7 @@ from specrepro.record.scorecard import (COMPUTED, EXACT, GROUPS, INCONCLUSIVE, J
                                         NOT_RUN, NOT_TESTABLE, TREND, VERDICTS, score, verdict_definitions)
 from specrepro.record.speed import render_formats, render_speed
 
-__all__ = ["KEY_FIGURES", "VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_counts", "render_markdown",
+__all__ = ["VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_counts", "render_markdown",
            "render_summary", "render_figures", "render_bench", "render_targets", "render_battery", "render_runtimes",
            "targets_table", "prediction_gaps", "write_scorecard", "replace_block", "block_names", "record_pages",
            "render_block", "render_pages", "update_readme", "plot_verdicts"]
@@ -47,31 +46,16 @@ BLOCKS = ("scorecard", *_RENDERERS)
 #: the blocks that must be in README.md itself (its first screen)
 README_BLOCKS = ("scorecard", "figures")
 
-#: the figures on the README's front page: (file stem, caption)
-KEY_FIGURES = (
-    ("fig_exactness_tv_vs_n", "Exactness (notebook 01): TV distance to the target vs samples N. The exact sampler "
-                              "falls like 1/√N, the negative controls plateau."),
-    ("fig_speedup_vs_gamma_predicted_vs_measured", "Speedup vs γ (notebook 04): Leviathan's constant-c prediction, "
-                                                   "the hardware-aware prediction and the measured speedup with its "
-                                                   "95% interval, for the draft and its int8 copy, beside the "
-                                                   "paper's Table 2 speedups (T5-XXL on a TPU-v4)."),
-    ("fig_speedup_limit_ladder", "The limit drawn (notebook 04): per draft and γ, Leviathan's tokens per step, the "
-                                 "free-draft bound, the hardware-aware prediction (+ draft cost, + loop overhead) and "
-                                 "the measured speedup with its 95% interval."),
-    ("fig_tokens_per_step_vs_tree_width", "Token trees (notebook 05): verified tokens per step vs tree width, ours "
-                                          "beside SpecInfer's Table 2."),
-)
-
 VERDICT_COLORS = {EXACT: "#1b9e77", TREND: "#7fc97f", INCONCLUSIVE: "#fdc086", NOT_REPRODUCED: "#d95f02",
                   COMPUTED: "#80b1d3", NOT_TESTABLE: "#969696", NOT_RUN: "#bdbdbd"}
 
 
-def _grouped(card: pd.DataFrame, row_cells) -> list[tuple[str, list[tuple]]]:
+def _grouped(card: pd.DataFrame, row=lambda r: r) -> list[tuple[str, list]]:
     """The card's rows by group, in :data:`GROUPS` order (claims order within each), then any other group (rows
-    without a group form one, "ungrouped"): each group's :func:`group_counts` heading and ``row_cells(row)`` per row."""
+    without a group form one, "ungrouped"): each group's :func:`group_counts` heading and ``row(r)`` per row."""
     col = card["group"].fillna("").astype(str) if "group" in card else pd.Series("", index=card.index)
     names = [g for g in GROUPS if (col == g).any()] + sorted(set(col) - set(GROUPS))
-    return [(group_counts(card[col == g], g or "ungrouped"), [row_cells(r) for _, r in card[col == g].iterrows()])
+    return [(group_counts(card[col == g], g or "ungrouped"), [row(r) for _, r in card[col == g].iterrows()])
             for g in names]
 
 
@@ -105,51 +89,23 @@ def _card_head(card: pd.DataFrame) -> str:
     return head
 
 
-def _full_row(r) -> tuple:
-    """One row of ``scorecard.md``: where, claim, paper, ours, verdict, why."""
-    where = f"{r['paper']} · {r['source']}" + (f" (arXiv {r['arxiv']})" if r.get("arxiv") else "")
-    claim = cell(r["claim"]) + (f"<br><sub>{cell(r['setting'])}</sub>" if r["setting"] else "")
-    kind = " · ".join(x for x in (str(r.get("paper_kind") or ""), f"margin {r['margin']}" if r.get("margin") else "")
-                      if x)
-    paper = cell(r["paper_value"]) + (f"<br><sub>{cell(kind)}</sub>" if kind else "")
-    ours = cell(r["ours"]) or "—"
-    if r["ours"] and r["our_setting"]:
-        ran = "; ".join(x for x in (f"ran on {r['hardware']}" if r.get("hardware") else "",
-                                    f"tables of commit {r['commit']}" if r.get("commit") else "") if x)
-        ours += f"<br><sub>{cell(r['our_setting'])}" + (f"; {cell(ran)}" if ran else "") + "</sub>"
-    if r.get("interval"):
-        ours += f"<br><sub>interval: {cell(r['interval'])}</sub>"
-    why = cell(r["reason"]) + (f"<br><sub>{cell(r['stability'])}</sub>" if r.get("stability") else "")
-    if r.get("registered"):
-        why += f"<br><sub>rule {cell(r['registered'])}</sub>"
-    return cell(where), claim, paper, ours, f"**{r['verdict']}**", why
-
-
 def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
-    """The full scorecard (``scorecard.md``): a line naming the profile, each machine with the number of claims
-    measured on it, the commits, the number of distinct claims and the count of each verdict; then one table per group,
-    headed by its verdict counts. Each row: paper, location and arXiv version; the claim with the paper's setting; the
-    paper's number with its kind; ours with its 95% interval, n and our setting; the verdict; why. Then where each
-    speedup comes from (:func:`specrepro.record.decompose.speedup_decomposition`).
-    """
+    """The full scorecard (``scorecard.md``): the profile, each machine with its number of claims, the commits and
+    the count of each verdict; one table per group headed by its verdict counts, a row per claim (paper and where, the
+    claim in the paper's setting, the paper's number, ours in our setting, verdict, why); then where each speedup
+    comes from (:func:`specrepro.record.decompose.speedup_decomposition`)."""
     from specrepro.record.decompose import speedup_decomposition
     from specrepro.record.scorecard import load_claims
     from specrepro.record.tables import Tables
 
     profile = _profile(card, profile)
-    hw = card.loc[card["hardware"].fillna("").astype(str) != "", "hardware"].value_counts()
-    commits = sorted({c for c in card["commit"] if c})
-    machines = "; ".join(f"{h} ({n} claim{'s' if n > 1 else ''})" for h, n in hw.items())
-    head = f"Profile **{profile}**" + (f" on {machines}" if machines else "")
-    if commits:
-        head += f", tables from commit{'s' if len(commits) > 1 else ''} " + ", ".join(f"`{c}`" for c in commits)
-    head += (f". {_card_head(card)}. Intervals are 95%; each row names how its interval is computed "
-             f"(medians: the sign test's distribution-free interval; means: a BCa bootstrap).")
     read = set(card.loc[card["ours"].fillna("").astype(str) != "", "id"])  # the claims the card holds a reading of
     claims = load_claims()
-    return render_template("scorecard", head=head, definitions=verdict_definitions().rstrip("\n"),
-                           groups=_grouped(card, _full_row),
-                           decomposition=speedup_decomposition(claims[claims["id"].isin(read)], Tables(profile)))
+    return render_template(
+        "scorecard", profile=profile, card_head=_card_head(card), commits=sorted({c for c in card["commit"] if c}),
+        machines=card.loc[card["hardware"].fillna("").astype(str) != "", "hardware"].value_counts().items(),
+        definitions=verdict_definitions().rstrip("\n"), groups=_grouped(card),
+        decomposition=speedup_decomposition(claims[claims["id"].isin(read)], Tables(profile)))
 
 
 _N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"),
@@ -184,21 +140,18 @@ def _dirty(r) -> bool:
     return str(r.get("commit") or "").endswith("-dirty")
 
 
-def _summary_row(r) -> tuple:
-    """One row of the README's scorecard: claim (with "Leviathan 2023" for "Leviathan et al. 2023" and its id),
-    paper, ours, n, verdict."""
+def _summary_row(r) -> dict:
+    """The values of one row of the README's scorecard: the card's row, our number and n (:func:`_short_ours`), the
+    paper as "Leviathan 2023" for "Leviathan et al. 2023", and whether its table came from uncommitted code."""
     ours, n_cell = _short_ours(r)
     year = re.search(r"(\d{4})", str(r["paper"]))
-    paper = f"{str(r['paper']).split()[0]} {year.group(1)}" if year else str(r["paper"])
-    claim = f"{cell(r['claim'])} <sub>{cell(paper)} · `{cell(r['id'])}`</sub>"
-    marks = (" · unstable" if r.get("stability") else "") + (" · uncommitted code" if _dirty(r) else "")
-    return claim, cell(r["paper_value"]), cell(ours), cell(n_cell), f"**{r['verdict']}**" + marks
+    return {"r": r, "ours": ours, "n": n_cell, "dirty": _dirty(r),
+            "paper": f"{str(r['paper']).split()[0]} {year.group(1)}" if year else str(r["paper"])}
 
 
 def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | None = None) -> str:
-    """The README's scorecard: the number of distinct claims and of each verdict, a link to the full card
-    (``scorecard.md``, relative to ``base``, the directory of the page that holds the block), then one short table per
-    group (claim | paper | ours [95% CI] | n | verdict), each headed by its verdict counts (:func:`group_counts`)."""
+    """The README's scorecard: the count of each verdict, a link to the full card (relative to ``base``, the
+    directory of the page that holds the block) and one short table per group (:func:`group_counts` heading)."""
     profile = _profile(card, profile)
     return render_template("summary", profile=profile, card_head=_card_head(card),
                            link=rel(profile_results(profile) / "scorecard.md", base),
@@ -208,17 +161,14 @@ def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | 
 
 
 def render_figures(profile: str = STANDARD, base: Path | None = None) -> str:
-    """Markdown for the README's key figures: each image with its caption and the commit, profile, device and date of
-    the run that drew it (its provenance sidecar), or a note that ``make reproduce`` has not drawn it yet; links
-    relative to ``base``, the directory of the page that holds the block (default: the repository root)."""
-    fdir, figures = profile_figures(profile), []
-    for stem, caption in KEY_FIGURES:
-        prov = read_json(fdir / f"{stem}.provenance.json") if (fdir / f"{stem}.png").exists() else None
-        origin = (f"not drawn yet for profile {profile}: `make reproduce` writes it" if prov is None else
-                  f"commit `{prov.get('commit', '?')}`, profile {prov.get('profile', profile)}, "
-                  f"{prov.get('device', '?')}, {prov.get('date', '?')}")
-        figures.append((stem, caption, origin))
-    return render_template("figures", figures=figures, link=rel(fdir, base))
+    """Markdown for the README's key figures (``templates/figures.md.j2``), each with the commit, profile, device and
+    date of the run that drew it, or a note that it is not drawn yet; links relative to ``base`` (as :func:`rel`)."""
+    fdir = profile_figures(profile)
+
+    def provenance(stem: str) -> dict | None:  # the sidecar of a figure drawn, None for one not drawn yet
+        return read_json(fdir / f"{stem}.provenance.json") if (fdir / f"{stem}.png").exists() else None
+
+    return render_template("figures", provenance=provenance, profile=profile, link=rel(fdir, base))
 
 
 def write_scorecard(profile: str = STANDARD, device: str = "cpu", claims: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -261,12 +211,8 @@ def record_pages(readme: str | Path | None = None) -> list[Path]:
 
 def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None = None,
                  base: Path | None = None) -> str:
-    """The content of generated block ``name`` (:data:`BLOCKS`) for ``profile``, with links relative to ``base`` (the
-    directory of the page that holds it).
-
-    Raises:
-        ValueError: ``name`` is not a generated block.
-    """
+    """The content of generated block ``name`` (:data:`BLOCKS`) for ``profile``, links relative to ``base`` (the
+    directory of the page that holds it). Raises ValueError for a name not in :data:`BLOCKS`."""
     if name not in BLOCKS:
         raise ValueError(f"unknown generated block {name!r}; known: {list(BLOCKS)}")
     if name == "scorecard":
@@ -276,35 +222,21 @@ def render_block(name: str, profile: str = STANDARD, card: pd.DataFrame | None =
 
 def render_llama_audit(profile: str = STANDARD) -> str:
     """Markdown for the ``llamaaudit`` block (docs/battery.md) from the table ``audit_llamacpp`` (``python -m
-    specrepro audit --runtime llama.cpp``): per setting and sampler its role, n, TV to the exact law, the chi-square
-    and G-test p-values, the TV detected with 90% power, the verdict, both acceptance rates and, for a sampler audited
-    against the law its code implies, that law's TV to the exact one and the samples' p-value against it; a missing
-    table is named."""
+    specrepro audit --runtime llama.cpp``): per setting and sampler its n, TV, p-values, power, verdict, acceptance
+    rates and the TV and fit of the law its code implies; a missing table is named."""
     path = profile_results(profile) / "audit_llamacpp.csv"
     if not path.exists():
-        return ("No llama.cpp audit in the record yet: `make data/results/audit_llamacpp.csv` builds llama.cpp's "
-                "speculative programs and runs it.\n")
+        return render_template("llamaaudit", rows=None)
     df = pd.read_csv(io.BytesIO(read_noted(path)))
-    rows = [(r.setting, f"`{r.implementation}`", r.role, int(r.n),
-             ci_cell(r.tv, spec=".3f") + (f" ({ci_cell(null, spec='.3f')})"
-                                          if pd.notna(null := getattr(r, "tv_null_mean", math.nan)) else ""),
-             ci_cell(r.p_value, spec=".2g"), ci_cell(r.g_test_p, spec=".2g"),
-             ci_cell(r.min_detectable_tv_90, spec=".3f"), f"**{r.verdict}**",
-             f"{ci_cell(r.llamacpp_accept_rate)} / {ci_cell(r.specrepro_accept_rate)}",
-             (f"{ci_cell(r.code_law_tv_to_exact, spec='.3f')} / {ci_cell(r.p_value_vs_code_law, spec='.2g')}"
-              if pd.notna(getattr(r, "p_value_vs_code_law", math.nan)) else "—")) for r in df.itertuples()]
-    first = df.iloc[0]
-    return render_template("llamaaudit", prov=provenance_note(path), level=ci_cell(first["level"], spec="g"),
-                           version=first["llama_cpp_python"], prompt=first["prompt"], length=int(first["length"]),
-                           gamma=int(first["gamma"]), rows=rows)
+    df = df.assign(**{c: df.get(c, math.nan) for c in ("tv_null_mean", "code_law_tv_to_exact", "p_value_vs_code_law")})
+    return render_template("llamaaudit", prov=provenance_note(path), first=df.iloc[0], rows=list(df.itertuples()))
 
 
 def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
     """Our AR baseline's cost in every bench file of ``profile`` beside what the same file measured of the machine:
-    one row per file with its CPU, dtype and threads, AR's ms per token and AR's target forward per step in those runs
-    (ms; each the median over prompts of each prompt's median over passes, with its 95% bootstrap interval over
-    prompts and n prompts), the cost model's one-token target forward before and after the timed passes (ms; NaN
-    without a cost model), and how many (pass, prompt) blocks ran under load where the file records it."""
+    a row per file with its CPU, dtype, threads, n prompts, AR's ms per token and target forward per step (ms; median
+    over prompts of the median over passes, 95% bootstrap interval over prompts), the cost model's t(1) before and
+    after the timed passes (ms; NaN without one) and the (pass, prompt) blocks run under load, where recorded."""
     from specrepro.stats import bootstrap_ci
 
     rows = []
@@ -328,22 +260,13 @@ def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
 
 def render_ar_cost(profile: str = STANDARD) -> str:
     """Markdown for the ``arcost`` block (docs/cost-model.md): :func:`ar_cost_table`, one row per bench file."""
-    df = ar_cost_table(profile)
-    if df.empty:
-        return f"No bench file for profile {profile} yet.\n"
-    rows = [(f"`{r.file}`", cell(r.cpu), r.dtype, r.n_prompts,
-             ci_cell(r.ar_ms_per_token, r.ar_ms_lo, r.ar_ms_hi, ".0f"),
-             ci_cell(r.ar_forward_ms, r.ar_forward_lo, r.ar_forward_hi, ".0f"),
-             f"{ci_cell(r.t1_before_ms, spec='.0f')} / {ci_cell(r.t1_after_ms, spec='.0f')}",
-             f"{int(r.blocks_under_load)} of {int(r.blocks)}" if pd.notna(r.blocks) else "not recorded")
-            for r in df.itertuples()]
-    return render_template("arcost", rows=rows)
+    return render_template("arcost", profile=profile, rows=list(ar_cost_table(profile).itertuples()))
 
 
 def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
                  pages: list[Path] | None = None) -> dict[Path, tuple[str, str]]:
-    """Every page's text as it is and as rendered: ``{path: (old, new)}`` for each of ``pages`` (default
-    :func:`record_pages`), each generated block rendered into the page that holds its markers. Writes nothing.
+    """``{path: (old, new)}`` for each of ``pages`` (default :func:`record_pages`): its text, and with each generated
+    block it holds the markers of rendered. Writes nothing.
 
     Raises:
         ValueError: README.md (the first page) lacks a block of :data:`README_BLOCKS`, a block's markers are missing,
@@ -374,10 +297,10 @@ def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
 
 def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, readme: str | Path | None = None,
                   force: bool = False) -> bool:
-    """Rewrite every generated block in whichever page holds its markers, README.md (``readme``) or a docs/*.md file
-    beside it (:func:`render_pages`), from ``card`` (default: :func:`specrepro.record.scorecard.score`) and
-    ``profile``'s tables and figures; the changed pages are written in one step. Only under ``make reproduce`` or
-    ``make scorecard`` (:func:`specrepro.record.results.writes_record`) unless ``force``. True if a page changed.
+    """Rewrite every generated block of README.md (``readme``) and the docs/*.md beside it (:func:`render_pages`)
+    from ``card`` (default: scored now) and ``profile``'s tables and figures, the changed pages in one step; only
+    under ``make reproduce`` / ``make scorecard`` (:func:`specrepro.record.results.writes_record`) unless ``force``.
+    True if a page changed.
 
     Raises:
         ValueError: a block is missing from README.md or misplaced (:func:`render_pages`).
@@ -393,10 +316,9 @@ def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, rea
 
 
 def render_battery(profile: str = STANDARD) -> str:
-    """Markdown for the exactness-battery block, from notebook 01's tables of ``profile``: each goodness-of-fit test's
-    false-alarm rate (± its binomial standard error over the null experiments) and the smallest TV deviation it
-    detects with 90% power, and the published-bug registry's negative controls caught and look-alikes passed. A
-    missing table is named."""
+    """Markdown for the exactness-battery block from notebook 01's tables: each goodness-of-fit test's false-alarm
+    rate (± binomial s.e.) and smallest TV detected at 90% power, and the published bugs' negative controls caught
+    and look-alikes passed. A missing table is named."""
     rdir = profile_results(profile)
     power_path, bugs_path = rdir / "exactness_power_false_alarm.csv", rdir / "exactness_bug_registry.csv"
     context = {"profile": profile, "rows": None, "bugs": None}
@@ -404,8 +326,7 @@ def render_battery(profile: str = STANDARD) -> str:
         power = pd.read_csv(io.BytesIO(read_noted(power_path)))
         context.update(prov=provenance_note(power_path), ok=int(power["within_level"].astype(bool).sum()),
                        undetected=not power["min_tv_detected_90"].map(math.isfinite).all(),
-                       rows=[(cell(r.test), int(r.n), f"{r.level:g}", f"{r.false_alarm:.2%} ± {r.false_alarm_se:.2%}",
-                              ci_cell(r.min_tv_detected_90, spec=".3f")) for r in power.itertuples()])
+                       rows=list(power.itertuples()))
     if bugs_path.exists():
         bugs = pd.read_csv(io.BytesIO(read_noted(bugs_path)))
         neg, pos = bugs[bugs["negative"].astype(bool)], bugs[~bugs["negative"].astype(bool)]
@@ -424,32 +345,18 @@ SCORECARD_NOTEBOOK = "08_scorecard"
 
 def render_runtimes(executed: Path | None = None, sources: Path | None = None) -> str:
     """Markdown for the ``runtimes`` block of docs/profiles.md: per committed executed notebook of
-    :data:`RUNTIME_PROFILES` (under ``executed``, default ``notebooks/executed/``) the run time (minutes) its run
-    stamped into it (:func:`specrepro.record.nbrun.stamp_run`; "not recorded" before stamps existed), with that run's
-    commit, CPU and date, and whether its code cells are its source's today (``sources``, default ``notebooks/``;
-    :func:`specrepro.record.nbrun.code_drift`)."""
+    :data:`RUNTIME_PROFILES` (under ``executed``, default ``notebooks/executed/``) the run time its run stamped into it
+    (:func:`specrepro.record.nbrun.stamp_run`) with the run's commit, CPU and date, and whether its code is its
+    source's today (``sources``, default ``notebooks/``; :func:`specrepro.record.nbrun.code_drift`)."""
     from specrepro.record.nbrun import code_drift, run_facts
 
     root = Path(executed) if executed is not None else repo_root() / "notebooks" / "executed"
     sources = Path(sources) if sources is not None else repo_root() / "notebooks"
-    lines = []
-    missing = stale = 0
-    for prof in RUNTIME_PROFILES:
-        for nb in sorted((root / prof).glob("[0-9][0-9]_*.ipynb")):
-            if nb.name.endswith(".partial.ipynb") or nb.stem == SCORECARD_NOTEBOOK:
-                continue
-            drift = code_drift(sources / nb.name, nb) if (sources / nb.name).is_file() else None
-            stale += bool(drift)
-            same = ("no source" if drift is None else "yes" if not drift else
-                    f"**no**: code cell{'s' if len(drift) > 1 else ''} {', '.join(map(str, drift))} changed since")
-            run = run_facts(nb)
-            missing += run is None
-            lines.append(f"| `{nb.stem}` | {prof} | not recorded | | | | {same} |" if run is None else
-                         f"| `{nb.stem}` | {run.get('profile', prof)} | {float(run['minutes']):.1f} | "
-                         f"`{run.get('commit', '?')}` | {cell(run.get('cpu', '?'))} | {run.get('date', '?')} | "
-                         f"{same} |")
-    return render_template("runtimes", lines=lines, missing=missing, stale=stale,
-                           scorecard_notebook=SCORECARD_NOTEBOOK)
+    rows = [{"stem": nb.stem, "profile": prof, "run": run_facts(nb),
+             "drift": code_drift(sources / nb.name, nb) if (sources / nb.name).is_file() else None}
+            for prof in RUNTIME_PROFILES for nb in sorted((root / prof).glob("[0-9][0-9]_*.ipynb"))
+            if not nb.name.endswith(".partial.ipynb") and nb.stem != SCORECARD_NOTEBOOK]
+    return render_template("runtimes", rows=rows, scorecard_notebook=SCORECARD_NOTEBOOK)
 
 
 def plot_verdicts(card: pd.DataFrame, ax=None):

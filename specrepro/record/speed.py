@@ -14,37 +14,13 @@ from specrepro.files import read_noted
 from specrepro.record.bench_blocks import ci_cell, profile_figures, profile_results, rel, render_template
 from specrepro.record.results import STANDARD
 
-__all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "VARIANTS_TABLE", "SIXTEEN_BIT_TARGETS", "variant_rows", "render_speed", "render_formats", "speed_rows",
-           "gap_rows", "sixteen_bit_rows", "save_formats_figure"]
+__all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "VARIANTS_TABLE", "SIXTEEN_BIT_TARGETS", "variant_rows", "render_speed",
+           "render_formats", "sixteen_bit_rows", "save_formats_figure"]
 
 #: the table the block reads and the figure it shows; the CPU variants' table shown beside them
 FORMATS_TABLE = "llamacpp_formats.csv"
 VARIANTS_TABLE = "llamacpp_variants.csv"
 FORMATS_FIGURE = "fig_llamacpp_formats.png"
-#: the columns of :func:`speed_rows` the README's short table shows: format, AR ms, γ, decode and end-to-end speedups
-_SHORT = (0, 2, 4, 8, 9)
-
-
-def speed_rows(df: pd.DataFrame) -> list[tuple]:
-    """One markdown row per weight format: file size, llama.cpp's AR decode ms per token, our chain's, the
-    block-cost ratio at the measured γ, the free-draft bound, the prediction at the measured α, the measured decode
-    and end-to-end speedups (95% intervals) and α."""
-    return [(f"`{r.format}`", f"{r.file_mib:.0f}", ci_cell(r.ar_decode_ms, r.ar_decode_ms_lo, r.ar_decode_ms_hi, ".1f"),
-             ci_cell(r.sd_decode_ms, r.sd_decode_ms_lo, r.sd_decode_ms_hi, ".1f"), str(int(r.measured_gamma)),
-             f"{r.block_ratio:.2f}", f"{r.free_draft_bound:.2f}×", f"{r.predicted_at_measured_alpha:.2f}×",
-             ci_cell(r.decode_speedup, r.decode_speedup_lo, r.decode_speedup_hi) + "×",
-             ci_cell(r.speedup, r.speedup_lo, r.speedup_hi) + "×",
-             ci_cell(r.measured_alpha, r.measured_alpha_lo, r.measured_alpha_hi)) for r in df.itertuples()]
-
-
-def gap_rows(df: pd.DataFrame) -> list[tuple]:
-    """One markdown row per weight format: measured over predicted and the four measured ratios that make up the
-    gap (:func:`specrepro.bench.formats.formats_shard`)."""
-    return [(f"`{r.format}`", f"{r.measured_over_predicted:.2f}", f"{r.ar_decode_over_t1:.2f}",
-             f"{r.tokens_per_step_over_eq1:.2f}", f"{r.target_step_over_cost:.2f}", f"{r.draft_step_over_t1:.2f}")
-            for r in df.itertuples()]
-
-
 #: the 16-bit files' targets the block reports (:data:`specrepro.bench.targets.TARGETS`), with their short labels
 SIXTEEN_BIT_TARGETS = {"llama-16bit-decode-vs-llama-ar": "greedy, over its AR in decode time",
                        "llama-16bit-vs-llama-ar": "end to end",
@@ -53,10 +29,9 @@ SIXTEEN_BIT_TARGETS = {"llama-16bit-decode-vs-llama-ar": "greedy, over its AR in
 
 
 def sixteen_bit_rows(profile: str = STANDARD, base: Path | None = None) -> list[dict]:
-    """The 16-bit files' targets (:data:`SIXTEEN_BIT_TARGETS`) checked on ``profile``'s bench files
-    (:func:`specrepro.bench.targets.check_targets`), those whose file is in the profile: per target its label,
-    threshold, status, the measured ratio with its 95% interval (the first the check reports), our method and
-    llama.cpp's, n, and the file's link."""
+    """The 16-bit files' targets (:data:`SIXTEEN_BIT_TARGETS`) whose file ``profile`` has, checked
+    (:func:`specrepro.bench.targets.check_targets`): label, threshold, status, the (first) measured ratio [95% CI],
+    our method and llama.cpp's, n and the file's link."""
     from specrepro.bench.targets import TARGETS, check_targets
 
     chosen = [t for t in TARGETS if t.id in SIXTEEN_BIT_TARGETS]
@@ -95,32 +70,32 @@ def variant_rows(df: pd.DataFrame) -> list[tuple]:
     return rows
 
 
+def _read(path: Path) -> tuple[pd.DataFrame, dict]:
+    """A table of the record and its provenance sidecar."""
+    return pd.read_csv(io.BytesIO(read_noted(path))), json.loads(path.with_suffix(".provenance.json").read_text())
+
+
 def _variants(profile: str, base: Path | None) -> dict:
     path = profile_results(profile) / VARIANTS_TABLE
     if not path.exists():
         return {"variants": None}
-    df = pd.read_csv(io.BytesIO(read_noted(path)))
-    prov = json.loads(path.with_suffix(".provenance.json").read_text())
-    chosen = ", ".join(sorted(set(df.loc[df["build"] == "chosen", "cpu_variant"].astype(str))))
-    portable = ", ".join(sorted(set(df.loc[df["build"] == "portable", "cpu_variant"].astype(str))))
+    df, prov = _read(path)
     return {"variants": {"rows": variant_rows(df), "table": rel(path, base), "commit": prov.get("commit", "?"),
-                         "cpu": prov.get("cpu", "?"), "chosen": chosen, "portable": portable,
-                         "alternations": int(df["alternation"].nunique())}}
+                         "cpu": prov.get("cpu", "?"), "alternations": int(df["alternation"].nunique()),
+                         **{build: ", ".join(sorted(set(df.loc[df["build"] == build, "cpu_variant"].astype(str))))
+                            for build in ("chosen", "portable")}}}
 
 
 def _context(profile: str, base: Path | None) -> dict:
     path = profile_results(profile) / FORMATS_TABLE
     context: dict = {"table": rel(path, base), "have": path.exists()}
     if path.exists():
-        df = pd.read_csv(io.BytesIO(read_noted(path)))
-        prov = json.loads(path.with_suffix(".provenance.json").read_text())
+        df, prov = _read(path)
         ar, sd = df.loc[df["ar_decode_ms"].idxmin()], df.loc[df["sd_decode_ms"].idxmin()]
         best = ("ar", ar) if ar["ar_decode_ms"] <= sd["sd_decode_ms"] else ("sd", sd)
         fig = profile_figures(profile) / FORMATS_FIGURE
-        rows = speed_rows(df)
         context.update(
-            rows=rows, gaps=gap_rows(df), short=[tuple(r[i] for i in _SHORT) for r in rows],
-            commit=prov.get("commit", "?"), cpu=prov.get("cpu", "?"),
+            rows=list(df.itertuples()), commit=prov.get("commit", "?"), cpu=prov.get("cpu", "?"),
             variant=", ".join(sorted(set(df["cpu_variant"].astype(str)))), threads=int(df["threads"].iloc[0]),
             n_prompts=int(df["n_prompts"].iloc[0]), passes=int(df["passes"].iloc[0]), alpha=float(df["alpha"].iloc[0]),
             alpha_from=(prov.get("alpha") or {}).get("method", "?"), best_kind=best[0], best=best[1],
@@ -146,11 +121,8 @@ def render_formats(profile: str = STANDARD, base: Path | None = None) -> str:
 
 def save_formats_figure(profile: str = STANDARD) -> Path:
     """Draw :func:`specrepro.bench.formats.plot_formats` from ``profile``'s weight-format table and save it as
-    :data:`FORMATS_FIGURE` (:func:`specrepro.record.results.save_figure`). Returns the PNG path.
-
-    Raises:
-        FileNotFoundError: the table is not there.
-    """
+    :data:`FORMATS_FIGURE` (:func:`specrepro.record.results.save_figure`). Returns the PNG path; FileNotFoundError
+    without the table."""
     from specrepro.bench.formats import plot_formats
     from specrepro.record.results import save_figure
 

@@ -1,6 +1,5 @@
-"""The result tables a scorecard reads: one profile's CSVs and bench JSONs with their provenance, read lazily
-(:class:`Tables`), and the machine a table was measured on (:func:`hardware_of`). Tables are written by
-:mod:`specrepro.record.results`.
+"""The result tables a scorecard reads (:class:`Tables`: one profile's CSVs and bench JSONs with their provenance,
+read lazily; written by :mod:`specrepro.record.results`) and the machine a table was measured on (:func:`hardware_of`).
 """
 
 from __future__ import annotations
@@ -44,8 +43,7 @@ class Tables:
     """The result tables and provenance records of one profile, read lazily and cached.
 
     Args:
-        profile: the profile whose tables are read, from :func:`specrepro.record.results.read_dirs` (this run's output
-            directory, then, for the standard profile outside ``make reproduce``, the committed data/results/).
+        profile: whose tables are read, from :func:`specrepro.record.results.read_dirs`' directories.
         frames: optional ``{name: DataFrame}`` used instead of the files (tests); names absent from it are missing.
         provenances: optional ``{name: dict}`` to go with ``frames``.
         dirs: optional directories searched instead of :func:`specrepro.record.results.read_dirs`.
@@ -78,8 +76,7 @@ class Tables:
         return None if df is None else df.copy()
 
     def provenance(self, name: str) -> dict:
-        """The provenance record of table ``name`` (its sidecar, or a bench JSON's config: commit, profile, device,
-        target, ...); {} if there is none."""
+        """Table ``name``'s provenance (its sidecar, or a bench JSON's config); {} if there is none."""
         if name not in self._prov:
             rec = None
             if self._frames is None:
