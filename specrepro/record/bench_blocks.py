@@ -72,7 +72,8 @@ def _templates():
     env = jinja2.Environment(loader=jinja2.PackageLoader("specrepro.record", "templates"), autoescape=False,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
-    env.filters.update(cell=cell, ci=ci_cell, fmt=format)
+    # int and float raise on NaN or text as Python's do (jinja's own print 0): a bad table fails, never prints 0
+    env.filters.update(cell=cell, ci=ci_cell, fmt=format, int=int, float=float)
     env.tests["notna"] = pd.notna
     return env
 
