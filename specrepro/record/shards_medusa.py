@@ -15,23 +15,18 @@ __all__ = ["MedusaShards"]
 
 
 class MedusaShards(ShardGroup):
-    """Notebook 06's measurements (Medusa, Cai et al. 2024) as shards, in the order they can run:
+    """Notebook 06's measurements as shards, in the order they can run: on ``medusa_target`` (SmolLM2-135M) the
+    Medusa-1 heads' ``medusa_training_loss``, ``medusa_head_accuracy`` (held-out top-1..5 per head) and the distilled
+    draft's ``medusa_draft_kl``, then, timed (``medusa_repeats`` passes × ``medusa_speed_prompts`` prompts ×
+    ``medusa_tokens`` tokens), ``medusa_greedy_runs`` (Medusa Table 1's methods), ``medusa_tree_size_runs`` (the
+    accuracy-driven tree of each size of ``medusa_tree_sizes``) and ``medusa_sampling_runs`` (T =
+    ``stochastic_temperature``); on ``large_target`` ``medusa_large_head_accuracy`` (stdlib-trained heads) and
+    ``medusa_large_tree_ablation`` (tokens per step of chain, dense and sparse trees); Medusa-2's ``medusa2_quality``
+    (held-out NLL change of the fine-tuned backbone) and ``medusa2_runs`` (timed).
 
-    * on ``medusa_target`` (SmolLM2-135M): ``medusa_training_loss`` (the Medusa-1 heads' per-step losses; trains them
-      when not cached), ``medusa_head_accuracy`` (held-out top-1..5 per head), ``medusa_draft_kl`` (the distilled
-      draft's held-out KL before and after), then, timed by the one harness with ``medusa_repeats`` passes ×
-      ``medusa_speed_prompts`` prompts × ``medusa_tokens`` tokens, ``medusa_greedy_runs`` (Medusa Table 1's methods),
-      ``medusa_tree_size_runs`` (the accuracy-driven tree of each size of ``medusa_tree_sizes``) and
-      ``medusa_sampling_runs`` (T = ``stochastic_temperature``: typical acceptance beside exact stochastic Medusa);
-    * on ``large_target``: ``medusa_large_head_accuracy`` (its stdlib-trained heads) and
-      ``medusa_large_tree_ablation`` (chain, dense and sparse trees, tokens per step counted);
-    * Medusa-2: ``medusa2_quality`` (held-out NLL change of the fine-tuned backbone) and ``medusa2_runs`` (timed).
-
-    The SmolLM2 timed shards and the ablation decode with trees built from the accuracy shards' tables as the record
-    holds them, and record those trees in their settings: new accuracies make them stale. ``medusa2_runs`` decodes
-    with the tree of its own Medusa-1 heads' held-out accuracy, which its training settings fix. The models load and
-    the heads train only when something must be measured (``context``: a
-    :class:`~specrepro.lab.medusa_parts.MedusaContext` already holding them, else made then).
+    The timed SmolLM2 shards and the ablation decode with, and record, trees built from the accuracy tables as the
+    record holds them: new accuracies make them stale. The models load and the heads train only when something must
+    be measured (``context``: a :class:`~specrepro.lab.medusa_parts.MedusaContext` already holding them).
     """
 
     what = "a shard of notebook 06"
@@ -101,7 +96,7 @@ class MedusaShards(ShardGroup):
                               "distill_max_steps": p.get("distill_max_steps")},
             "timing": lambda: {**self.ints(prompts="medusa_speed_prompts", tokens="medusa_tokens",
                                            repeats="medusa_repeats"),
-                               "temperature": float(p["stochastic_temperature"]) if name == "medusa_sampling_runs" else 0.0},
+                               "temperature": float(p["stochastic_temperature"] if "sampling" in name else 0.0)},
             "sizes": lambda: {"sizes": [int(n) for n in p["medusa_tree_sizes"]]},
             "large": lambda: stdlib(p["large_target"]),
             "ablation": lambda: {"workload": p["workload"],

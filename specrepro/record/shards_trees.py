@@ -87,19 +87,15 @@ class MSSShard(_TreeShards):
 
 
 class TreeSpeedShards(_TreeShards):
-    """Notebook 05's hardware-aware tree choice and its tree-vs-chain timing as shards.
-
-    * ``specinfer_tree_costs``: the verification cost curves (:func:`specrepro.lab.specinfer.tree_cost_table`): one
-      target forward over root + N nodes for N in ``cost_sizes``, and one draft forward over w tokens for every width,
-      on the first prompt's KV cache, ``tree_cost_repeats`` timed rounds (ms, median over the rounds).
-    * ``specinfer_tree_speed_p<k>``: AR, the best chain, the chain of equal target positions (γ = w·d) and the best
-      tree ⟨w, 1, ..., 1⟩ of depth d, timed interleaved at T = 1 (:func:`specrepro.lab.specinfer.tree_vs_chain_speed`),
-      ``speed_repeats`` passes × ``speed_tokens`` tokens over prompts ``[k·s, (k+1)·s)`` of ``tree_prompts`` (s =
-      ``speed_shard_prompts``); each part seeds and orders its prompts as one whole run would.
-
-    The tree and the best chain are :func:`specrepro.lab.specinfer.choose_tree`'s, from the cost curves and Table 2's
-    stochastic ⟨w, 1, ..., 1⟩ runs (``specinfer_table2_root_runs``; ``root_runs``: those runs when the caller has
-    them): a part's sidecar records that choice (``tree``, ``gamma``), so cost curves that change it make parts stale.
+    """Notebook 05's hardware-aware tree choice and its tree-vs-chain timing as shards: ``specinfer_tree_costs``, the
+    verification cost curves (:func:`specrepro.lab.specinfer.tree_cost_table`: target forwards over root + N nodes
+    for N in ``cost_sizes``, draft forwards over w tokens for every width, ``tree_cost_repeats`` rounds), then
+    ``specinfer_tree_speed_p<k>``: AR, the best chain, the chain of equal target positions (γ = w·d) and the best tree
+    ⟨w, 1, ..., 1⟩, timed interleaved at T = 1 (:func:`specrepro.lab.specinfer.tree_vs_chain_speed`, ``speed_repeats``
+    passes × ``speed_tokens`` tokens) over the k-th slice of ``speed_shard_prompts`` of the ``tree_prompts`` prompts,
+    seeded and ordered as one whole run. The tree and the chain are :meth:`picks`, from the cost curves and Table 2's
+    ⟨w, 1, ..., 1⟩ runs (:meth:`root_runs`; ``root_runs``: given by the caller); a part's sidecar records them, so new
+    cost curves that change the choice make the parts stale.
     """
 
     what = "a tree-speed shard"
@@ -124,17 +120,14 @@ class TreeSpeedShards(_TreeShards):
         """The shards, in the order they can run: the cost curves, then the timing parts."""
         return [self.cost_name] + [f"{self.part_prefix}{k}" for k in range(len(self.slices()))]
 
-    def cost_settings(self) -> dict:
-        p = self.params
-        return {**self._models_settings(self.cost_name), "cost_sizes": [int(n) for n in p["cost_sizes"]],
-                "draft_widths": list(range(1, int(max(p["widths"])) + 1)), **self.ints(repeats="tree_cost_repeats")}
-
     def settings(self, name: str, picks: dict | None = None) -> dict:
         """What shard ``name``'s sidecar records and a reader must find (KeyError: not one of :meth:`names`); a part's
         include the choice (``picks``: :meth:`picks` when None; ``{}`` leaves it out)."""
         self._require(name)
+        p = self.params
         if name == self.cost_name:
-            return self.cost_settings()
+            return {**self._models_settings(name), "cost_sizes": [int(n) for n in p["cost_sizes"]],
+                    "draft_widths": list(range(1, int(max(p["widths"])) + 1)), **self.ints(repeats="tree_cost_repeats")}
         k = int(name.removeprefix(self.part_prefix))
         return {**self._models_settings(name, prompts="tree_prompts"), "part_prompts": list(self.slices()[k]),
                 **self.ints(tokens="speed_tokens", repeats="speed_repeats", seed="seed"), "temperature": 1.0,
@@ -160,13 +153,9 @@ class TreeSpeedShards(_TreeShards):
         """The cost curves' shard: one row per (model, N): model, n_nodes, fed_tokens, ms, ms_min."""
         return self.run(self.cost_name)
 
-    def part(self, k: int) -> pd.DataFrame:
-        """Timing part ``k``: one row per (pass, prompt, method)."""
-        return self.run(f"{self.part_prefix}{k}")
-
     def table(self) -> pd.DataFrame:
-        """Every timing part, concatenated (the whole tree-vs-chain timing)."""
-        return pd.concat([self.part(k) for k in range(len(self.slices()))], ignore_index=True)
+        """Every timing part, concatenated (the whole tree-vs-chain timing): one row per (pass, prompt, method)."""
+        return pd.concat([self.run(name) for name in self.names()[1:]], ignore_index=True)
 
     def root_settings(self) -> dict:
         """The settings notebook 05 saves Table 2's ⟨w, 1, ..., 1⟩ runs under (``specinfer_table2_root_runs``)."""
@@ -190,34 +179,29 @@ class TreeSpeedShards(_TreeShards):
             self._root_runs = found
         return self._root_runs
 
-    def _picks(self, costs: pd.DataFrame, roots: pd.DataFrame) -> dict:
-        """``{"tree": [w, d], "gamma": γ}``: the best tree (width > 1) and the best chain of :meth:`_rank`."""
-        choice = self._rank(costs, roots)
-        tree, chain = choice[choice["width"] > 1].iloc[0], choice[choice["width"] == 1].iloc[0]
-        return {"tree": [int(tree.width), int(tree.depth)], "gamma": int(chain.depth)}
-
-    def _rank(self, costs: pd.DataFrame, roots: pd.DataFrame) -> pd.DataFrame:
+    def choice(self, costs: pd.DataFrame | None = None, roots: pd.DataFrame | None = None) -> pd.DataFrame:
+        """:func:`specrepro.lab.specinfer.choose_tree`'s ranking (stochastic decoding, depths 1..``tree_depth``) from
+        the cost curves and the root runs (default: :meth:`costs`, :meth:`root_runs`); best first."""
         from specrepro.lab.specinfer import choose_tree
 
+        costs = self.costs() if costs is None else costs
+        roots = self.root_runs() if roots is None else roots
         target = self.params["target"]
         return choose_tree(roots, costs[costs["model"] == target], costs[costs["model"] != target],
                            decoding="stochastic", depths=range(1, int(self.params["tree_depth"]) + 1))
 
-    def choice(self) -> pd.DataFrame:
-        """:func:`specrepro.lab.specinfer.choose_tree`'s ranking (stochastic decoding, depths 1..``tree_depth``) from
-        the cost curves and the root runs; best first."""
-        return self._rank(self.costs(), self.root_runs())
-
-    def picks(self) -> dict:
+    def picks(self, costs: pd.DataFrame | None = None, roots: pd.DataFrame | None = None) -> dict:
         """``{"tree": [w, d], "gamma": γ}``: the best tree (width > 1) and the best chain of :meth:`choice`."""
-        return self._picks(self.costs(), self.root_runs())
+        choice = self.choice(costs, roots)
+        tree, chain = choice[choice["width"] > 1].iloc[0], choice[choice["width"] == 1].iloc[0]
+        return {"tree": [int(tree.width), int(tree.depth)], "gamma": int(chain.depth)}
 
     def recorded_picks(self, folder: Path) -> dict | None:
         """:meth:`picks` from the cost curves and root runs as recorded in ``folder`` (e.g. ``data/results``),
         measuring nothing: None when either table is missing or was measured under other settings."""
-        costs = table_at(folder / f"{self.cost_name}.csv", **self.cost_settings())
+        costs = table_at(folder / f"{self.cost_name}.csv", **self.settings(self.cost_name))
         roots = table_at(folder / f"{self.root_name}.csv", **self.root_settings())
-        return None if costs is None or roots is None else self._picks(costs, roots)
+        return None if costs is None or roots is None else self.picks(costs, roots)
 
     def expected(self, name: str, folder: Path) -> dict:
         """A timing part's tree and chain are the choice that the cost curves and root runs recorded in ``folder``
