@@ -1,10 +1,8 @@
 """Whole-workload record tables measured in parts, then merged (``greedy-equality`` and ``pass-at-1`` with
-``--part I/K``, then ``--merge``), so that a table of hours is made in sittings of at most an hour each.
-
-Part I of K decodes the I-th of K consecutive slices of the prompts (:func:`specrepro.bench.run.part_bounds`), each
-prompt as in the whole run, and is saved as its own table ``<name>.p<I>`` with its own sidecar. :func:`read_parts`
-checks the parts before a merge; :func:`merged_provenance` is the merged table's sidecar. The bench's own parts are
-:func:`specrepro.bench.run.merge_parts`'.
+``--part I/K``, then ``--merge``), so that a table of hours is made in sittings of at most an hour each. Part I of K
+decodes the I-th of K consecutive slices of the prompts (:func:`specrepro.bench.run.part_bounds`), each as in the
+whole run, saved as the table ``<name>.p<I>`` with its own sidecar; :func:`read_parts` checks the parts before a
+merge, :func:`merged_provenance` is the merged table's sidecar (the bench's: :func:`specrepro.bench.run.merge_parts`).
 """
 
 from __future__ import annotations
@@ -36,11 +34,8 @@ def companion_name(name: str, suffix: str) -> str:
 
 
 def parse_part_name(path: str | Path) -> tuple[str, int]:
-    """``data/results/greedy_equality_humaneval.p3.csv`` -> ``("greedy_equality_humaneval", 3)``.
-
-    Raises:
-        ValueError: the file name is not ``<name>.p<i>.csv``.
-    """
+    """``data/results/greedy_equality_humaneval.p3.csv`` -> ``("greedy_equality_humaneval", 3)``; ValueError when the
+    file name is not ``<name>.p<i>.csv``."""
     stem = Path(path).name.removesuffix(".csv")
     m = _PART_STEM.match(stem)
     if not m or not Path(path).name.endswith(".csv"):
@@ -50,11 +45,8 @@ def parse_part_name(path: str | Path) -> tuple[str, int]:
 
 def part_span(n_prompts: int, part) -> tuple[int, int, int, int]:
     """``(i, k, start, stop)`` of part ``part`` (``"i/k"`` or ``(i, k)``) of a run over ``n_prompts`` prompts: the
-    prompts ``[start, stop)`` (:func:`specrepro.bench.run.part_bounds`).
-
-    Raises:
-        specrepro.bench.options.BenchOptionError (a ValueError): not I/K with 0 <= I < K <= n_prompts.
-    """
+    prompts ``[start, stop)`` (:func:`specrepro.bench.run.part_bounds`; its BenchOptionError, a ValueError, when not
+    I/K with 0 <= I < K <= n_prompts)."""
     from specrepro.bench.run import parse_part, part_bounds
 
     i, k = parse_part(part)

@@ -16,7 +16,7 @@ import pandas as pd
 from specrepro.files import checkpoint_file, hold_record_lock, repo_root
 from specrepro.record.results import STANDARD, load_table, save_table, writes_record
 
-__all__ = ["shard_checkpoint", "read_or_measure", "ShardGroup"]
+__all__ = ["shard_checkpoint", "read_or_measure", "ShardGroup", "checkpoint_key"]
 
 
 def shard_checkpoint(name: str, profile: str) -> Path:
@@ -31,13 +31,11 @@ def shard_checkpoint(name: str, profile: str) -> Path:
 def read_or_measure(name: str, profile: str, device: str, settings: dict, measure) -> pd.DataFrame:
     """The shard ``name``: read when its table exists under ``settings``, else ``measure(checkpoint)`` now and saved
     with its sidecar (the settings, the run time, the machine's load before and after, and, for timed tables with an
-    ``under_load`` column, how many (pass, prompt) blocks ran under load), its checkpoint deleted.
-
-    The run time of a shard resumed over several sittings is their sum: a sitting that ends without its table (an
-    exception, Ctrl-C or SIGTERM; not a kill -9) adds its seconds to ``<checkpoint>.sittings.json``, and the sidecar
-    records ``seconds`` (every sitting's), ``sittings`` and ``seconds_this_sitting``.
-
-    Returns the table as a later reader gets it (the CSV's types); ``attrs["measured"]`` says which happened."""
+    ``under_load`` column, how many (pass, prompt) blocks ran under load), its checkpoint deleted. A sitting that ends
+    without its table (an exception, Ctrl-C or SIGTERM; not a kill -9) adds its seconds to
+    ``<checkpoint>.sittings.json``, so the sidecar's ``seconds`` is every sitting's (with ``sittings`` and
+    ``seconds_this_sitting``). Returns the table as a later reader gets it; ``attrs["measured"]`` says which happened.
+    """
     found = load_table(name, profile, **settings)
     if found is not None:
         return found
@@ -91,7 +89,8 @@ def _exit_on_sigterm():
 
 class ShardGroup:
     """What a group of shards has in common: ``params`` (the notebook's, the profile's names), ``profile`` (where
-    tables are read and written), ``progress`` (bars while timing) and ``measured`` (the shards this object
+    tables are read and written), ``progress`` (bars while timing), ``context`` (what measuring needs: models,
+    prompts; given, else made by :meth:`load` on first use of :attr:`ctx`) and ``measured`` (the shards this object
     measured; the others were read). A subclass describes its shards by :meth:`names`, ``settings(name)`` (what a
     shard's sidecar records and a reader must find; KeyError for a name not of :meth:`names`) and
     ``measure(name, settings, checkpoint)`` (its table, measured now), which :meth:`run` and :meth:`table` use."""
@@ -99,16 +98,24 @@ class ShardGroup:
     #: what a shard of the group is called in the error for a name that is not one
     what = "a shard of this group"
 
-    def __init__(self, params: dict, profile: str = STANDARD, progress: bool = True):
-        self.params, self.profile, self.progress = dict(params), profile, progress
+    def __init__(self, params: dict, profile: str = STANDARD, progress: bool = True, context=None):
+        self.params, self.profile, self.progress, self.context = dict(params), profile, progress, context
         self.measured: list[str] = []
 
     @property
     def device(self) -> str:
         return self.params["device"]
 
-    def names(self) -> list[str]:
-        raise NotImplementedError
+    @property
+    def ctx(self):
+        """``context``, made by :meth:`load` on first use."""
+        if self.context is None:
+            self.context = self.load()
+        return self.context
+
+    def ints(self, **keys: str) -> dict:
+        """``{setting: int(params[name])}`` for each ``setting=name``: how most settings are read from the profile."""
+        return {key: int(self.params[name]) for key, name in keys.items()}
 
     def run(self, name: str) -> pd.DataFrame:
         """Shard ``name``'s table, read or measured (:func:`read_or_measure`).
@@ -138,3 +145,11 @@ class ShardGroup:
         """What shard ``name``'s sidecar must record to be the measurement these parameters ask for, measuring
         nothing (a choice made from other tables is taken from those tables as recorded in ``folder``)."""
         return self.settings(name)
+
+
+def checkpoint_key(settings: dict, *keys: str, **more) -> dict:
+    """What a shard's saved blocks must have been measured under: ``settings`` (only ``keys`` when given), ``more``
+    and this CPU (:func:`specrepro.files.cpu_description`), so that a checkpoint never mixes machines."""
+    from specrepro.files import cpu_description
+
+    return {**({k: settings[k] for k in keys} if keys else settings), **more, "cpu": cpu_description()}

@@ -8,82 +8,48 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.record.results import STANDARD, table_at
-from specrepro.record.shardkit import ShardGroup
+from specrepro.record.results import table_at
+from specrepro.record.shardkit import ShardGroup, checkpoint_key
 
 __all__ = ["MedusaShards"]
 
 
 class MedusaShards(ShardGroup):
-    """Notebook 06's measurements (Medusa, Cai et al. 2024) as shards, in the order they can run
-    (:mod:`specrepro.lab.medusa_parts` measures each):
+    """Notebook 06's measurements as shards, in the order they can run: on ``medusa_target`` (SmolLM2-135M) the
+    Medusa-1 heads' ``medusa_training_loss``, ``medusa_head_accuracy`` (held-out top-1..5 per head) and the distilled
+    draft's ``medusa_draft_kl``, then, timed (``medusa_repeats`` passes × ``medusa_speed_prompts`` prompts ×
+    ``medusa_tokens`` tokens), ``medusa_greedy_runs`` (Medusa Table 1's methods), ``medusa_tree_size_runs`` (the
+    accuracy-driven tree of each size of ``medusa_tree_sizes``) and ``medusa_sampling_runs`` (T =
+    ``stochastic_temperature``); on ``large_target`` ``medusa_large_head_accuracy`` (stdlib-trained heads) and
+    ``medusa_large_tree_ablation`` (tokens per step of chain, dense and sparse trees); Medusa-2's ``medusa2_quality``
+    (held-out NLL change of the fine-tuned backbone) and ``medusa2_runs`` (timed).
 
-    * on ``medusa_target`` (SmolLM2-135M): ``medusa_training_loss`` (the Medusa-1 heads' per-step losses; trains them
-      when not cached), ``medusa_head_accuracy`` (held-out top-1..5 per head), ``medusa_draft_kl`` (the distilled
-      draft's held-out KL before and after), then, timed by the one harness with ``medusa_repeats`` passes ×
-      ``medusa_speed_prompts`` prompts × ``medusa_tokens`` tokens, ``medusa_greedy_runs`` (Medusa Table 1's methods),
-      ``medusa_tree_size_runs`` (the accuracy-driven tree of each size of ``medusa_tree_sizes``) and
-      ``medusa_sampling_runs`` (T = ``stochastic_temperature``: typical acceptance beside exact stochastic Medusa);
-    * on ``large_target``: ``medusa_large_head_accuracy`` (its stdlib-trained heads) and
-      ``medusa_large_tree_ablation`` (chain, dense and sparse trees, tokens per step counted);
-    * Medusa-2: ``medusa2_quality`` (held-out NLL change of the fine-tuned backbone) and ``medusa2_runs`` (timed).
-
-    The SmolLM2 timed shards and the ablation decode with trees built from the accuracy shards' tables as the record
-    holds them, and record those trees in their settings: new accuracies make them stale. ``medusa2_runs`` decodes
-    with the tree of its own Medusa-1 heads' held-out accuracy, which its training settings fix. The models load and
-    the heads train only when something must be measured (``context``: a
-    :class:`~specrepro.lab.medusa_parts.MedusaContext` already holding them, else made then).
+    The timed SmolLM2 shards and the ablation decode with, and record, trees built from the accuracy tables as the
+    record holds them: new accuracies make them stale. The models load and the heads train only when something must
+    be measured (``context``: a :class:`~specrepro.lab.medusa_parts.MedusaContext` already holding them).
     """
 
     what = "a shard of notebook 06"
-
     accuracy_name = "medusa_head_accuracy"
     large_accuracy_name = "medusa_large_head_accuracy"
-    #: the shards decoding with a tree from the Medusa target's accuracy table
-    _tree_shards = ("medusa_greedy_runs", "medusa_tree_size_runs", "medusa_sampling_runs")
-
-    def __init__(self, params: dict, profile: str = STANDARD, context=None, progress: bool = True):
-        super().__init__(params, profile, progress)
-        self.context = context
+    #: each shard, in the order they can run -> the blocks of settings its sidecar records (:meth:`settings`) and the
+    #: accuracy table its trees are built from (None: it decodes with no tree from a table)
+    shard_blocks = {"medusa_training_loss": ("data heads", None), accuracy_name: ("data heads", None),
+              "medusa_draft_kl": ("data draft", None),
+              "medusa_greedy_runs": ("data heads draft timing", accuracy_name),
+              "medusa_tree_size_runs": ("data heads draft timing sizes", accuracy_name),
+              "medusa_sampling_runs": ("data heads draft timing", accuracy_name),
+              large_accuracy_name: ("large", None),
+              "medusa_large_tree_ablation": ("large ablation", large_accuracy_name),
+              "medusa2_quality": ("medusa2", None), "medusa2_runs": ("medusa2 medusa2_timing", None)}
 
     def names(self) -> list[str]:
-        return ["medusa_training_loss", self.accuracy_name, "medusa_draft_kl", *self._tree_shards,
-                self.large_accuracy_name, "medusa_large_tree_ablation", "medusa2_quality", "medusa2_runs"]
+        return list(self.shard_blocks)
 
-    def ctx(self):
-        """The :class:`~specrepro.lab.medusa_parts.MedusaContext` (made on first use)."""
-        if self.context is None:
-            from specrepro.lab.medusa_parts import MedusaContext
+    def load(self):
+        from specrepro.lab.medusa_parts import MedusaContext
 
-            self.context = MedusaContext(self.params, progress=self.progress)
-        return self.context
-
-    def _data(self) -> dict:
-        p = self.params
-        return {"target": p["medusa_target"], "dtype": p["dtype"], "seed": int(p["seed"]), "workload": p["workload"],
-                "eval_prompts": max(int(p["n_prompts"]), int(p["medusa_speed_prompts"])),
-                "train_prompts": int(p["n_train_prompts"]) if p.get("n_train_prompts") else "all",
-                "sd_tokens": int(p["sd_max_new_tokens"]), "max_prompt_tokens": int(p["max_prompt_tokens"])}
-
-    def _heads(self) -> dict:
-        p = self.params
-        return {"heads": int(p["medusa_heads"]), "share_lm_head": bool(p["share_lm_head"]),
-                "epochs": int(p["medusa_epochs"]), "batch_size": int(p["medusa_batch_size"]),
-                "max_steps": p.get("medusa_max_steps")}
-
-    def _draft(self) -> dict:
-        p = self.params
-        return {"distill_epochs": int(p["distill_epochs"]), "distill_max_steps": p.get("distill_max_steps")}
-
-    def _timing(self, prompts_key: str = "medusa_speed_prompts") -> dict:
-        p = self.params
-        return {"prompts": int(p[prompts_key]), "tokens": int(p["medusa_tokens"]), "repeats": int(p["medusa_repeats"])}
-
-    def _stdlib(self, target: str) -> dict:
-        p = self.params
-        return {"target": target, "dtype": p["dtype"], "seed": int(p["seed"]), "heads": int(p["medusa_heads"]),
-                "head_vocab": p.get("large_head_vocab"), "distill_tokens": int(p["large_distill_tokens"]),
-                "epochs": int(p["large_epochs"])}
+        return MedusaContext(self.params, progress=self.progress)
 
     def trees(self, name: str, acc: pd.DataFrame) -> dict:
         """The trees shard ``name`` decodes with, built from the accuracy table ``acc`` (the Medusa target's for the
@@ -101,51 +67,58 @@ class MedusaShards(ShardGroup):
                                                   p["large_sparse_sizes"])}
         return {}
 
-    def _accuracy_for(self, name: str) -> str | None:
-        if name in self._tree_shards:
-            return self.accuracy_name
-        return self.large_accuracy_name if name == "medusa_large_tree_ablation" else None
-
     def settings(self, name: str, trees: dict | None = None) -> dict:
         """What shard ``name``'s sidecar records and a reader must find: models, data, training configuration, sizes
-        and, for the shards decoding with a tree from an accuracy table, ``trees`` (:meth:`trees`; None: built from
-        that table, read or measured).
+        (its blocks of :attr:`shard_blocks`) and, for a shard decoding with a tree from an accuracy table, ``trees``
+        (:meth:`trees`; None: built from that table, read or measured).
 
         Raises:
             KeyError: not one of :meth:`names`.
         """
         self._require(name)
         p = self.params
-        if name in ("medusa_training_loss", self.accuracy_name):
-            s = {**self._data(), **self._heads()}
-        elif name == "medusa_draft_kl":
-            s = {**self._data(), **self._draft()}
-        elif name in self._tree_shards:
-            s = {**self._data(), **self._heads(), **self._draft(), **self._timing(),
-                 "temperature": float(p["stochastic_temperature"]) if name == "medusa_sampling_runs" else 0.0}
-            if name == "medusa_tree_size_runs":
-                s["sizes"] = [int(n) for n in p["medusa_tree_sizes"]]
-        elif name == self.large_accuracy_name:
-            s = self._stdlib(p["large_target"])
-        elif name == "medusa_large_tree_ablation":
-            s = {**self._stdlib(p["large_target"]), "workload": p["workload"],
-                 "prompts": int(p["large_ablation_prompts"]), "tokens": int(p["large_ablation_tokens"])}
-        else:  # Medusa-2: the Medusa target's stdlib heads (Medusa-1), then joint training
-            s = {**self._stdlib(p["medusa_target"]), "train_seqs": int(p["m2_train_seqs"]),
-                 "eval_seqs": int(p["m2_eval_seqs"]), "chunk_tokens": int(p["m2_chunk_tokens"]),
-                 "m2_epochs": int(p["m2_epochs"])}
-            if name == "medusa2_runs":
-                s.update(workload=p["workload"], tree_nodes=int(p["tree_nodes"]), **self._timing("m2_speed_prompts"))
-        source = self._accuracy_for(name)
+
+        def stdlib(target: str) -> dict:  # stdlib-trained heads (the larger target's, and Medusa-2's first stage)
+            return {"target": target, "dtype": p["dtype"], **self.ints(seed="seed", heads="medusa_heads"),
+                    "head_vocab": p.get("large_head_vocab"),
+                    **self.ints(distill_tokens="large_distill_tokens", epochs="large_epochs")}
+
+        blocks = {
+            "data": lambda: {"target": p["medusa_target"], "dtype": p["dtype"], "seed": int(p["seed"]),
+                             "workload": p["workload"],
+                             "eval_prompts": max(int(p["n_prompts"]), int(p["medusa_speed_prompts"])),
+                             "train_prompts": int(p["n_train_prompts"]) if p.get("n_train_prompts") else "all",
+                             **self.ints(sd_tokens="sd_max_new_tokens", max_prompt_tokens="max_prompt_tokens")},
+            "heads": lambda: {"heads": int(p["medusa_heads"]), "share_lm_head": bool(p["share_lm_head"]),
+                              **self.ints(epochs="medusa_epochs", batch_size="medusa_batch_size"),
+                              "max_steps": p.get("medusa_max_steps")},
+            "draft": lambda: {"distill_epochs": int(p["distill_epochs"]),
+                              "distill_max_steps": p.get("distill_max_steps")},
+            "timing": lambda: {**self.ints(prompts="medusa_speed_prompts", tokens="medusa_tokens",
+                                           repeats="medusa_repeats"),
+                               "temperature": float(p["stochastic_temperature"] if "sampling" in name else 0.0)},
+            "sizes": lambda: {"sizes": [int(n) for n in p["medusa_tree_sizes"]]},
+            "large": lambda: stdlib(p["large_target"]),
+            "ablation": lambda: {"workload": p["workload"],
+                                 **self.ints(prompts="large_ablation_prompts", tokens="large_ablation_tokens")},
+            "medusa2": lambda: {**stdlib(p["medusa_target"]),
+                                **self.ints(train_seqs="m2_train_seqs", eval_seqs="m2_eval_seqs",
+                                            chunk_tokens="m2_chunk_tokens", m2_epochs="m2_epochs")},
+            "medusa2_timing": lambda: {"workload": p["workload"],
+                                       **self.ints(tree_nodes="tree_nodes", prompts="m2_speed_prompts",
+                                                   tokens="medusa_tokens", repeats="medusa_repeats")},
+        }
+        kinds, source = self.shard_blocks[name]
+        s = {"shard": name, **{k: v for kind in kinds.split() for k, v in blocks[kind]().items()}}
         if source is not None:
             s.update(self.trees(name, self.run(source)) if trees is None else trees)
-        return {"shard": name, **s}
+        return s
 
     def recorded_trees(self, name: str, folder: Path) -> dict | None:
         """:meth:`trees` of shard ``name`` from the accuracy table as recorded in ``folder`` (e.g. ``data/results``),
         measuring nothing: None when that table is missing or was measured under other settings; ``{}`` for a shard
         without a tree."""
-        source = self._accuracy_for(name)
+        source = self.shard_blocks[name][1]
         if source is None:
             return {}
         acc = table_at(folder / f"{source}.csv", **self.settings(source))
@@ -162,14 +135,13 @@ class MedusaShards(ShardGroup):
         ``ckpt``: blocks of one pass over one prompt, every method)."""
         from specrepro.core.sampling import SamplingConfig
         from specrepro.data import load_workload
-        from specrepro.files import cpu_description
         from specrepro.lab import medusa_parts as mp
 
-        c = self.ctx()
+        c = self.ctx
 
         def timed(methods, prompts=None, **kw):
             return mp.timed_runs(c, methods, c.speed_prompts if prompts is None else prompts, checkpoint=ckpt,
-                                 checkpoint_key={**s, "cpu": cpu_description()}, **kw)
+                                 checkpoint_key=checkpoint_key(s), **kw)
 
         shards = {
             "medusa_training_loss": lambda: mp.training_losses(c),

@@ -1,7 +1,7 @@
 """Notebook 05's measurements (SpecInfer, Miao et al. 2024) as shards of the record: :class:`MSSShard` (naive
 sampling vs MSS, SpecInfer Table 3), :class:`TreeSpeedShards` (the tree verification cost curves, and the tree-vs-chain
 timing in parts of a few prompts) and :class:`WidthShards` (SpecInfer Table 2, tokens per step vs tree width, one
-shard per decoding and pass). Each is read or measured as :func:`specrepro.record.shardkit.read_or_measure` says.
+shard per decoding and pass), each read or measured as :func:`specrepro.record.shardkit.read_or_measure` says.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import cpu_description
 from specrepro.record.results import STANDARD, load_table, save_table, table_at
-from specrepro.record.shardkit import ShardGroup
+from specrepro.record.shardkit import ShardGroup, checkpoint_key
 
 __all__ = ["MSSShard", "TreeSpeedShards", "WidthShards"]
 
@@ -24,38 +23,35 @@ class _TreeShards(ShardGroup):
     """
 
     def __init__(self, params: dict, profile: str = STANDARD, models=None, progress: bool = True):
-        super().__init__(params, profile, progress)
-        self.models = models
+        super().__init__(params, profile, progress, context=models)
 
     def _draft_name(self) -> str:
         """The loaded models' draft name, else :func:`specrepro.lab.specinfer.tree_draft_name` of the parameters."""
         from specrepro.lab.specinfer import tree_draft_name
 
-        if self.models is not None:
-            return self.models[3]
+        if self.context is not None:
+            return self.context[3]
         p = self.params
         return tree_draft_name(p["target"], p.get("draft"), bool(p.get("tree_int8_draft")))
 
-    def _tree_models(self):
-        """``models``, loaded once from the parameters when not given."""
-        if self.models is None:
-            from specrepro.lab.specinfer import load_tree_models
+    def load(self):
+        from specrepro.lab.specinfer import load_tree_models
 
-            p = self.params
-            self.models = load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
-                                           int8_draft=bool(p.get("tree_int8_draft")))
-        return self.models
+        p = self.params
+        return load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
+                                int8_draft=bool(p.get("tree_int8_draft")))
 
     def _prompts(self, n: int):
         from specrepro.data import load_workload
 
         return load_workload(self.params["workload"], n)
 
-    def _models_settings(self, name: str) -> dict:
-        """The settings every notebook-05 shard starts with: its name, the models, dtype and workload."""
+    def _models_settings(self, name: str, **ints: str) -> dict:
+        """The settings every notebook-05 shard starts with (its name, the models, dtype and workload), then
+        :meth:`ints`' of ``ints``."""
         p = self.params
         return {"shard": name, "target": p["target"], "draft": self._draft_name(), "dtype": p["dtype"],
-                "workload": p["workload"]}
+                "workload": p["workload"], **self.ints(**ints)}
 
 
 class MSSShard(_TreeShards):
@@ -77,40 +73,32 @@ class MSSShard(_TreeShards):
         """What the sidecar records and a reader must find: models, dtype, workload, sizes, tree and seed."""
         if name is not None:
             self._require(name)
-        p = self.params
-        return {**self._models_settings(self.name), "prompts": int(p["mss_prompts"]), "tokens": int(p["mss_tokens"]),
-                "repeats": int(p["mss_repeats"]), "width": int(max(p["widths"])), "depth": int(p["tree_depth"]),
-                "seed": int(p["seed"]), "temperature": 1.0}
+        return {**self._models_settings(self.name, prompts="mss_prompts", tokens="mss_tokens", repeats="mss_repeats"),
+                "width": int(max(self.params["widths"])), **self.ints(depth="tree_depth", seed="seed"),
+                "temperature": 1.0}
 
     def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
         from specrepro.lab.specinfer import naive_vs_mss_table
 
-        tmodel, dmodel, tokenizer, _ = self._tree_models()
+        tmodel, dmodel, tokenizer, _ = self.ctx
         return naive_vs_mss_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), width=s["width"],
                                   depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"], repeats=s["repeats"],
-                                  checkpoint=ckpt, checkpoint_key=dict(s, cpu=cpu_description()),
-                                  progress=self.progress)
+                                  checkpoint=ckpt, checkpoint_key=checkpoint_key(s), progress=self.progress)
 
 
 class TreeSpeedShards(_TreeShards):
-    """Notebook 05's hardware-aware tree choice and its tree-vs-chain timing as shards.
-
-    * ``specinfer_tree_costs``: the verification cost curves (:func:`specrepro.lab.specinfer.tree_cost_table`): one
-      target forward over root + N nodes for N in ``cost_sizes``, and one draft forward over w tokens for every width,
-      on the first prompt's KV cache, ``tree_cost_repeats`` timed rounds (ms, median over the rounds).
-    * ``specinfer_tree_speed_p<k>``: AR, the best chain, the chain of equal target positions (γ = w·d) and the best
-      tree ⟨w, 1, ..., 1⟩ of depth d, timed interleaved at T = 1 (:func:`specrepro.lab.specinfer.tree_vs_chain_speed`),
-      ``speed_repeats`` passes × ``speed_tokens`` tokens over prompts ``[k·s, (k+1)·s)`` of ``tree_prompts`` (s =
-      ``speed_shard_prompts``); each part seeds and orders its prompts as one whole run would.
-
-    The tree and the best chain are :func:`specrepro.lab.specinfer.choose_tree`'s, from the cost curves and the
-    stochastic ⟨w, 1, ..., 1⟩ runs of Table 2 (``specinfer_tree_costs`` and ``specinfer_table2_root_runs``, read, or
-    measured when missing): a part is fixed by that choice, which its sidecar records (``tree``, ``gamma``), so new
-    cost curves that change the choice make the parts stale. ``root_runs``: those runs when the caller has them.
+    """Notebook 05's hardware-aware tree choice and its tree-vs-chain timing as shards: ``specinfer_tree_costs``, the
+    verification cost curves (:func:`specrepro.lab.specinfer.tree_cost_table`: target forwards over root + N nodes
+    for N in ``cost_sizes``, draft forwards over w tokens for every width, ``tree_cost_repeats`` rounds), then
+    ``specinfer_tree_speed_p<k>``: AR, the best chain, the chain of equal target positions (γ = w·d) and the best tree
+    ⟨w, 1, ..., 1⟩, timed interleaved at T = 1 (:func:`specrepro.lab.specinfer.tree_vs_chain_speed`, ``speed_repeats``
+    passes × ``speed_tokens`` tokens) over the k-th slice of ``speed_shard_prompts`` of the ``tree_prompts`` prompts,
+    seeded and ordered as one whole run. The tree and the chain are :meth:`picks`, from the cost curves and Table 2's
+    ⟨w, 1, ..., 1⟩ runs (:meth:`root_runs`; ``root_runs``: given by the caller); a part's sidecar records them, so new
+    cost curves that change the choice make the parts stale.
     """
 
     what = "a tree-speed shard"
-
     cost_name = "specinfer_tree_costs"
     part_prefix = "specinfer_tree_speed_p"
     root_name = "specinfer_table2_root_runs"
@@ -132,35 +120,23 @@ class TreeSpeedShards(_TreeShards):
         """The shards, in the order they can run: the cost curves, then the timing parts."""
         return [self.cost_name] + [f"{self.part_prefix}{k}" for k in range(len(self.slices()))]
 
-    def cost_settings(self) -> dict:
-        p = self.params
-        return {**self._models_settings(self.cost_name), "cost_sizes": [int(n) for n in p["cost_sizes"]],
-                "draft_widths": list(range(1, int(max(p["widths"])) + 1)), "repeats": int(p["tree_cost_repeats"])}
-
-    def part_settings(self, k: int, picks: dict | None = None) -> dict:
-        """What part ``k``'s sidecar records and a reader must find: models, workload slice, sizes, seed and the
-        choice (``picks``: :meth:`picks` when None; ``{}`` leaves the choice out)."""
-        p = self.params
-        return {**self._models_settings(f"{self.part_prefix}{k}"), "prompts": int(p["tree_prompts"]),
-                "part_prompts": list(self.slices()[k]), "tokens": int(p["speed_tokens"]),
-                "repeats": int(p["speed_repeats"]), "seed": int(p["seed"]), "temperature": 1.0,
-                **(self.picks() if picks is None else picks)}
-
     def settings(self, name: str, picks: dict | None = None) -> dict:
-        """:meth:`cost_settings` or :meth:`part_settings` of shard ``name``.
-
-        Raises:
-            KeyError: not one of :meth:`names`.
-        """
+        """What shard ``name``'s sidecar records and a reader must find (KeyError: not one of :meth:`names`); a part's
+        include the choice (``picks``: :meth:`picks` when None; ``{}`` leaves it out)."""
         self._require(name)
+        p = self.params
         if name == self.cost_name:
-            return self.cost_settings()
-        return self.part_settings(int(name.removeprefix(self.part_prefix)), picks)
+            return {**self._models_settings(name), "cost_sizes": [int(n) for n in p["cost_sizes"]],
+                    "draft_widths": list(range(1, int(max(p["widths"])) + 1)), **self.ints(repeats="tree_cost_repeats")}
+        k = int(name.removeprefix(self.part_prefix))
+        return {**self._models_settings(name, prompts="tree_prompts"), "part_prompts": list(self.slices()[k]),
+                **self.ints(tokens="speed_tokens", repeats="speed_repeats", seed="seed"), "temperature": 1.0,
+                **(self.picks() if picks is None else picks)}
 
     def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
         from specrepro.lab.specinfer import tree_cost_table, tree_vs_chain_speed
 
-        tmodel, dmodel, tokenizer, draft_name = self._tree_models()
+        tmodel, dmodel, tokenizer, draft_name = self.ctx
         if name == self.cost_name:
             prefix = tokenizer(self._prompts(1)[0].text, return_tensors="pt").input_ids[0]
             target_cost = tree_cost_table(tmodel, prefix, s["cost_sizes"], repeats=s["repeats"], name=s["target"])
@@ -168,7 +144,7 @@ class TreeSpeedShards(_TreeShards):
                                          name=draft_name)
             return pd.concat([target_cost, draft_cost], ignore_index=True)
         start, stop = s["part_prompts"]
-        key = {**{k: v for k, v in s.items() if k != "prompts"}, "n_prompts": s["prompts"], "cpu": cpu_description()}
+        key = checkpoint_key({k: v for k, v in s.items() if k != "prompts"}, n_prompts=s["prompts"])
         return tree_vs_chain_speed(tmodel, dmodel, tokenizer, self._prompts(stop)[start:stop], tree=tuple(s["tree"]),
                                    gamma=s["gamma"], max_new_tokens=s["tokens"], seed=s["seed"], repeats=s["repeats"],
                                    progress=self.progress, checkpoint=ckpt, prompt_offset=start, checkpoint_key=key)
@@ -177,60 +153,55 @@ class TreeSpeedShards(_TreeShards):
         """The cost curves' shard: one row per (model, N): model, n_nodes, fed_tokens, ms, ms_min."""
         return self.run(self.cost_name)
 
-    def part(self, k: int) -> pd.DataFrame:
-        """Timing part ``k``: one row per (pass, prompt, method) (:func:`specrepro.lab.specinfer.tree_vs_chain_speed`).
-        """
-        return self.run(f"{self.part_prefix}{k}")
-
     def table(self) -> pd.DataFrame:
-        """Every timing part, concatenated (the whole tree-vs-chain timing)."""
-        return pd.concat([self.part(k) for k in range(len(self.slices()))], ignore_index=True)
+        """Every timing part, concatenated (the whole tree-vs-chain timing): one row per (pass, prompt, method)."""
+        return pd.concat([self.run(name) for name in self.names()[1:]], ignore_index=True)
 
     def root_settings(self) -> dict:
         """The settings notebook 05 saves Table 2's ⟨w, 1, ..., 1⟩ runs under (``specinfer_table2_root_runs``)."""
         p = self.params
-        return dict(shape="root", target=p["target"], draft=self._draft_name(), prompts=int(p["tree_prompts"]),
-                    tokens=int(p["tree_tokens"]), depth=int(p["tree_depth"]), widths=[int(w) for w in p["widths"]],
-                    seed=int(p["seed"]))
+        return dict(shape="root", target=p["target"], draft=self._draft_name(),
+                    **self.ints(prompts="tree_prompts", tokens="tree_tokens", depth="tree_depth"),
+                    widths=[int(w) for w in p["widths"]], seed=int(p["seed"]))
 
     def root_runs(self) -> pd.DataFrame:
-        """Table 2's ⟨w, 1, ..., 1⟩ runs (``specinfer_table2_root_runs``, notebook 05's settings): given, read, or
-        measured now and saved as the notebook saves them."""
+        """Table 2's ⟨w, 1, ..., 1⟩ runs: given, read, or measured now and saved as notebook 05 saves them."""
         if self._root_runs is None:
             from specrepro.lab.specinfer import tree_width_table
 
             s = self.root_settings()
             found = load_table(self.root_name, self.profile, **s)
             if found is None:
-                tmodel, dmodel, tokenizer, _ = self._tree_models()
+                tmodel, dmodel, tokenizer, _ = self.ctx
                 found = tree_width_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), widths=s["widths"],
                                          depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"], shape="root")
                 save_table(found, self.root_name, profile=self.profile, device=self.device, **s)
             self._root_runs = found
         return self._root_runs
 
-    def _rank(self, costs: pd.DataFrame, roots: pd.DataFrame) -> pd.DataFrame:
+    def choice(self, costs: pd.DataFrame | None = None, roots: pd.DataFrame | None = None) -> pd.DataFrame:
+        """:func:`specrepro.lab.specinfer.choose_tree`'s ranking (stochastic decoding, depths 1..``tree_depth``) from
+        the cost curves and the root runs (default: :meth:`costs`, :meth:`root_runs`); best first."""
         from specrepro.lab.specinfer import choose_tree
 
+        costs = self.costs() if costs is None else costs
+        roots = self.root_runs() if roots is None else roots
         target = self.params["target"]
         return choose_tree(roots, costs[costs["model"] == target], costs[costs["model"] != target],
                            decoding="stochastic", depths=range(1, int(self.params["tree_depth"]) + 1))
 
-    def choice(self) -> pd.DataFrame:
-        """:func:`specrepro.lab.specinfer.choose_tree`'s ranking (stochastic decoding, depths 1..``tree_depth``) from
-        the cost curves and the root runs; best first."""
-        return self._rank(self.costs(), self.root_runs())
-
-    def picks(self) -> dict:
+    def picks(self, costs: pd.DataFrame | None = None, roots: pd.DataFrame | None = None) -> dict:
         """``{"tree": [w, d], "gamma": γ}``: the best tree (width > 1) and the best chain of :meth:`choice`."""
-        return _picks(self.choice())
+        choice = self.choice(costs, roots)
+        tree, chain = choice[choice["width"] > 1].iloc[0], choice[choice["width"] == 1].iloc[0]
+        return {"tree": [int(tree.width), int(tree.depth)], "gamma": int(chain.depth)}
 
     def recorded_picks(self, folder: Path) -> dict | None:
         """:meth:`picks` from the cost curves and root runs as recorded in ``folder`` (e.g. ``data/results``),
         measuring nothing: None when either table is missing or was measured under other settings."""
-        costs = table_at(folder / f"{self.cost_name}.csv", **self.cost_settings())
+        costs = table_at(folder / f"{self.cost_name}.csv", **self.settings(self.cost_name))
         roots = table_at(folder / f"{self.root_name}.csv", **self.root_settings())
-        return None if costs is None or roots is None else _picks(self._rank(costs, roots))
+        return None if costs is None or roots is None else self.picks(costs, roots)
 
     def expected(self, name: str, folder: Path) -> dict:
         """A timing part's tree and chain are the choice that the cost curves and root runs recorded in ``folder``
@@ -241,18 +212,13 @@ class TreeSpeedShards(_TreeShards):
 class WidthShards(_TreeShards):
     """SpecInfer Table 2 (verified tokens per step vs tree width) at the size a verdict needs, as shards:
     ``width_prompts`` HumanEval prompts × ``width_tokens`` tokens on SpecInfer's trees ⟨1,1,w,1,...,1⟩ of depth
-    ``tree_depth`` for every width of ``widths`` (:func:`specrepro.lab.specinfer.tree_width_table`, shape "paper").
-
-    * ``specinfer_table2_width_greedy``: greedy decoding (VerifyGreedy), one pass (greedy tree decoding is
-      deterministic: a second pass repeats the first token for token);
-    * ``specinfer_table2_width_t1_r<k>``: T = 1 (MSS on i.i.d. children), pass k of ``width_passes``, seeded
-      ``seed + k``.
-
-    Tokens per step are counted, not timed.
+    ``tree_depth`` for every width of ``widths`` (:func:`specrepro.lab.specinfer.tree_width_table`, shape "paper"):
+    ``specinfer_table2_width_greedy`` (greedy decoding, VerifyGreedy, one pass: a second would repeat it token for
+    token) and ``specinfer_table2_width_t1_r<k>`` (T = 1, MSS on i.i.d. children, pass k of ``width_passes``, seeded
+    ``seed + k``). Tokens per step are counted, not timed.
     """
 
     what = "a tree-width shard"
-
     prefix = "specinfer_table2_width_"
 
     def names(self) -> list[str]:
@@ -263,32 +229,19 @@ class WidthShards(_TreeShards):
         return [self.prefix + "greedy"] + [f"{self.prefix}t1_r{k}" for k in range(n)]
 
     def settings(self, name: str) -> dict:
-        """What shard ``name``'s sidecar records and a reader must find.
-
-        Raises:
-            KeyError: not one of :meth:`names`.
-        """
+        """What shard ``name``'s sidecar records and a reader must find (KeyError: not one of :meth:`names`)."""
         self._require(name)
-        p = self.params
         greedy = name.endswith("greedy")
-        return {**self._models_settings(name), "prompts": int(p["width_prompts"]), "tokens": int(p["width_tokens"]),
-                "depth": int(p["tree_depth"]), "widths": [int(w) for w in p["widths"]], "shape": "paper",
-                "seed": int(p["seed"]), "decoding": "greedy" if greedy else "stochastic",
-                "pass": 0 if greedy else int(name.rsplit("_r", 1)[1])}
+        return {**self._models_settings(name, prompts="width_prompts", tokens="width_tokens", depth="tree_depth"),
+                "widths": [int(w) for w in self.params["widths"]], "shape": "paper", **self.ints(seed="seed"),
+                "decoding": "greedy" if greedy else "stochastic", "pass": 0 if greedy else int(name.rsplit("_r", 1)[1])}
 
     def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
         from specrepro.lab.specinfer import tree_width_table
 
-        tmodel, dmodel, tokenizer, _ = self._tree_models()
+        tmodel, dmodel, tokenizer, _ = self.ctx
         return tree_width_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), widths=s["widths"],
                                 depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"],
                                 decodings=(s["decoding"],), shape=s["shape"], progress=self.progress,
                                 passes=(s["pass"],), checkpoint=ckpt,
-                                checkpoint_key={**{k: s[k] for k in ("target", "draft", "dtype")},
-                                                "cpu": cpu_description()})
-
-
-def _picks(choice: pd.DataFrame) -> dict:
-    """The best tree (width > 1) and the best chain of a :func:`~specrepro.lab.specinfer.choose_tree` ranking."""
-    tree, chain = choice[choice["width"] > 1].iloc[0], choice[choice["width"] == 1].iloc[0]
-    return {"tree": [int(tree.width), int(tree.depth)], "gamma": int(chain.depth)}
+                                checkpoint_key=checkpoint_key(s, "target", "draft", "dtype"))

@@ -1,17 +1,12 @@
 """Where the record stands: every shard, executed notebook and figure, current, stale (and why) or missing.
 
 ``python -m specrepro status`` (``make status``) compares what each artifact of the committed record was made from
-with what the repository holds now, so that staleness is detected rather than remembered:
-
-- a **shard** (one ``make`` target that measures one table outside the notebooks) is stale when its bytes differ from
-  its sidecar's sha256, or, for a bench file, when the settings it recorded differ from its ``make`` recipe today;
-- an **executed notebook** is stale when its code cells differ from its source's
-  (:func:`specrepro.record.nbrun.code_drift`) or a table it read or wrote no longer has the bytes it had;
-- a **figure** is stale when its files differ from its sidecar's sha256 or a table it was drawn from has changed.
-
-Each row also gives the artifact's last run time (minutes), the CPU it ran on, and an estimate for this machine: that
-time scaled by the 1.5B target's one-token forward cost here over its cost on that CPU (:func:`forward_costs`;
-``--measure`` times it here, :func:`measure_forward_ms`). Not a runner: ``make`` runs things.
+with what the repository holds now: a **shard** (a ``make`` target measuring one table outside the notebooks) is stale
+when its bytes differ from its sidecar's sha256, or it recorded other settings than its ``make`` recipe (a bench file)
+or the standard profile (notebooks 03-06's shards) asks today; an **executed notebook** when its code cells differ
+from its source's (:func:`specrepro.record.nbrun.code_drift`) or a table it read or wrote changed; a **figure** when
+its files differ from its sidecar's sha256 or a table it was drawn from changed. Each row also gives the last run time
+(minutes), its CPU and an estimate for this machine (:func:`forward_costs`). Not a runner: ``make`` runs things.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -30,18 +26,22 @@ from specrepro.files import cpu_description, repo_root
 from specrepro.record.nbrun import code_drift, recorded_inputs, run_facts
 from specrepro.record.results import file_changes
 
-__all__ = ["Shard", "SHARDS", "OTHER_SHARDS", "record_shards", "BENCH_PARTS", "shard_status", "notebook_status",
-           "figure_status", "input_changes", "forward_costs", "measure_forward_ms", "SHARD_BOUND_MIN",
-           "expected_settings", "status_table", "configure_parser", "run_command"]
+__all__ = ["Shard", "SHARDS", "record_shards", "shard_status", "notebook_status", "figure_status", "input_changes",
+           "forward_costs", "measure_forward_ms", "SHARD_BOUND_MIN", "expected_settings", "status_table",
+           "configure_parser", "run_command"]
 
 #: a shard is sized to finish within this many minutes on the slowest CPU the record has met; a sitting that took
 #: longer is noted (the shard resumes over sittings, but should be split)
 SHARD_BOUND_MIN = 60
 
+#: make's listing of every data/results path in a variable of the Makefile (the record's targets, as make expands them)
+_LIST_OUTPUTS = ("_record_outputs: ; @: $(info $(foreach v,$(filter-out MAKEFLAGS,$(.VARIABLES)),"
+                 "$(if $(filter file,$(origin $(v))),$(filter data/results/%,$($(v))))))")
+
 
 @dataclass(frozen=True)
 class Shard:
-    """One measurement of record outside the notebooks: its ``make`` target (the first output) and its outputs."""
+    """One measurement of record: its ``make`` target (the first output) and its outputs."""
 
     target: str
     outputs: tuple[str, ...]
@@ -51,36 +51,13 @@ class Shard:
         return Path(self.target).stem
 
 
-def _bench(name: str) -> Shard:
-    return Shard(f"data/results/{name}.json", (f"data/results/{name}.json",))
-
-
-def _csv(*names: str) -> Shard:
-    return Shard(f"data/results/{names[0]}.csv", tuple(f"data/results/{n}.csv" for n in names))
-
-
-#: bench files timed in parts (``bench --part I/K``, then ``--merge``): the number of parts of each; every part is a
-#: shard of its own (a sitting), the merged file another
-BENCH_PARTS = {"bench_qwen_drafts": 4, "bench_qwen_nucleus": 4, "bench_qwen_chat": 4, "bench_llamacpp_16bit_greedy": 2,
-               "bench_llamacpp_16bit_t1": 2}
-
-#: the shards of the record outside notebooks 03-06: each is one Makefile rule (tests/test_status.py checks that every
-#: Makefile rule writing data/results outside a notebook is here or among :func:`record_shards`' notebook shards)
-OTHER_SHARDS: tuple[Shard, ...] = (
-    *(_bench(n) for n in ("bench_qwen_greedy", "bench_qwen_nucleus", "bench_qwen_t1_trees", "bench_qwen_t1_block",
-                          "bench_qwen_dynamic_probe", "bench_qwen_medusa", "bench_qwen_verifiers_t1",
-                          "bench_qwen_verifiers_nucleus", "bench_qwen_drafts", "bench_qwen_chat", "bench_qwen_bf16",
-                          "bench_llamacpp_greedy", "bench_llamacpp_spec", "bench_llamacpp_vs_ours",
-                          "bench_llamacpp_chat", "bench_llamacpp_t1", "bench_qwen_heldout_greedy",
-                          "bench_qwen_heldout_chat", "bench_llamacpp_16bit_greedy",
-                          "bench_llamacpp_16bit_t1", *(f"{n}.p{i}" for n, k in BENCH_PARTS.items() for i in range(k)))),
-    _csv("greedy_equality_humaneval"),
-    _csv("chen_quality_humaneval", "chen_quality_humaneval_completions"),
-    *(_csv(f"divergences_{n}") for n in ("bench_qwen_bf16", "bench_llamacpp_greedy", "bench_llamacpp_spec",
-                                         "bench_llamacpp_chat")),
-    *(_csv(n) for n in ("audit_transformers", "audit_llamacpp", "llamacpp_formats", "llamacpp_variants",
-                        "verdict_history")),
-)
+def _make(root: Path | None, *args: str) -> str:
+    """``make``'s standard output for ``args`` (standard profile), in ``root``; ValueError when it fails."""
+    out = subprocess.run(["make", "--no-print-directory", "PROFILE=standard", *args], cwd=root or repo_root(),
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise ValueError(f"make {' '.join(args)} failed: {out.stderr.strip()[:300]}")
+    return out.stdout
 
 
 def _standard_groups(root: Path | None = None) -> dict:
@@ -92,10 +69,18 @@ def _standard_groups(root: Path | None = None) -> dict:
     return shard_groups(yaml.safe_load(((root or repo_root()) / "profiles/standard.yaml").read_text()))
 
 
-def record_shards() -> tuple[Shard, ...]:
-    """Every shard of the record (also ``SHARDS``): :data:`OTHER_SHARDS`, then notebooks 03-06's shards of the
-    standard profile (:func:`specrepro.record.shards.shard_groups`)."""
-    return OTHER_SHARDS + tuple(_csv(n) for n in _standard_groups())
+def record_shards(root: Path | None = None) -> tuple[Shard, ...]:
+    """Every shard of the record (also ``SHARDS``): what the Makefile's variables list under data/results (the targets
+    of a grouped rule ``a b &:`` as one shard), sorted, then notebooks 03-06's shards of the standard profile in
+    their order (:func:`specrepro.record.shards.shard_groups`)."""
+    root = root or repo_root()
+    groups = {g[0]: tuple(g) for g in map(str.split, re.findall(r"^((?:data/results/\S+ )+)&:",
+                                                                 (root / "Makefile").read_text(), flags=re.M))}
+    within = {o for g in groups.values() for o in g[1:]}
+    notebook = _standard_groups(root)
+    listed = sorted(set(_make(root, "-s", "--eval", _LIST_OUTPUTS, "_record_outputs").split()) - within)
+    return tuple([Shard(t, groups.get(t, (t,))) for t in listed if Path(t).stem not in notebook]
+                 + [Shard(f"data/results/{n}.csv", (f"data/results/{n}.csv",)) for n in notebook])
 
 
 def __getattr__(name: str):
@@ -119,9 +104,16 @@ def input_changes(inputs: dict[str, str], root: Path | None = None) -> list[str]
 
 
 def _input_reasons(inputs: dict | None, root: Path, made: str) -> list[str]:
-    if inputs is None:
-        return [f"inputs not recorded ({made} before they were)"]
-    return input_changes(inputs, root)
+    return [f"inputs not recorded ({made} before they were)"] if inputs is None else input_changes(inputs, root)
+
+
+def _row(kind: str, name: str, **more) -> dict:
+    """A row of :func:`status_table`, current until a reason says otherwise (:func:`_judged`)."""
+    return {"kind": kind, "name": name, "state": "current", "why": "", "minutes": math.nan, "cpu": "", **more}
+
+
+def _judged(row: dict, reasons: list[str]) -> dict:
+    return {**row, "state": "stale", "why": "; ".join(reasons)} if reasons else row
 
 
 # --- bench files: recorded settings against the make recipe -------------------------------------------------------
@@ -129,11 +121,7 @@ def _input_reasons(inputs: dict | None, root: Path, made: str) -> list[str]:
 def make_recipe(target: str, root: Path | None = None) -> list[str]:
     """The ``python -m specrepro`` command lines ``make`` would run for ``target`` today (``make -n -B``: nothing is
     executed)."""
-    out = subprocess.run(["make", "--no-print-directory", "-n", "-B", target], cwd=root or repo_root(),
-                         capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise ValueError(f"make -n {target} failed: {out.stderr.strip()[:300]}")
-    text = out.stdout.replace("\\\n", " ")  # a recipe line continued with a backslash is one command
+    text = _make(root, "-n", "-B", target).replace("\\\n", " ")  # a line continued with a backslash is one command
     return [" ".join(ln.split()) for ln in text.splitlines() if "-m specrepro" in ln]
 
 
@@ -240,8 +228,7 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
         recipe: the shard's command lines (default: :func:`make_recipe`), for bench files.
     """
     root = root or repo_root()
-    row = {"kind": "shard", "name": shard.target, "state": "current", "why": "", "minutes": math.nan, "cpu": "",
-           "note": ""}
+    row = _row("shard", shard.target, note="")
     if any(not (root / o).is_file() for o in shard.outputs):
         return {**row, "state": "missing", "why": f"`make {shard.target}` writes it"}
     path = root / shard.target
@@ -261,36 +248,33 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
                            + " --profile profiles/standard.yaml` measures it afresh (make skips a file that exists)")
     if math.isfinite(row["minutes"]) and row["minutes"] > SHARD_BOUND_MIN:
         _add_note(row, f"one sitting took over {SHARD_BOUND_MIN} min")
-    return {**row, "state": "stale", "why": "; ".join(reasons)} if reasons else row
+    return _judged(row, reasons)
 
 
 def notebook_status(source: Path, executed: Path, root: Path | None = None) -> dict:
     """One executed notebook's state against its source and the tables it read (see the module docstring)."""
     root = root or repo_root()
     name = str(executed.relative_to(root)) if executed.is_absolute() else str(executed)
-    row = {"kind": "notebook", "name": name, "state": "current", "why": "", "minutes": math.nan, "cpu": ""}
     if not executed.is_file():
-        return {**row, "state": "missing", "why": f"`make {name}` runs it"}
+        return _row("notebook", name, state="missing", why=f"`make {name}` runs it")
     facts = run_facts(executed) or {}
-    row.update(minutes=float(facts.get("minutes", math.nan)), cpu=facts.get("cpu", ""))
+    row = _row("notebook", name, minutes=float(facts.get("minutes", math.nan)), cpu=facts.get("cpu", ""))
     drift = code_drift(source, executed)
     reasons = (["code cells " + ", ".join(map(str, drift)) + " changed since"] if drift else []) + _input_reasons(
         recorded_inputs(executed), root, "executed")
-    return {**row, "state": "stale", "why": "; ".join(reasons)} if reasons else row
+    return _judged(row, reasons)
 
 
 def figure_status(sidecar: Path, root: Path | None = None) -> dict:
     """One figure's state against its files' sha256 and the tables it was drawn from."""
     prov = json.loads(sidecar.read_text())
-    row = {"kind": "figure", "name": f"figures/{sidecar.name.removesuffix('.provenance.json')}", "state": "current",
-           "why": "", "minutes": math.nan, "cpu": prov.get("cpu", "")}
+    row = _row("figure", f"figures/{sidecar.name.removesuffix('.provenance.json')}", cpu=prov.get("cpu", ""))
     changes = file_changes(prov.get("sha256") or {}, sidecar.parent)
     gone = [name for name, state in changes.items() if state == "missing"]
     if gone:
         return {**row, "state": "missing", "why": f"{gone[0]} missing"}
-    reasons = [f"{name} differs from its sidecar's sha256" for name in changes] + _input_reasons(
-        prov.get("inputs"), root or repo_root(), "drawn")
-    return {**row, "state": "stale", "why": "; ".join(reasons)} if reasons else row
+    return _judged(row, [f"{name} differs from its sidecar's sha256" for name in changes]
+                   + _input_reasons(prov.get("inputs"), root or repo_root(), "drawn"))
 
 
 # --- run-time estimates -----------------------------------------------------------------------------------------
@@ -368,7 +352,8 @@ def status_table(root: Path | None = None, here_ms: float | None = None, profile
     costs = forward_costs(root)
     here_ms = costs.get(cpu_description()) if here_ms is None else here_ms
     slowest = max(costs.values(), default=None)
-    rows = [shard_status(s, root, None if recipes is None else recipes.get(s.target, [])) for s in record_shards()]
+    rows = [shard_status(s, root, None if recipes is None else recipes.get(s.target, []))
+            for s in record_shards(root)]
     rows += [notebook_status(src, root / "notebooks/executed" / profile / src.name, root)
              for src in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
     rows += [figure_status(sidecar, root) for sidecar in sorted((root / "figures").glob("*.provenance.json"))]
