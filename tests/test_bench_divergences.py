@@ -11,6 +11,7 @@ import torch
 from conftest import PROMPT, tiny_lm
 
 from specrepro.core.decoding import generate
+from specrepro.lab import equality as lab_equality
 from specrepro.record import bench_blocks, equality, report
 from specrepro.sim.real import explain_divergence, logit_spacing
 
@@ -77,7 +78,7 @@ def _bench_file(tmp_path, model, tamper):
 
 def test_bench_divergences_one_row_per_method_and_prompt(tmp_path, model):
     path, tok = _bench_file(tmp_path, model, lambda ar: ar[:1] + [(ar[1] + 1) % 8] + ar[2:])
-    table = equality.bench_divergences(path, model=model, tokenizer=tok)
+    table = lab_equality.bench_divergences(path, model=model, tokenizer=tok)
     assert len(table) == 1
     row = table.iloc[0]
     assert (row["method"], row["prompt_id"], row["passes"], row["diverged_at"]) == ("sd", "p1", "2/2", 1)
@@ -85,7 +86,7 @@ def test_bench_divergences_one_row_per_method_and_prompt(tmp_path, model):
     # the bench block reads every bench_*.json: the table's sidecar must not look like a bench file
     assert not fnmatch.fnmatch(equality.divergences_name(path) + ".provenance.json", "bench_*.json")
     same, _ = _bench_file(tmp_path, model, lambda ar: ar)
-    assert equality.bench_divergences(same, model=model, tokenizer=tok).empty
+    assert lab_equality.bench_divergences(same, model=model, tokenizer=tok).empty
 
 
 def test_the_bench_block_says_what_explains_a_divergence(tmp_path, model, monkeypatch):
@@ -93,7 +94,7 @@ def test_the_bench_block_says_what_explains_a_divergence(tmp_path, model, monkey
     summary = [{"method": "sd", "greedy_equal_to_ar": False}]
     monkeypatch.setattr(bench_blocks, "repo_root", lambda: tmp_path)
     assert "not explained yet" in bench_blocks._render_divergences(path, summary)
-    table = equality.bench_divergences(path, model=model, tokenizer=tok)
+    table = lab_equality.bench_divergences(path, model=model, tokenizer=tok)
     table.to_csv(tmp_path / "divergences_bench_tiny.csv", index=False)
     sidecar = tmp_path / "divergences_bench_tiny.provenance.json"
     sha = hashlib.sha256(path.read_bytes()).hexdigest()

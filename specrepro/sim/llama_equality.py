@@ -5,7 +5,7 @@ What this file is: :func:`explain_llama_divergence` replays, at the first positi
 the target's logits along three ways of feeding the same tokens to llama.cpp (:data:`PATHS`), and classifies the
 divergence by a rule fixed in advance (:func:`near_tie`); :func:`llama_bench_divergences` does it for every output of
 a llama.cpp bench file (``python -m specrepro bench --json`` with ``llama-*`` methods) that differs from a reference
-method's (:func:`specrepro.record.equality.open_llama_bench_target` opens the target as that bench did).
+method's (:func:`specrepro.lab.equality.open_llama_bench_target` opens the target as that bench did).
 ``python -m specrepro greedy-equality --from-bench FILE`` calls it for a bench file whose ``config["llamacpp"]``
 names the target's GGUF file.
 
@@ -185,8 +185,8 @@ def llama_bench_divergences(data: dict, prompt_ids: dict, lm, *,
     Args:
         data: the bench file's JSON (config and runs).
         prompt_ids: prompt id -> the token ids the bench decoded from
-            (:func:`specrepro.record.equality.bench_prompt_ids`); checked against each run's ``prompt_tokens``.
-        lm: the target (:func:`specrepro.record.equality.open_llama_bench_target`).
+            (:func:`specrepro.lab.equality.bench_prompt_ids`); checked against each run's ``prompt_tokens``.
+        lm: the target (:func:`specrepro.lab.equality.open_llama_bench_target`).
 
     Returns:
         pandas.DataFrame: method, reference, prompt_id, passes (diverged / compared), then the fields of
