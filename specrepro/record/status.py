@@ -27,7 +27,7 @@ from specrepro.record.nbrun import code_drift, recorded_inputs, run_facts
 from specrepro.record.results import file_changes
 
 __all__ = ["Shard", "SHARDS", "record_shards", "shard_status", "notebook_status", "figure_status", "input_changes",
-           "forward_costs", "measure_forward_ms", "SHARD_BOUND_MIN", "expected_settings", "status_table",
+           "forward_costs", "SHARD_BOUND_MIN", "expected_settings", "status_table",
            "configure_parser", "run_command"]
 
 #: a shard is sized to finish within this many minutes on the slowest CPU the record has met; a sitting that took
@@ -302,41 +302,6 @@ def forward_costs(root: Path | None = None) -> dict[str, float]:
     return {cpu: float(pd.Series(v).median()) for cpu, v in sorted(seen.items())}
 
 
-def measure_forward_ms(repeats: int = 5, prefix_len: int = 128, seed: int = 0) -> float:
-    """The median (ms) over ``repeats`` calls of one KV-cached one-token forward, after a ``prefix_len``-token prefix,
-    float32 on this CPU, of a random-weight model with the architecture of the zoo's 1.5B target
-    (Qwen2.5-Coder-1.5B): the real model's arithmetic, loaded in seconds without a download.
-
-    Raises:
-        ValueError: repeats < 1 or prefix_len < 1.
-    """
-    import statistics
-    import time
-
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    if repeats < 1 or prefix_len < 1:
-        raise ValueError(f"repeats and prefix_len must be >= 1, got {repeats}, {prefix_len}")
-    gen = torch.Generator().manual_seed(seed)
-    cfg = Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                      num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=True)
-    with torch.device("meta"):
-        model = Qwen2ForCausalLM(cfg)
-    model = model.to_empty(device="cpu").eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.02, generator=gen)
-        ids = torch.randint(0, cfg.vocab_size, (1, prefix_len + 1), generator=gen)
-        times = []
-        for _ in range(repeats + 1):  # the first call warms up
-            out = model(ids[:, :prefix_len], use_cache=True)
-            t0 = time.perf_counter()
-            model(ids[:, prefix_len:], past_key_values=out.past_key_values, use_cache=True)
-            times.append(1000 * (time.perf_counter() - t0))
-    return float(statistics.median(times[1:]))
-
-
 def status_table(root: Path | None = None, here_ms: float | None = None, profile: str = "standard",
                  recipes: dict | None = None) -> pd.DataFrame:
     """Every shard, executed notebook of ``profile`` and figure of the record: kind, name, state, why, minutes (last
@@ -382,6 +347,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run_command(args, parser=None) -> int:
+    from specrepro.measure.cost import measure_forward_ms
+
     here = measure_forward_ms() if args.measure else None
     df = status_table(here_ms=here)
     cpu = cpu_description()
