@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from specrepro.bench.cli import command_settings
 from specrepro.bench.registry import REGISTRY, canonical_bench, canonical_method, resolve_method
 from specrepro.record import status
 
@@ -41,7 +42,7 @@ def test_old_files_are_read_under_their_canonical_names():
 def test_a_recipe_naming_the_draft_matches_a_file_that_set_it_by_option():
     line = ("python -m specrepro bench --pair qwen-coder --workload chat --chat --n-prompts 24 --max-new-tokens 64 "
             "--seed 0 --repeats 3 --methods ar,sd-hybrid-adaptive-int8@20 --temperature 0 --json x.json")
-    recipe = status._recipe_settings(line)
+    recipe = command_settings(line)
     config = {"methods": ["ar", "sd-hybrid-adaptive@20"], "options": {"draft_kind": "int8"}, "n_prompts": 24,
               "max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0, "repeats": 3,
               "workload": "chat", "chat_template": True, "dtype": "float32"}

@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from specrepro import files  # noqa: E402
+from specrepro.bench.cli import command_settings  # noqa: E402
 from specrepro.record import nbrun, results, status  # noqa: E402
 
 ROOT = files.repo_root()
@@ -149,7 +150,7 @@ def test_bench_settings_are_compared_with_the_make_recipe():
     line = ("/x/.venv/bin/python -m specrepro bench --pair qwen-coder --workload humaneval --n-prompts 20 "
             "--max-new-tokens 64 --seed 0 --repeats 3 --methods ar,sd-draft-int8@4 --opt draft_kind=int8 "
             "--temperature 0.8 --top-p 0.95 --json data/results/x.json")
-    recipe = status._recipe_settings(line)
+    recipe = command_settings(line)
     config = {"methods": ["ar", "sd-draft-int8@4"], "n_prompts": 20, "max_new_tokens": 64, "temperature": 0.8,
               "top_p": 0.95, "top_k": 0, "seed": 0, "repeats": 3, "workload": "humaneval",
               "options": {"draft_kind": "int8", "other": "kept"}, "chat_template": False, "dtype": "float32"}
@@ -159,11 +160,11 @@ def test_bench_settings_are_compared_with_the_make_recipe():
     assert status.bench_setting_changes({**config, "options": {"draft_kind": "float32"}}, recipe) == [
         "options: recorded {'draft_kind': 'float32'}, the Makefile asks {'draft_kind': 'int8'}"]
     # a file written before --prompt-offset existed started at the first prompt; a held-out recipe differs from it
-    held_out = status._recipe_settings(line.replace("--n-prompts 20", "--prompt-offset 20 --n-prompts 20"))
+    held_out = command_settings(line.replace("--n-prompts 20", "--prompt-offset 20 --n-prompts 20"))
     assert status.bench_setting_changes(config, held_out) == ["prompt_offset: recorded 0, the Makefile asks 20"]
     assert status.bench_setting_changes({**config, "prompt_offset": 20}, held_out) == []
     # a part of a run too long for one sitting (--part I/K) is compared as a part
-    part = status._recipe_settings(line.replace("--n-prompts 20", "--n-prompts 20 --part 1/4"))
+    part = command_settings(line.replace("--n-prompts 20", "--n-prompts 20 --part 1/4"))
     assert status.bench_setting_changes({**config, "part": [1, 4]}, part) == []
     assert status.bench_setting_changes({**config, "part": [2, 4]}, part) == [
         "part: recorded [2, 4], the Makefile asks [1, 4]"]

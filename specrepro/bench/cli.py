@@ -1,7 +1,8 @@
 """``python -m specrepro bench``: the command line of the benchmark.
 
 What this file is: :func:`configure_parser` (every option with its default; the help lists the methods) and
-:func:`run_command` (option errors exit with status 2 and one line).
+:func:`run_command` (option errors exit with status 2 and one line); :func:`command_settings`, what a command line
+asks for as a bench file's ``config`` records it.
 
 What it is not: the run itself (:mod:`specrepro.bench.run`).
 """
@@ -9,6 +10,7 @@ What it is not: the run itself (:mod:`specrepro.bench.run`).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 import torch
@@ -19,7 +21,7 @@ from specrepro.bench.registry import (
     REGISTRY,
     known_methods,
 )
-from specrepro.bench.run import run_bench
+from specrepro.bench.run import parse_part, run_bench
 
 # ---------------------------------------------------------------------------------------------------------------
 # Command line
@@ -106,6 +108,25 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="skip the cost measurements before and after timing (target forward time for n = 1..γ+1 "
                         "tokens, each fixed-γ chain's draft ms per token) and the hardware-aware prediction beside "
                         "each chain")
+
+
+def command_settings(line: str) -> dict:
+    """The settings a ``python -m specrepro bench ...`` command line asks for, as the bench records them in a file's
+    ``config``: those that decide what a bench file measures (the baseline first among the methods when the line does
+    not name it, as the bench runs it; dtype None for ``auto``)."""
+    words = shlex.split(line)
+    p = argparse.ArgumentParser(add_help=False)
+    configure_parser(p)
+    args, _ = p.parse_known_args(words[words.index("bench") + 1:])
+    methods = [m.strip() for m in (args.methods or "").split(",") if m.strip()]
+    if methods and args.baseline not in methods:
+        methods.insert(0, args.baseline)
+    return {"methods": methods, "n_prompts": args.n_prompts, "prompt_offset": args.prompt_offset,
+            "part": None if args.part is None else list(parse_part(args.part)),
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed,
+            "repeats": args.repeats, "workload": args.workload, "options": dict(o.split("=", 1) for o in args.opt),
+            "chat_template": bool(args.chat), "dtype": None if args.dtype == "auto" else args.dtype}
 
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:

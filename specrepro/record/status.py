@@ -15,7 +15,6 @@ import argparse
 import json
 import math
 import re
-import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,30 +124,9 @@ def make_recipe(target: str, root: Path | None = None) -> list[str]:
     return [" ".join(ln.split()) for ln in text.splitlines() if "-m specrepro" in ln]
 
 
-def _recipe_settings(line: str) -> dict:
-    """The settings a ``python -m specrepro bench ...`` command line asks for, as the bench records them: those that
-    decide what a bench file measures."""
-    from specrepro.bench.cli import configure_parser as bench_parser
-    from specrepro.bench.run import parse_part
-
-    words = shlex.split(line)
-    p = argparse.ArgumentParser(add_help=False)
-    bench_parser(p)
-    args, _ = p.parse_known_args(words[words.index("bench") + 1:])
-    methods = [m.strip() for m in (args.methods or "").split(",") if m.strip()]
-    if methods and args.baseline not in methods:  # the bench runs its baseline first when it is not named
-        methods.insert(0, args.baseline)
-    return {"methods": methods, "n_prompts": args.n_prompts, "prompt_offset": args.prompt_offset,
-            "part": None if args.part is None else list(parse_part(args.part)),
-            "max_new_tokens": args.max_new_tokens,
-            "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed,
-            "repeats": args.repeats, "workload": args.workload, "options": dict(o.split("=", 1) for o in args.opt),
-            "chat_template": bool(args.chat), "dtype": None if args.dtype == "auto" else args.dtype}
-
-
 def bench_setting_changes(config: dict, recipe: dict) -> list[str]:
     """Where a bench file's recorded ``config`` differs from what its ``make`` recipe asks for today
-    (:func:`_recipe_settings`), one phrase per setting. A recipe's dtype ``auto`` matches any; only the options the
+    (:func:`specrepro.bench.cli.command_settings`), one phrase per setting. A recipe's dtype ``auto`` matches any; only the options the
     recipe sets are compared; methods by their canonical names (:func:`specrepro.bench.registry.canonical_method`)."""
     from specrepro.bench.registry import canonical_method
 
@@ -210,7 +188,9 @@ def _bench_reasons(row: dict, shard: Shard, root: Path, recipe: list[str] | None
     lines = recipe if recipe is not None else make_recipe(shard.target, root)
     bench = [ln for ln in lines if " bench " in f" {ln} " and " --merge " not in f" {ln} "]
     if bench and not config.get("parts"):
-        reasons += bench_setting_changes(config, _recipe_settings(bench[0]))
+        from specrepro.bench.cli import command_settings
+
+        reasons += bench_setting_changes(config, command_settings(bench[0]))
     if config.get("blocks_under_load"):
         _add_note(row, f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load")
     sidecar = path.with_suffix(".provenance.json")
