@@ -168,7 +168,7 @@ def test_bench_command_merges_parts_and_needs_an_output(tiny_with_tokenizer, tmp
 
 
 def test_the_record_lists_a_run_timed_in_parts_once(tmp_path):
-    from specrepro.record.report import bench_files
+    from specrepro.bench.run import bench_files
 
     for name in ("bench_a.json", "bench_a.provenance.json", "bench_b.p0.json", "bench_b.p0.provenance.json",
                  "bench_b.p1.json", "bench_b.json", "bench_b.provenance.json", "bench_pq.json"):

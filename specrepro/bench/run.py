@@ -13,6 +13,7 @@ import gc
 import json
 import math
 import platform
+import re
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -810,6 +811,14 @@ def checkpoint_path(json_path: str | Path) -> Path:
     settings on the same machine and code resumes from it (:func:`specrepro.measure.harness.run_interleaved`)."""
     path = Path(json_path)
     return path.with_name(f".{path.name}.checkpoint")
+
+
+def bench_files(directory: Path) -> list[Path]:
+    """The bench JSON files of a results directory (``bench_*.json``), sorted, without their provenance sidecars
+    (``bench_*.provenance.json``) and without the parts of a run timed in parts (``bench_*.p<k>.json``, ``bench
+    --part``): the file merged from them (``bench --merge``) stands for the run."""
+    return sorted(p for p in Path(directory).glob("bench_*.json")
+                  if not p.name.endswith(".provenance.json") and not re.search(r"\.p\d+\.json$", p.name))
 
 
 #: timed forward passes per point and round of the bench's cost measurement (after warm-up rounds), and rounds

@@ -13,7 +13,6 @@ import json
 import math
 import numbers
 import os
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +21,7 @@ from specrepro.files import read_noted, repo_root
 from specrepro.record.results import STANDARD, figures_dir, read_json, record_dir, results_dir
 
 __all__ = ["cell", "ci_cell", "rel", "profile_results", "profile_figures", "render_template", "provenance_note",
-           "bench_files", "render_bench", "targets_table", "prediction_gaps", "render_targets"]
+           "render_bench", "targets_table", "prediction_gaps", "render_targets"]
 
 
 def cell(text) -> str:
@@ -170,15 +169,16 @@ def _bench_table(data: dict, greedy: bool) -> dict:
 
 
 def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
-    """Markdown for the benchmark-of-record block: per bench JSON of the profile (:func:`bench_files`) its setting
-    and a table, a row per method and a column per quantity the file has (:data:`_BENCH_COLUMNS`: speeds, paired
-    speedups over each baseline, α, tokens per step, the cost model's predictions, peak memory, greedy equality; 95%
-    intervals over prompts), then a llama.cpp run's limit ladders (:func:`specrepro.bench.ladder.ladder_markdown`),
-    the divergences from greedy AR explained and the chat workload's categories. An unreadable file is named with its
+    """Markdown for the benchmark-of-record block: per bench JSON of the profile
+    (:func:`specrepro.bench.run.bench_files`) its setting and a table, a row per method and a column per quantity the
+    file has (:data:`_BENCH_COLUMNS`: speeds, paired speedups over each baseline, α, tokens per step, the cost model's
+    predictions, peak memory, greedy equality; 95% intervals over prompts), then a llama.cpp run's limit ladders
+    (:func:`specrepro.bench.ladder.ladder_markdown`), the divergences from greedy AR explained and the chat workload's
+    categories. An unreadable file is named with its
     error; in the standard profile the block ends with the bench files a target names that the record lacks. Links
     are relative to ``base``, the directory of the page that holds the block (default: the repository root)."""
     from specrepro.bench.ladder import is_llama_run, ladder_markdown
-    from specrepro.bench.run import refresh_predictions
+    from specrepro.bench.run import bench_files, refresh_predictions
 
     paths = bench_files(profile_results(profile))
     if not paths:
@@ -286,6 +286,7 @@ def prediction_gaps(profile: str = STANDARD) -> pd.DataFrame:
     """For every bench JSON of the profile that measured a cost model, each fixed-γ chain's measured / predicted
     speedup split into factors (:func:`specrepro.bench.targets.prediction_gap`), with a ``file`` column; empty when
     no bench file has a cost model. Raises json.JSONDecodeError on a corrupt file."""
+    from specrepro.bench.run import bench_files
     from specrepro.bench.targets import prediction_gap
 
     frames = [prediction_gap(json.loads(read_noted(f))).assign(file=f.name)
@@ -299,11 +300,3 @@ def render_targets(profile: str = STANDARD) -> str:
     the profile's bench files (:func:`targets_table`) with its status, measured ratio [95% CI], method and file."""
     table = targets_table(profile)
     return render_template("targets", rows=table.to_dict(orient="records"), counts=table["status"].value_counts())
-
-
-def bench_files(directory: Path) -> list[Path]:
-    """The bench JSON files of a results directory (``bench_*.json``), sorted, without their provenance sidecars
-    (``bench_*.provenance.json``) and without the parts of a run timed in parts (``bench_*.p<k>.json``, ``bench
-    --part``): the file merged from them (``bench --merge``) stands for the run."""
-    return sorted(p for p in Path(directory).glob("bench_*.json")
-                  if not p.name.endswith(".provenance.json") and not re.search(r"\.p\d+\.json$", p.name))

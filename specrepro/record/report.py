@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from specrepro.files import atomic_write_files, hold_record_lock_for, read_noted, repo_root
-from specrepro.record.bench_blocks import (  # noqa: F401 - bench_files ... targets_table re-exported
-    bench_files, prediction_gaps, profile_figures, profile_results, provenance_note, rel, render_bench, render_targets,
+from specrepro.record.bench_blocks import (  # noqa: F401 - prediction_gaps ... targets_table re-exported
+    prediction_gaps, profile_figures, profile_results, provenance_note, rel, render_bench, render_targets,
     render_template, targets_table)
 from specrepro.record.gpu import GPU_ALPHA_METHOD, gpu_dir, render_gpu  # noqa: F401 - re-exported
 from specrepro.record.registry import with_registration
@@ -237,6 +237,7 @@ def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
     a row per file with its CPU, dtype, threads, n prompts, AR's ms per token and target forward per step (ms; median
     over prompts of the median over passes, 95% bootstrap interval over prompts), the cost model's t(1) before and
     after the timed passes (ms; NaN without one) and the (pass, prompt) blocks run under load, where recorded."""
+    from specrepro.bench.run import bench_files
     from specrepro.stats import bootstrap_ci
 
     rows = []

@@ -126,8 +126,9 @@ def make_recipe(target: str, root: Path | None = None) -> list[str]:
 
 def bench_setting_changes(config: dict, recipe: dict) -> list[str]:
     """Where a bench file's recorded ``config`` differs from what its ``make`` recipe asks for today
-    (:func:`specrepro.bench.cli.command_settings`), one phrase per setting. A recipe's dtype ``auto`` matches any; only the options the
-    recipe sets are compared; methods by their canonical names (:func:`specrepro.bench.registry.canonical_method`)."""
+    (:func:`specrepro.bench.cli.command_settings`), one phrase per setting. A recipe's dtype ``auto`` matches any;
+    only the options the recipe sets are compared; methods by their canonical names
+    (:func:`specrepro.bench.registry.canonical_method`)."""
     from specrepro.bench.registry import canonical_method
 
     out = []
@@ -263,7 +264,7 @@ def forward_costs(root: Path | None = None) -> dict[str, float]:
     """The 1.5B target's one-token forward cost (ms) per CPU (:func:`specrepro.files.cpu_description`) as the record
     measured it: the median over the float32 bench files' cost models (``config.cost_model.target_ms["1"]``) and
     notebook 04's cost curve (n = 1) on that CPU."""
-    from specrepro.record.bench_blocks import bench_files
+    from specrepro.bench.run import bench_files
 
     root = root or repo_root()
     seen: dict[str, list[float]] = {}
