@@ -105,7 +105,7 @@ def test_t1_parts_need_the_greedy_best_and_unknown_shards_are_named():
 
 
 def test_greedy_method_labels_need_no_model():
-    labels = list(table2.greedy_methods(shards._Labels(table2.Table2Setting.from_params(PARAMS))))
+    labels = list(table2.greedy_methods(table2.Table2Setting.from_params(PARAMS)))
     assert labels == ["AR", "d γ=1", "d γ=3", "int8 d γ=1", "int8 d γ=3", "bigram γ=3", "prompt lookup γ=4"]
     best = pd.DataFrame({"draft": ["d", "int8 d"], "best_gamma": [3, 1]})
     assert list(table2.t1_methods(None, best)) == ["AR", "bigram γ=3", "prompt lookup γ=4", "d γ=3", "int8 d γ=1"]

@@ -185,12 +185,17 @@ def cost_curves_of(curves: pd.DataFrame, setting: Table2Setting) -> tuple[CostCu
     return t_target, t_draft
 
 
-def greedy_methods(ctx: Table2Context) -> dict:
+def greedy_methods(ctx: Table2Context | Table2Setting) -> dict:
     """The greedy sweep's methods: label -> (drafter or None, γ): AR, each draft model at every γ, the bigram draft at
-    γ = 3 and prompt lookup at γ = 4."""
+    γ = 3 and prompt lookup at γ = 4. Given a :class:`Table2Setting` instead of a context, the drafters are None
+    placeholders (the labels alone, for a part's recorded settings, no model loaded)."""
+    labels_only = isinstance(ctx, Table2Setting)
+    setting = ctx if labels_only else ctx.setting
+    models = dict.fromkeys(setting.draft_labels) if labels_only else ctx.draft_models
     methods = {"AR": (None, 0)}
-    methods.update({f"{label} γ={g}": (d, g) for label, d in ctx.draft_models.items() for g in ctx.setting.sweep})
-    methods.update({"bigram γ=3": (ctx.bigram, 3), "prompt lookup γ=4": (ctx.lookup, 4)})
+    methods.update({f"{label} γ={g}": (d, g) for label, d in models.items() for g in setting.sweep})
+    methods.update({"bigram γ=3": (None if labels_only else ctx.bigram, 3),
+                    "prompt lookup γ=4": (None if labels_only else ctx.lookup, 4)})
     return methods
 
 

@@ -117,7 +117,7 @@ class Table2Shards(ShardGroup):
             return table2.run_part(self.ctx, float(temperature), k, methods(self.ctx), checkpoint=ckpt,
                                    progress=self.progress)
 
-        settings = {**self.expected(name), "methods": list(methods(_Labels(self.setting) if t == 0 else None))}
+        settings = {**self.expected(name), "methods": list(methods(self.setting if t == 0 else None))}
         return self._get(name, settings, measure)
 
     def _sweep(self, temperature: float, best: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -159,16 +159,6 @@ class Table2Shards(ShardGroup):
         t, k = self._part_of(name)
         return {"shard": name, **self.setting.settings(), "temperature": float(t),
                 "part_prompts": list(table2.part_slices(self.setting)[k])}
-
-
-class _Labels:
-    """A stand-in context whose drafters are None: :func:`specrepro.lab.table2.greedy_methods`'s labels without
-    loading a model."""
-
-    def __init__(self, setting):
-        self.setting = setting
-        self.draft_models = {label: None for label in setting.draft_labels}
-        self.bigram = self.lookup = None
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
