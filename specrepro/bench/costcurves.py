@@ -1,11 +1,12 @@
 """``python -m specrepro cost-curves``: the forward cost t(n) of models over n new tokens, eager, with a static
 cache and with CUDA graphs, side by side in one run.
 
-What this file is: :func:`run_cost_curves` (the measurement, written as JSON) and its command line. The cost of a
-step is the input of Leviathan et al.'s model (c = t_draft(1) / t_target(1), Theorem 3.8) and of the hardware-aware
-prediction (:func:`specrepro.theory.hardware_aware_speedup`). With ``--random-weights`` only a model's config is
-needed, so the architectures of a pair can be timed on a machine its checkpoints cannot reach (a GPU without a
-network): the cost of a dense forward does not depend on the weights.
+What this file is: :func:`run_cost_curves` (the measurement, written as JSON), its command line, and what a
+target's and a draft's curves predict (:func:`mode_predictions`). The cost of a step is the input of Leviathan et
+al.'s model (c = t_draft(1) / t_target(1), Theorem 3.8) and of the hardware-aware prediction
+(:func:`specrepro.theory.hardware_aware_speedup`). With ``--random-weights`` only a model's config is needed, so the
+architectures of a pair can be timed on a machine its checkpoints cannot reach (a GPU without a network): the cost of
+a dense forward does not depend on the weights.
 
 What it is not: the timing of decoding methods (``python -m specrepro bench``) or the cost-model arithmetic
 (:mod:`specrepro.theory`).
@@ -20,7 +21,12 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["run_cost_curves", "configure_parser", "run_command"]
+from specrepro.theory import CostCurve, free_draft_bound, hardware_aware_speedup, optimal_gamma_hardware
+
+__all__ = ["MODES", "run_cost_curves", "table", "mode_predictions", "configure_parser", "run_command"]
+
+#: a result's cache modes: eager (dynamic cache), static cache, CUDA graphs
+MODES = ("eager", "static", "graphs")
 
 
 def _parse_ns(text: str) -> list[int]:
@@ -128,11 +134,32 @@ def table(result: dict):
     ns = result["config"]["ns"]
     rows = []
     for name, r in result["models"].items():
-        for mode in ("eager", "static", "graphs"):
+        for mode in MODES:
             ms = r.get(f"{mode}_ms")
             if ms is not None:
                 rows.append({"model": name, "mode": mode, **{f"t({n}) ms": v for n, v in zip(ns, ms)}})
     return pd.DataFrame(rows)
+
+
+def mode_predictions(result: dict, alpha: float) -> list[dict]:
+    """What a result of two models (target, then draft) predicts at acceptance rate ``alpha``, per cache mode that
+    timed both (in :data:`MODES` order): ``mode``, c = t_draft(1) / t_target(1), the best ``gamma``
+    (:func:`specrepro.theory.optimal_gamma_hardware`, up to the largest n - 1), the hardware-aware speedup
+    (:func:`specrepro.theory.hardware_aware_speedup`) at γ = 4 (``at_4``) and at the best γ (``at_best``), and the
+    free-draft bound at γ = 4 (``free``). ValueError unless the result holds exactly two models."""
+    ns = result["config"]["ns"]
+    (_, target), (_, draft) = result["models"].items()
+    out = []
+    for mode in MODES:
+        if target.get(f"{mode}_ms") is None or draft.get(f"{mode}_ms") is None:
+            continue
+        t_curve, d_curve = CostCurve(ns, target[f"{mode}_ms"]), CostCurve(ns, draft[f"{mode}_ms"])
+        g = optimal_gamma_hardware(alpha, t_curve, d_curve, max_gamma=max(ns) - 1)
+        out.append({"mode": mode, "c": d_curve(1) / t_curve(1), "gamma": g,
+                    "at_4": hardware_aware_speedup(alpha, 4, t_curve, d_curve),
+                    "at_best": hardware_aware_speedup(alpha, g, t_curve, d_curve),
+                    "free": free_draft_bound(alpha, 4, t_curve)})
+    return out
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:

@@ -16,8 +16,6 @@ __all__ = ["GPU_ALPHA_METHOD", "gpu_dir", "gpu_files", "write_gpu_sidecars", "re
 
 #: the draft method of the bench of record whose α the GPU block's predictions take (the draft in its own dtype)
 GPU_ALPHA_METHOD = "sd-draft@4"
-#: a cost-curve file's cache modes: eager, static cache, CUDA graphs
-_MODES = ("eager", "static", "graphs")
 
 
 def gpu_dir() -> Path:
@@ -63,11 +61,11 @@ def write_gpu_sidecars(gdir: Path | None = None) -> list[Path]:
 
 def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
     """Markdown for the ``gpu`` block of docs/gpu.md from the files under ``gdir`` (default :func:`gpu_dir`): each
-    ``cost_curves_*.json``'s t(n) per cache mode (:data:`_MODES`; ms, 95% interval where the file has one) and, for a
-    target and a draft, per mode c and the predicted speedups (:func:`specrepro.theory.hardware_aware_speedup` at γ = 4
-    and the best γ, the free-draft bound) at the α of :data:`GPU_ALPHA_METHOD` in the CPU's bench of record; each
-    ``test_cuda_*.json`` with its log: tests collected, passed, failed and not reached."""
-    from specrepro.theory import CostCurve, free_draft_bound, hardware_aware_speedup, optimal_gamma_hardware
+    ``cost_curves_*.json``'s t(n) per cache mode (ms, 95% interval where the file has one) and, for a target and a
+    draft, per mode c and the predicted speedups (:func:`specrepro.bench.costcurves.mode_predictions`) at the α of
+    :data:`GPU_ALPHA_METHOD` in the CPU's bench of record; each ``test_cuda_*.json`` with its log: tests collected,
+    passed, failed and not reached."""
+    from specrepro.bench.costcurves import MODES, mode_predictions
 
     gdir = gpu_dir() if gdir is None else Path(gdir)
     bench = profile_results(profile) / "bench_qwen_greedy.json"
@@ -81,7 +79,7 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
     for path in gpu_files(gdir, "cost_curves_"):
         res = json.loads(read_noted(path))
         cfg, models = res["config"], res["models"]
-        got = {(m, mode): models[m][f"{mode}_ms"] for m in models for mode in _MODES
+        got = {(m, mode): models[m][f"{mode}_ms"] for m in models for mode in MODES
                if models[m].get(f"{mode}_ms") is not None}  # (model, mode) -> t(n) per n, ms
         diffs = {Path(m).name: models[m].get("graphs_max_abs_logit_diff") for m in models}
         f = {"name": path.name, "cfg": cfg, "predictions": [],
@@ -89,17 +87,10 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
              "times": [(Path(m).name, mode, list(zip(ms, *(models[m].get(f"{mode}_ms_{end}") or [None] * len(ms)
                                                           for end in ("low", "high")))))
                        for (m, mode), ms in got.items()],
-             "with_ci": any(models[m].get(f"{mode}_ms_low") is not None for m in models for mode in _MODES)}
+             "with_ci": any(models[m].get(f"{mode}_ms_low") is not None for m in models for mode in MODES)}
         if len(models) == 2 and alpha is not None:
             target, draft = models
-            f.update(target=Path(target).name, draft=Path(draft).name)
-            for mode in (mode for mode in _MODES if (target, mode) in got and (draft, mode) in got):
-                t_curve, d_curve = CostCurve(cfg["ns"], got[target, mode]), CostCurve(cfg["ns"], got[draft, mode])
-                g = optimal_gamma_hardware(alpha, t_curve, d_curve, max_gamma=max(cfg["ns"]) - 1)
-                f["predictions"].append({"mode": mode, "c": d_curve(1) / t_curve(1), "gamma": g,
-                                         "at_4": hardware_aware_speedup(alpha, 4, t_curve, d_curve),
-                                         "at_best": hardware_aware_speedup(alpha, g, t_curve, d_curve),
-                                         "free": free_draft_bound(alpha, 4, t_curve)})
+            f.update(target=Path(target).name, draft=Path(draft).name, predictions=mode_predictions(res, alpha))
         files.append(f)
     tests = []
     for meta_path in gpu_files(gdir, "test_cuda_"):
