@@ -10,7 +10,6 @@ Each block's prose and layout is a template (``templates/<block>.md.j2``); nothi
 from __future__ import annotations
 
 import io
-import json
 import math
 import re
 from pathlib import Path
@@ -232,36 +231,13 @@ def render_llama_audit(profile: str = STANDARD) -> str:
     return render_template("llamaaudit", prov=provenance_note(path), first=df.iloc[0], rows=list(df.itertuples()))
 
 
-def ar_cost_table(profile: str = STANDARD) -> pd.DataFrame:
-    """Our AR baseline's cost in every bench file of ``profile`` beside what the same file measured of the machine:
-    a row per file with its CPU, dtype, threads, n prompts, AR's ms per token and target forward per step (ms; median
-    over prompts of the median over passes, 95% bootstrap interval over prompts), the cost model's t(1) before and
-    after the timed passes (ms; NaN without one) and the (pass, prompt) blocks run under load, where recorded."""
-    from specrepro.bench.run import bench_files
-    from specrepro.stats import bootstrap_ci
-
-    rows = []
-    for path in bench_files(profile_results(profile)):
-        data = json.loads(read_noted(path))
-        cfg, runs = data.get("config") or {}, pd.DataFrame(data.get("runs") or [])
-        if runs.empty or "method" not in runs or not (runs["method"] == "ar").any():
-            continue
-        per_prompt = runs[runs["method"] == "ar"].groupby("prompt")[["ms_per_token", "target_ms"]].median()
-        ms, ms_lo, ms_hi = bootstrap_ci(per_prompt["ms_per_token"].to_numpy(float))
-        fwd, fwd_lo, fwd_hi = bootstrap_ci(per_prompt["target_ms"].to_numpy(float))
-        t1 = {k: ((cfg.get("cost_model") or {}).get(k) or {}).get("target_ms") or {} for k in ("before", "after")}
-        rows.append({"file": path.name, "cpu": cfg.get("cpu") or "not recorded", "dtype": cfg.get("dtype", ""),
-                     "threads": cfg.get("torch_threads"), "n_prompts": int(len(per_prompt)),
-                     "ar_ms_per_token": ms, "ar_ms_lo": ms_lo, "ar_ms_hi": ms_hi,
-                     "ar_forward_ms": fwd, "ar_forward_lo": fwd_lo, "ar_forward_hi": fwd_hi,
-                     **{f"t1_{k}_ms": float(v["1"]) if v.get("1") is not None else math.nan for k, v in t1.items()},
-                     "blocks_under_load": cfg.get("blocks_under_load"), "blocks": cfg.get("blocks")})
-    return pd.DataFrame(rows)
-
-
 def render_ar_cost(profile: str = STANDARD) -> str:
-    """Markdown for the ``arcost`` block (docs/cost-model.md): :func:`ar_cost_table`, one row per bench file."""
-    return render_template("arcost", profile=profile, rows=list(ar_cost_table(profile).itertuples()))
+    """Markdown for the ``arcost`` block (docs/cost-model.md): :func:`specrepro.bench.run.ar_cost_table` of the
+    profile's bench files, one row per file."""
+    from specrepro.bench.run import ar_cost_table
+
+    return render_template("arcost", profile=profile,
+                           rows=list(ar_cost_table(profile_results(profile)).itertuples()))
 
 
 def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
