@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.files import read_noted, repo_root
+from specrepro.record.equality import divergences_name
 from specrepro.record.results import STANDARD, figures_dir, read_json, record_dir, results_dir
 
 __all__ = ["cell", "ci_cell", "rel", "profile_results", "profile_figures", "render_template", "provenance_note",
@@ -222,7 +223,7 @@ def _render_divergences(bench_path: Path, summary) -> str:
     unequal = [r for r in summary if r.get("greedy_equal_to_ar") is False]
     if not unequal:
         return ""
-    table = bench_path.with_name(f"divergences_{bench_path.stem}.csv")
+    table = bench_path.with_name(f"{divergences_name(bench_path)}.csv")
     make = f"`make {table.relative_to(repo_root()) if table.is_relative_to(repo_root()) else table}`"
     if not table.exists():
         across = any(r.get("method") == "ar" for r in summary) and all(
