@@ -5,8 +5,9 @@ teacher-forced on the AR prefix, below ``--tie-bound``) or counted as a failure
 
 Resumable from a checkpoint under the same models, settings, prompts, torch and :data:`DECODING_MODULES`, whatever the
 commit or CPU (each row names its sitting's); ``--part``/``--merge`` as :mod:`specrepro.record.parts`. ``--from-bench
-FILE`` instead explains a bench file's greedy divergences (:func:`specrepro.lab.equality.bench_divergences`; a llama.cpp bench file by
-:mod:`specrepro.sim.llama_equality`). The shared machinery of whole-workload commands (``pass-at-1`` too) lives here.
+FILE`` instead explains a bench file's greedy divergences (:func:`specrepro.lab.equality.bench_divergences`; a
+llama.cpp bench file by :mod:`specrepro.sim.llama_equality`). The shared machinery of whole-workload commands
+(``pass-at-1`` too) lives here.
 """
 
 from __future__ import annotations
