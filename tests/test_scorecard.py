@@ -1168,6 +1168,26 @@ def test_register_appends_only_what_changed_and_keeps_every_earlier_row(tmp_path
     assert registry.load_registry(path).iloc[-1]["registered_commit"] == "c3"
 
 
+def test_a_registry_written_before_a_column_existed_gains_it_and_a_foreign_one_is_refused(tmp_path):
+    """A registry whose header is a beginning of today's columns gets the new columns, empty in its earlier rows,
+    before rows are appended (so it stays readable); one with other columns is refused, not appended to."""
+    from specrepro.record import registry
+
+    path = tmp_path / "reg.csv"
+    registry.register(path, commit="c1", date="2026-01-01")
+    old = registry.load_registry(path).drop(columns="rule_version")
+    old.to_csv(path, index=False)
+    again = registry.register(path, commit="c2", date="2026-01-02")  # every claim: its rule version is new
+    reg = registry.load_registry(path)
+    assert len(again) == len(old) and len(reg) == 2 * len(old) and list(reg.columns) == registry.REGISTRY_COLUMNS
+    assert (reg["rule_version"].iloc[:len(old)] == "").all() and reg["rule_version"].iloc[len(old):].astype(bool).all()
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("id,rule,foo\nx,y,z\n")
+    with pytest.raises(ValueError, match="not a beginning"):
+        registry.register(foreign, commit="c3", date="2026-01-03")
+    assert foreign.read_text() == "id,rule,foo\nx,y,z\n"
+
+
 def test_every_rule_names_how_its_interval_is_computed():
     """The card names each row's interval method (a referee recomputing it needs the method, not only the level);
     a rule whose reading is a test or an exact comparison names none."""

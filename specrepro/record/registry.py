@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import repo_root
+from specrepro.files import atomic_write_text, repo_root
 from specrepro.record.history import git, rule_version
 from specrepro.record.scorecard import load_claims
 
@@ -89,10 +89,30 @@ def register(path: str | Path | None = None, commit: str | None = None, date: st
         return new
     new = new.assign(registered_commit=git("rev-parse", "HEAD").strip()[:12] if commit is None else commit,
                      registered_date=date or _dt.datetime.now(_dt.timezone.utc).date().isoformat())
+    if path.exists():
+        _add_columns(path)
     header = not path.exists()
     with open(path, "a", encoding="utf-8", newline="") as f:
         new[REGISTRY_COLUMNS].to_csv(f, header=header, index=False)
     return new
+
+
+def _add_columns(path: Path) -> None:
+    """Give a registry written before a column of :data:`REGISTRY_COLUMNS` existed that column, at the end, empty in
+    every earlier row (each earlier line kept, one comma added per new column).
+
+    Raises:
+        ValueError: its columns are not a beginning of :data:`REGISTRY_COLUMNS` (not a registry of this code).
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    have = lines[0].split(",") if lines else REGISTRY_COLUMNS
+    if have == REGISTRY_COLUMNS:
+        return
+    if have != REGISTRY_COLUMNS[:len(have)]:
+        raise ValueError(f"{path}: columns {have} are not a beginning of {REGISTRY_COLUMNS}")
+    added = REGISTRY_COLUMNS[len(have):]
+    atomic_write_text(path, "\n".join([lines[0] + "," + ",".join(added),
+                                       *(line + "," * len(added) for line in lines[1:])]) + "\n")
 
 
 def with_registration(card: pd.DataFrame) -> pd.DataFrame:

@@ -169,6 +169,9 @@ def load_table(name: str, profile: str = STANDARD, **settings):
     return table_at(results_dir(profile) / f"{name}.csv", **settings)
 
 
+_MISSING = object()  # a setting the sidecar does not record (never equal to a recorded value, None included)
+
+
 def table_at(path: Path, **settings):
     """:func:`load_table` for the table at ``path`` (e.g. one in the committed ``data/results/`` while this process
     writes elsewhere): the DataFrame, or None when it is missing or its sidecar records other ``settings``."""
@@ -179,8 +182,8 @@ def table_at(path: Path, **settings):
         return None
     if settings:
         recorded = read_json(path.with_suffix(".provenance.json"))
-        if recorded is None or any(k not in recorded or recorded[k] != v
-                                   for k, v in json.loads(json.dumps(settings)).items()):
+        wanted = json.loads(json.dumps(settings))
+        if recorded is None or any(recorded.get(k, _MISSING) != v for k, v in wanted.items()):
             return None
     data = path.read_bytes()
     note_read(path, data)

@@ -98,7 +98,7 @@ class ShardGroup:
     #: what a shard of the group is called in the error for a name that is not one
     what = "a shard of this group"
 
-    def __init__(self, params: dict, profile: str = STANDARD, progress: bool = True, context=None):
+    def __init__(self, params: dict, profile: str = STANDARD, *, progress: bool = True, context=None):
         self.params, self.profile, self.progress, self.context = dict(params), profile, progress, context
         self.measured: list[str] = []
 

@@ -85,7 +85,7 @@ class Table2Shards(ShardGroup):
     prefix = "leviathan_table2_runs_"
 
     def __init__(self, params: dict, profile: str = STANDARD, progress: bool = True):
-        super().__init__(params, profile, progress)
+        super().__init__(params, profile, progress=progress)
         self.setting = table2.Table2Setting.from_params(params)
 
     def load(self) -> table2.Table2Context:

@@ -23,7 +23,7 @@ class _TreeShards(ShardGroup):
     """
 
     def __init__(self, params: dict, profile: str = STANDARD, models=None, progress: bool = True):
-        super().__init__(params, profile, progress, context=models)
+        super().__init__(params, profile, progress=progress, context=models)
 
     def _draft_name(self) -> str:
         """The loaded models' draft name, else :func:`specrepro.lab.specinfer.tree_draft_name` of the parameters."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -50,10 +51,12 @@ class Shard:
         return Path(self.target).stem
 
 
-def _make(root: Path | None, *args: str) -> str:
-    """``make``'s standard output for ``args`` (standard profile), in ``root``; ValueError when it fails."""
+def _make(root: Path | None, *args: str, stdin: str | None = None) -> str:
+    """``make``'s standard output for ``args`` (standard profile), in ``root``, without the flags and overrides of a
+    make that runs this (``make --trace status`` would print into the output read here); ValueError when it fails."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
     out = subprocess.run(["make", "--no-print-directory", "PROFILE=standard", *args], cwd=root or repo_root(),
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, input=stdin, env=env)
     if out.returncode != 0:
         raise ValueError(f"make {' '.join(args)} failed: {out.stderr.strip()[:300]}")
     return out.stdout
@@ -77,7 +80,9 @@ def record_shards(root: Path | None = None) -> tuple[Shard, ...]:
                                                                  (root / "Makefile").read_text(), flags=re.M))}
     within = {o for g in groups.values() for o in g[1:]}
     notebook = _standard_groups(root)
-    listed = sorted(set(_make(root, "-s", "--eval", _LIST_OUTPUTS, "_record_outputs").split()) - within)
+    # the listing rule is read after the Makefile from standard input (``--eval`` needs GNU make 3.82)
+    words = _make(root, "-s", "-f", "Makefile", "-f", "-", "_record_outputs", stdin=_LIST_OUTPUTS + "\n").split()
+    listed = sorted({w for w in words if w.startswith("data/results/")} - within)
     return tuple([Shard(t, groups.get(t, (t,))) for t in listed if Path(t).stem not in notebook]
                  + [Shard(f"data/results/{n}.csv", (f"data/results/{n}.csv",)) for n in notebook])
 
