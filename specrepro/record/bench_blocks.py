@@ -72,10 +72,24 @@ def _templates():
     env = jinja2.Environment(loader=jinja2.PackageLoader("specrepro.record", "templates"), autoescape=False,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
-    # int and float raise on NaN or text as Python's do (jinja's own print 0): a bad table fails, never prints 0
-    env.filters.update(cell=cell, ci=ci_cell, fmt=format, int=int, float=float)
-    env.tests["notna"] = pd.notna
+    # a bad table fails, never renders a default: int and float raise on NaN or text as Python's do (jinja's own
+    # print 0), and every filter and test raises on a missing column (jinja's Undefined) naming it
+    env.filters.update({name: _strict(f) for name, f in
+                        dict(cell=cell, ci=ci_cell, fmt=format, int=int, float=float).items()})
+    env.tests["notna"] = _strict(pd.notna)
     return env
+
+
+def _strict(f):
+    """``f`` raising jinja's UndefinedError (which names the missing field) when given an undefined value."""
+    import jinja2
+
+    def strict(*args, **kwargs):
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, jinja2.Undefined):
+                a._fail_with_undefined_error()
+        return f(*args, **kwargs)
+    return strict
 
 
 def render_template(name: str, **context) -> str:
