@@ -396,13 +396,18 @@ def test_the_llama_audit_block_renders_every_row_with_its_power(tmp_path, monkey
 
 
 def test_llama_divergences_render_counts_rule_and_each_paths_gap(tmp_path):
-    from specrepro.record.bench_blocks import _render_llama_divergences
+    import hashlib
 
     row = dict(method="llama-sd@4", reference="llama-ar", prompt_id="HumanEval/2", passes="3/3", diverged_at=26,
                ref_token=1, other_token=2, gap_one_token=-0.04, gap_batch=-0.12, gap_server=0.03, disagreement=0.13,
                order_differs=True, explained=True)
-    df = pd.DataFrame([row, dict(row, method="llama-lookup@4", explained=False, order_differs=False)])
-    text = _render_llama_divergences(df, {"tie_bound": 1e-3, "tie_disagreements": 4.0}, tmp_path / "d.csv")
+    bench = tmp_path / "bench_llama.json"
+    bench.write_text("{}")
+    pd.DataFrame([row, dict(row, method="llama-lookup@4", explained=False, order_differs=False)]).to_csv(
+        tmp_path / "divergences_bench_llama.csv", index=False)
+    (tmp_path / "divergences_bench_llama.provenance.json").write_text(json.dumps(
+        {"bench_sha256": hashlib.sha256(b"{}").hexdigest(), "tie_bound": 1e-3, "tie_disagreements": 4.0}))
+    text = bench_blocks._render_divergences(bench, [{"method": "llama-sd@4", "greedy_equal_to_ar": False}])
     assert "2 (method, reference, prompt) rows at 1 points, 1 of them near-ties" in text
     assert "max(0.001, 4 d)" in text and "1 where the replayed paths themselves rank" in text
     assert "-0.04 / -0.12 / +0.03, d 0.13" in text and "`llama-lookup@4` vs `llama-ar` (3/3)" in text

@@ -8,7 +8,7 @@ links (:func:`rel`), directories and :func:`render_template`: every block's pros
 from __future__ import annotations
 
 import functools
-import io
+import hashlib
 import json
 import math
 import numbers
@@ -19,7 +19,7 @@ import pandas as pd
 
 from specrepro.files import read_noted, repo_root
 from specrepro.record.equality import divergences_name
-from specrepro.record.results import STANDARD, figures_dir, read_json, record_dir, results_dir
+from specrepro.record.results import STANDARD, figures_dir, read_json, record_dir, results_dir, table_at
 
 __all__ = ["cell", "ci_cell", "rel", "profile_results", "profile_figures", "render_template", "provenance_note",
            "render_bench", "targets_table", "prediction_gaps", "render_targets"]
@@ -72,24 +72,21 @@ def _templates():
     env = jinja2.Environment(loader=jinja2.PackageLoader("specrepro.record", "templates"), autoescape=False,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
+
+    def _strict(f):  # f raising jinja's UndefinedError (which names the missing field) when given an undefined value
+        def strict(*args, **kwargs):
+            for a in (*args, *kwargs.values()):
+                if isinstance(a, jinja2.Undefined):
+                    a._fail_with_undefined_error()
+            return f(*args, **kwargs)
+        return strict
+
     # a bad table fails, never renders a default: int and float raise on NaN or text as Python's do (jinja's own
     # print 0), and every filter and test raises on a missing column (jinja's Undefined) naming it
     env.filters.update({name: _strict(f) for name, f in
                         dict(cell=cell, ci=ci_cell, fmt=format, int=int, float=float).items()})
     env.tests["notna"] = _strict(pd.notna)
     return env
-
-
-def _strict(f):
-    """``f`` raising jinja's UndefinedError (which names the missing field) when given an undefined value."""
-    import jinja2
-
-    def strict(*args, **kwargs):
-        for a in (*args, *kwargs.values()):
-            if isinstance(a, jinja2.Undefined):
-                a._fail_with_undefined_error()
-        return f(*args, **kwargs)
-    return strict
 
 
 def render_template(name: str, **context) -> str:
@@ -189,9 +186,9 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
     file has (:data:`_BENCH_COLUMNS`: speeds, paired speedups over each baseline, α, tokens per step, the cost model's
     predictions, peak memory, greedy equality; 95% intervals over prompts), then a llama.cpp run's limit ladders
     (:func:`specrepro.bench.ladder.ladder_markdown`), the divergences from greedy AR explained and the chat workload's
-    categories. An unreadable file is named with its
-    error; in the standard profile the block ends with the bench files a target names that the record lacks. Links
-    are relative to ``base``, the directory of the page that holds the block (default: the repository root)."""
+    categories. An unreadable file is named with its error; in the standard profile the block ends with the bench
+    files a target names that the record lacks. Links are relative to ``base``, the directory of the page that holds
+    the block (default: the repository root)."""
     from specrepro.bench.ladder import is_llama_run, ladder_markdown
     from specrepro.bench.run import bench_files, refresh_predictions
 
@@ -214,8 +211,7 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
                                      **_bench_table(data, greedy)))
         if is_llama_run(data):  # llama.cpp's cost model with its intervals and each method's limit ladder
             parts.append(ladder_markdown(data))
-        explained = _render_divergences(path, summary) if greedy else ""
-        if explained:
+        if greedy and (explained := _render_divergences(path, summary)):
             parts.append(explained)
         if cfg.get("workload") == "chat" and data.get("runs"):
             parts.append(_render_groups(data["runs"]))
@@ -231,14 +227,13 @@ def render_bench(profile: str = STANDARD, base: Path | None = None) -> str:
 def _render_divergences(bench_path: Path, summary) -> str:
     """Below a greedy bench table whose methods do not all equal greedy AR: the divergences explained, from the
     table ``greedy-equality --from-bench`` wrote beside the file (``divergences_<stem>.csv``), or a line saying that
-    no table explains them, or that the table explains another run of the file (its recorded sha256 differs)."""
-    import hashlib
-
+    no table explains them, or that the table explains another run of the file (its recorded sha256 differs); "" when
+    every method equals greedy AR or the table is empty."""
     unequal = [r for r in summary if r.get("greedy_equal_to_ar") is False]
     if not unequal:
         return ""
     table = bench_path.with_name(f"{divergences_name(bench_path)}.csv")
-    make = f"`make {table.relative_to(repo_root()) if table.is_relative_to(repo_root()) else table}`"
+    make = f"`make {rel(table, None)}`"
     if not table.exists():
         across = any(r.get("method") == "ar" for r in summary) and all(
             str(r.get("method")).startswith("llama-") for r in unequal)
@@ -246,23 +241,16 @@ def _render_divergences(bench_path: Path, summary) -> str:
     prov = read_json(table.with_suffix(".provenance.json")) or {}
     if prov.get("bench_sha256") != hashlib.sha256(bench_path.read_bytes()).hexdigest():
         return render_template("divergences", kind="other_run", make=make)
-    df = pd.read_csv(io.BytesIO(read_noted(table)))
+    df = table_at(table)
     if df.empty:
         return ""
-    if "reference" in df.columns:  # a llama.cpp file: its outputs against its baseline and llama-ar
-        return _render_llama_divergences(df, prov, table)
-    return render_template("divergences", kind="ours", rows=list(df.itertuples()), gap="gap" in df.columns,
-                           n_ok=int(df["explained"].astype(bool).sum()), prov=prov, table=table.name)
-
-
-def _render_llama_divergences(df: pd.DataFrame, prov: dict, table: Path) -> str:
-    """The divergences of a llama.cpp bench file (``greedy-equality --from-bench``, llama.cpp branch): counts, the
-    rule fixed in advance, and per divergence point the methods, passes and each replayed path's gap."""
-    return render_template("divergences", kind="llama", n=len(df), n_ok=int(df["explained"].astype(bool).sum()),
-                           points=list(df.groupby(["prompt_id", "diverged_at", "ref_token", "other_token"],
-                                                  sort=False)),
-                           n_order=int(df["order_differs"].astype(bool).sum()) if "order_differs" in df else 0,
-                           prov=prov, table=table.name)
+    counts = dict(n=len(df), n_ok=int(df["explained"].astype(bool).sum()), prov=prov, table=table.name)
+    if "reference" in df.columns:  # a llama.cpp file: per divergence point the methods, passes and each path's gap
+        return render_template("divergences", kind="llama", **counts,
+                               points=list(df.groupby(["prompt_id", "diverged_at", "ref_token", "other_token"],
+                                                      sort=False)),
+                               n_order=int(df["order_differs"].astype(bool).sum()) if "order_differs" in df else 0)
+    return render_template("divergences", kind="ours", **counts, rows=list(df.itertuples()), gap="gap" in df.columns)
 
 
 def _render_groups(runs) -> str:

@@ -29,8 +29,7 @@ def _derived(df: pd.DataFrame) -> pd.DataFrame:
     """Per run: tokens per step, 1 / target forward per step (ms), the target forward's share of a step, and the
     decode rate (tokens per ms of decoding)."""
     steps = step_counts(df)
-    target = pd.to_numeric(df["target_ms"], errors="coerce").to_numpy(dtype=float)
-    loop = pd.to_numeric(df["loop_ms"], errors="coerce").to_numpy(dtype=float)
+    target, loop = (pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float) for c in ("target_ms", "loop_ms"))
     with np.errstate(divide="ignore", invalid="ignore"):  # a run without steps or times has no factors (NaN)
         tps = np.where(steps > 0, np.asarray(df[tokens_column(df)], dtype=float) / steps, np.nan)
         fwd = np.where(target > 0, 1.0 / target, np.nan)

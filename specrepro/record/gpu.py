@@ -45,12 +45,11 @@ def write_gpu_sidecars(gdir: Path | None = None) -> list[Path]:
                 raise ValueError(f"{path}: names no commit")
             gpu = path.stem.removeprefix(prefix)
             log = gdir / (f"run_{gpu}.log" if prefix == "cost_curves_" else f"{path.stem}.log")
-            files = [path] + ([log] if log.exists() else [])
             prov = {k: meta.get(k) for k in ("commit", "date", "torch", "transformers") if meta.get(k) is not None}
             prov["device"] = meta.get("device_description") or meta.get("device")
             prov["what"] = ("measured on a lent GPU outside make reproduce (see docs/gpu.md); the log is the run's "
                             "own output")
-            prov["sha256"] = {f.name: sha256_bytes(f.read_bytes()) for f in files}
+            prov["sha256"] = {f.name: sha256_bytes(f.read_bytes()) for f in (path, log) if f.exists()}
             side = path.with_name(f"{path.stem}.provenance.json")
             text = json.dumps(prov, indent=1, sort_keys=True) + "\n"
             if not side.exists() or side.read_text() != text:
@@ -78,16 +77,15 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
     files = []
     for path in gpu_files(gdir, "cost_curves_"):
         res = json.loads(read_noted(path))
-        cfg, models = res["config"], res["models"]
-        got = {(m, mode): models[m][f"{mode}_ms"] for m in models for mode in MODES
-               if models[m].get(f"{mode}_ms") is not None}  # (model, mode) -> t(n) per n, ms
-        diffs = {Path(m).name: models[m].get("graphs_max_abs_logit_diff") for m in models}
-        f = {"name": path.name, "cfg": cfg, "predictions": [],
-             "diffs": {k: v for k, v in diffs.items() if v is not None},
-             "times": [(Path(m).name, mode, list(zip(ms, *(models[m].get(f"{mode}_ms_{end}") or [None] * len(ms)
+        models = res["models"]
+        f = {"name": path.name, "cfg": res["config"], "predictions": [],
+             "diffs": {Path(m).name: v["graphs_max_abs_logit_diff"] for m, v in models.items()
+                       if v.get("graphs_max_abs_logit_diff") is not None},
+             # per model and mode with times: (t(n), low, high) per n, ms
+             "times": [(Path(m).name, mode, list(zip(ms, *(v.get(f"{mode}_ms_{end}") or [None] * len(ms)
                                                           for end in ("low", "high")))))
-                       for (m, mode), ms in got.items()],
-             "with_ci": any(models[m].get(f"{mode}_ms_low") is not None for m in models for mode in MODES)}
+                       for m, v in models.items() for mode in MODES if (ms := v.get(f"{mode}_ms")) is not None],
+             "with_ci": any(v.get(f"{mode}_ms_low") is not None for v in models.values() for mode in MODES)}
         if len(models) == 2 and alpha is not None:
             target, draft = models
             f.update(target=Path(target).name, draft=Path(draft).name, predictions=mode_predictions(res, alpha))

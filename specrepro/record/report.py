@@ -9,22 +9,20 @@ Each block's prose and layout is a template (``templates/<block>.md.j2``); nothi
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from specrepro.files import atomic_write_files, hold_record_lock_for, read_noted, repo_root
+from specrepro.files import atomic_write_files, hold_record_lock_for, repo_root
 from specrepro.record.bench_blocks import (  # noqa: F401 - prediction_gaps ... targets_table re-exported
     prediction_gaps, profile_figures, profile_results, provenance_note, rel, render_bench, render_targets,
     render_template, targets_table)
 from specrepro.record.gpu import GPU_ALPHA_METHOD, gpu_dir, render_gpu  # noqa: F401 - re-exported
 from specrepro.record.registry import with_registration
 from specrepro.record.results import (STANDARD, read_json, record_dir,  # noqa: F401 - record_dir re-exported
-                                      save_table, writes_record)
+                                      save_table, table_at, writes_record)
 from specrepro.record.scorecard import (COMPUTED, EXACT, GROUPS, INCONCLUSIVE, JUDGED, N_PHRASE, NOT_REPRODUCED,
                                         NOT_RUN, NOT_TESTABLE, TREND, VERDICTS, score, verdict_definitions)
 from specrepro.record.speed import render_formats, render_speed
@@ -49,19 +47,6 @@ VERDICT_COLORS = {EXACT: "#1b9e77", TREND: "#7fc97f", INCONCLUSIVE: "#fdc086", N
                   COMPUTED: "#80b1d3", NOT_TESTABLE: "#969696", NOT_RUN: "#bdbdbd"}
 
 
-def _grouped(card: pd.DataFrame, row=lambda r: r) -> list[tuple[str, list]]:
-    """The card's rows by group, in :data:`GROUPS` order (claims order within each), then any other group (rows
-    without a group form one, "ungrouped"): each group's :func:`group_counts` heading and ``row(r)`` per row."""
-    col = card["group"].fillna("").astype(str) if "group" in card else pd.Series("", index=card.index)
-    names = [g for g in GROUPS if (col == g).any()] + sorted(set(col) - set(GROUPS))
-    return [(group_counts(card[col == g], g or "ungrouped"), [row(r) for _, r in card[col == g].iterrows()])
-            for g in names]
-
-
-def _profile(card: pd.DataFrame, profile: str | None) -> str:
-    return profile or next((p for p in card["profile"] if p), STANDARD)
-
-
 def group_counts(rows: pd.DataFrame, group: str = "") -> str:
     """``Performance: 17 claims, 14 judged — 2 reproduced exactly, 10 trend reproduced; not judged: 1 computed, 1 not
     testable here``: the number of claims, how many a verdict of :data:`specrepro.record.scorecard.JUDGED` judged
@@ -77,7 +62,12 @@ def group_counts(rows: pd.DataFrame, group: str = "") -> str:
             + (f"; not judged: {other}" if other else ""))
 
 
-def _card_head(card: pd.DataFrame) -> str:
+def _card(card: pd.DataFrame, profile: str | None, row=lambda r: r) -> dict:
+    """What the full card and the README's summary share: the profile (else the card's first, else the standard),
+    the head (distinct claims, the count of each verdict, how many rules were registered before their data), the
+    verdicts' definitions, and ``groups``: the rows by group in :data:`GROUPS` order (claims order within each), then
+    any other group (rows without a group form one, "ungrouped"), each group's :func:`group_counts` heading and
+    ``row(r)`` per row."""
     counts = card["verdict"].value_counts()
     summary = " · ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
     head = f"{card['id'].nunique()} distinct claims, one per statement of a paper: {summary}"
@@ -85,7 +75,12 @@ def _card_head(card: pd.DataFrame) -> str:
     if reg.str.len().gt(0).any():
         head += (f"; {int(reg.str.startswith('before').sum())} judged by a rule registered before its data, "
                  f"{int(reg.str.startswith('after').sum())} after it (data/claims_registry.csv)")
-    return head
+    col = card["group"].fillna("").astype(str) if "group" in card else pd.Series("", index=card.index)
+    names = [g for g in GROUPS if (col == g).any()] + sorted(set(col) - set(GROUPS))
+    return {"profile": profile or next((p for p in card["profile"] if p), STANDARD), "card_head": head,
+            "definitions": verdict_definitions().rstrip("\n"),
+            "groups": [(group_counts(card[col == g], g or "ungrouped"), [row(r) for _, r in card[col == g].iterrows()])
+                       for g in names]}
 
 
 def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
@@ -97,14 +92,13 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
     from specrepro.record.scorecard import load_claims
     from specrepro.record.tables import Tables
 
-    profile = _profile(card, profile)
+    context = _card(card, profile)
     read = set(card.loc[card["ours"].fillna("").astype(str) != "", "id"])  # the claims the card holds a reading of
     claims = load_claims()
     return render_template(
-        "scorecard", profile=profile, card_head=_card_head(card), commits=sorted({c for c in card["commit"] if c}),
+        "scorecard", **context, commits=sorted({c for c in card["commit"] if c}),
         machines=card.loc[card["hardware"].fillna("").astype(str) != "", "hardware"].value_counts().items(),
-        definitions=verdict_definitions().rstrip("\n"), groups=_grouped(card),
-        decomposition=speedup_decomposition(claims[claims["id"].isin(read)], Tables(profile)))
+        decomposition=speedup_decomposition(claims[claims["id"].isin(read)], Tables(context["profile"])))
 
 
 _N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"),
@@ -113,9 +107,11 @@ _N_REMOVE = (re.compile(r"\s*\(n = [^()]*\)"),
 SUMMARY_OURS_CHARS = 150
 
 
-def _short_ours(r) -> tuple[str, str]:
-    """Our number for the summary (its interval kept, its "n = ..." phrases moved to the n column, cut to
-    :data:`SUMMARY_OURS_CHARS`) and the n cell (the first "n = ..." phrase, else the card's n and its unit)."""
+def _summary_row(r) -> dict:
+    """The values of one row of the README's scorecard: the card's row; our number (its interval kept, its "n = ..."
+    phrases moved to the n column, cut to :data:`SUMMARY_OURS_CHARS`); the n cell (the first "n = ..." phrase, else
+    the card's n and its unit); the paper as "Leviathan 2023" for "Leviathan et al. 2023"; and whether its table came
+    from uncommitted code (its commit ends in ``-dirty``)."""
     text = "" if pd.isna(r.get("ours")) else str(r["ours"])
     m = N_PHRASE.search(text)
     if m:
@@ -131,43 +127,28 @@ def _short_ours(r) -> tuple[str, str]:
         cut = text.rfind("; ", 0, SUMMARY_OURS_CHARS)
         cut = cut if cut > 0 else text.rfind(", ", 0, SUMMARY_OURS_CHARS)
         text = (text[:cut] if cut > 0 else text[:SUMMARY_OURS_CHARS]).rstrip() + " …"
-    return text or "—", n_cell
-
-
-def _dirty(r) -> bool:
-    """Whether a scorecard row's table names a commit whose code differed from the tree (``...-dirty``)."""
-    return str(r.get("commit") or "").endswith("-dirty")
-
-
-def _summary_row(r) -> dict:
-    """The values of one row of the README's scorecard: the card's row, our number and n (:func:`_short_ours`), the
-    paper as "Leviathan 2023" for "Leviathan et al. 2023", and whether its table came from uncommitted code."""
-    ours, n_cell = _short_ours(r)
     year = re.search(r"(\d{4})", str(r["paper"]))
-    return {"r": r, "ours": ours, "n": n_cell, "dirty": _dirty(r),
+    return {"r": r, "ours": text or "—", "n": n_cell, "dirty": str(r.get("commit") or "").endswith("-dirty"),
             "paper": f"{str(r['paper']).split()[0]} {year.group(1)}" if year else str(r["paper"])}
 
 
 def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | None = None) -> str:
     """The README's scorecard: the count of each verdict, a link to the full card (relative to ``base``, the
     directory of the page that holds the block) and one short table per group (:func:`group_counts` heading)."""
-    profile = _profile(card, profile)
-    return render_template("summary", profile=profile, card_head=_card_head(card),
-                           link=rel(profile_results(profile) / "scorecard.md", base),
-                           definitions=verdict_definitions().rstrip("\n"), groups=_grouped(card, _summary_row),
+    context = _card(card, profile, _summary_row)
+    return render_template("summary", **context, link=rel(profile_results(context["profile"]) / "scorecard.md", base),
                            unstable=card.get("stability", pd.Series(dtype=str)).astype(bool).any(),
-                           dirty=any(_dirty(r) for _, r in card.iterrows()))
+                           # every row of the card is in one group
+                           dirty=any(row["dirty"] for _, rows in context["groups"] for row in rows))
 
 
 def render_figures(profile: str = STANDARD, base: Path | None = None) -> str:
     """Markdown for the README's key figures (``templates/figures.md.j2``), each with the commit, profile, device and
     date of the run that drew it, or a note that it is not drawn yet; links relative to ``base`` (as :func:`rel`)."""
     fdir = profile_figures(profile)
-
-    def provenance(stem: str) -> dict | None:  # the sidecar of a figure drawn, None for one not drawn yet
-        return read_json(fdir / f"{stem}.provenance.json") if (fdir / f"{stem}.png").exists() else None
-
-    return render_template("figures", provenance=provenance, profile=profile, link=rel(fdir, base))
+    return render_template("figures", profile=profile, link=rel(fdir, base),  # provenance: None for a figure not drawn
+                           provenance=lambda stem: read_json(fdir / f"{stem}.provenance.json")
+                           if (fdir / f"{stem}.png").exists() else None)
 
 
 def write_scorecard(profile: str = STANDARD, device: str = "cpu", claims: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -193,12 +174,9 @@ def replace_block(text: str, name: str, content: str) -> str:
     return f"{before}{start}\n{content.strip()}\n{end}{after}"
 
 
-_START = re.compile(r"<!-- ([A-Za-z0-9_-]+):start -->")
-
-
 def block_names(text: str) -> list[str]:
     """The generated blocks whose start markers ``text`` holds, in order (a repeated one as often as it appears)."""
-    return _START.findall(text)
+    return re.findall(r"<!-- ([A-Za-z0-9_-]+):start -->", text)
 
 
 def record_pages(readme: str | Path | None = None) -> list[Path]:
@@ -224,9 +202,8 @@ def render_llama_audit(profile: str = STANDARD) -> str:
     specrepro audit --runtime llama.cpp``): per setting and sampler its n, TV, p-values, power, verdict, acceptance
     rates and the TV and fit of the law its code implies; a missing table is named."""
     path = profile_results(profile) / "audit_llamacpp.csv"
-    if not path.exists():
+    if (df := table_at(path)) is None:
         return render_template("llamaaudit", rows=None)
-    df = pd.read_csv(io.BytesIO(read_noted(path)))
     df = df.assign(**{c: df.get(c, math.nan) for c in ("tv_null_mean", "code_law_tv_to_exact", "p_value_vs_code_law")})
     return render_template("llamaaudit", prov=provenance_note(path), first=df.iloc[0], rows=list(df.itertuples()))
 
@@ -236,8 +213,7 @@ def render_ar_cost(profile: str = STANDARD) -> str:
     profile's bench files, one row per file."""
     from specrepro.bench.run import ar_cost_table
 
-    return render_template("arcost", profile=profile,
-                           rows=list(ar_cost_table(profile_results(profile)).itertuples()))
+    return render_template("arcost", profile=profile, rows=list(ar_cost_table(profile_results(profile)).itertuples()))
 
 
 def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
@@ -296,16 +272,14 @@ def render_battery(profile: str = STANDARD) -> str:
     """Markdown for the exactness-battery block from notebook 01's tables: each goodness-of-fit test's false-alarm
     rate (± binomial s.e.) and smallest TV detected at 90% power, and the published bugs' negative controls caught
     and look-alikes passed. A missing table is named."""
-    rdir = profile_results(profile)
-    power_path, bugs_path = rdir / "exactness_power_false_alarm.csv", rdir / "exactness_bug_registry.csv"
+    power_path = profile_results(profile) / "exactness_power_false_alarm.csv"
+    power, bugs = table_at(power_path), table_at(power_path.with_name("exactness_bug_registry.csv"))
     context = {"profile": profile, "rows": None, "bugs": None}
-    if power_path.exists():
-        power = pd.read_csv(io.BytesIO(read_noted(power_path)))
+    if power is not None:
         context.update(prov=provenance_note(power_path), ok=int(power["within_level"].astype(bool).sum()),
                        undetected=not power["min_tv_detected_90"].map(math.isfinite).all(),
                        rows=list(power.itertuples()))
-    if bugs_path.exists():
-        bugs = pd.read_csv(io.BytesIO(read_noted(bugs_path)))
+    if bugs is not None:
         neg, pos = bugs[bugs["negative"].astype(bool)], bugs[~bugs["negative"].astype(bool)]
         context["bugs"] = {"caught": int(neg["detected"].astype(bool).sum()), "negative": len(neg),
                            "cited": int((neg["thread"].astype(str) != "(not tied to a thread)").sum()),
@@ -345,10 +319,9 @@ def plot_verdicts(card: pd.DataFrame, ax=None):
         _, ax = plt.subplots(figsize=(7, 2.8))
     counts = card.groupby(["paper", "verdict"], sort=False).size().unstack(fill_value=0)
     counts = counts.reindex(columns=[v for v in VERDICTS if v in counts.columns])
-    left = np.zeros(len(counts))
+    left = counts.cumsum(axis=1) - counts  # each bar starts where the paper's bars before it end
     for v in counts.columns:
-        ax.barh(counts.index, counts[v], left=left, color=VERDICT_COLORS[v], label=v)
-        left += counts[v].to_numpy()
+        ax.barh(counts.index, counts[v], left=left[v], color=VERDICT_COLORS[v], label=v)
     ax.invert_yaxis()
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("claims")

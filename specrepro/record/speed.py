@@ -54,36 +54,21 @@ def variant_rows(df: pd.DataFrame) -> list[tuple]:
     :func:`specrepro.bench.formats.compare_variants`' table: each build's median ms over the alternations with the
     widest of their 95% intervals, and portable over chosen (the ratio of those medians, its interval from the
     intervals' ends: conservative)."""
-    rows = []
+    rows, none = [], pd.Series(dtype=float)  # none: a column the table lacks, its ends NaN
     for fmt, g in df.groupby("format", sort=False):
         for col, label in [(c, f"target t({c[1:-3]})") for c in df.columns if c[0] == "t" and c.endswith("_ms")] + [
                 ("draft_t1_ms", "draft t(1)")]:
-            cells, ends = [], []
-            for build in ("portable", "chosen"):
-                b = g[g["build"] == build]
-                lo = b[f"{col}_low"].min() if f"{col}_low" in b else float("nan")
-                hi = b[f"{col}_high"].max() if f"{col}_high" in b else float("nan")
-                cells.append(ci_cell(b[col].median(), lo, hi, ".1f"))
-                ends.append((b[col].median(), lo, hi))
+            ends = [(b[col].median(), b.get(f"{col}_low", none).min(), b.get(f"{col}_high", none).max())
+                    for b in (g[g["build"] == build] for build in ("portable", "chosen"))]
             (mp, lp, hp), (mc, lc, hc) = ends
-            rows.append((f"`{fmt}`", label, *cells, ci_cell(mp / mc, lp / hc, hp / lc) + "×"))
+            rows.append((f"`{fmt}`", label, *(ci_cell(*e, spec=".1f") for e in ends),
+                         ci_cell(mp / mc, lp / hc, hp / lc) + "×"))
     return rows
 
 
 def _read(path: Path) -> tuple[pd.DataFrame, dict]:
     """A table of the record and its provenance sidecar."""
     return pd.read_csv(io.BytesIO(read_noted(path))), json.loads(path.with_suffix(".provenance.json").read_text())
-
-
-def _variants(profile: str, base: Path | None) -> dict:
-    path = profile_results(profile) / VARIANTS_TABLE
-    if not path.exists():
-        return {"variants": None}
-    df, prov = _read(path)
-    return {"variants": {"rows": variant_rows(df), "table": rel(path, base), "commit": prov.get("commit", "?"),
-                         "cpu": prov.get("cpu", "?"), "alternations": int(df["alternation"].nunique()),
-                         **{build: ", ".join(sorted(set(df.loc[df["build"] == build, "cpu_variant"].astype(str))))
-                            for build in ("chosen", "portable")}}}
 
 
 def _context(profile: str, base: Path | None) -> dict:
@@ -116,7 +101,14 @@ def render_formats(profile: str = STANDARD, base: Path | None = None) -> str:
     """Markdown for docs/bench.md's ``formats`` block: the whole weight-format table (costs, bound, prediction and
     measurement with 95% intervals and n), the measured ratios that account for each gap between prediction and
     measurement, and the build's portable AVX2 level beside the CPU variant llama.cpp chose (:func:`variant_rows`)."""
-    return render_template("formats", **_context(profile, base), **_variants(profile, base))
+    path, variants = profile_results(profile) / VARIANTS_TABLE, None
+    if path.exists():
+        df, prov = _read(path)
+        variants = {"rows": variant_rows(df), "table": rel(path, base), "commit": prov.get("commit", "?"),
+                    "cpu": prov.get("cpu", "?"), "alternations": int(df["alternation"].nunique()),
+                    **{build: ", ".join(sorted(set(df.loc[df["build"] == build, "cpu_variant"].astype(str))))
+                       for build in ("chosen", "portable")}}
+    return render_template("formats", **_context(profile, base), variants=variants)
 
 
 def save_formats_figure(profile: str = STANDARD) -> Path:
