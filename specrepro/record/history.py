@@ -73,26 +73,24 @@ def rule_source(rule: str) -> str:
     fn = RULES.get(rule)
     if fn is None:
         return ""
-    seen, todo, parts = set(), [fn], []
-    while todo:
+    seen, todo, parts = set(), [fn], set()
+    while todo:  # functions only: RULES holds the rules' functions, and only functions are added
         obj = todo.pop()
-        if id(obj) in seen:
+        if obj in seen:
             continue
-        seen.add(id(obj))
-        if inspect.isfunction(obj):
-            parts.append((obj.__name__, _code_only(inspect.getsource(obj))))
-            codes = [obj.__code__]
-            while codes:
-                code = codes.pop()
-                for name in code.co_names:
-                    ref = obj.__globals__.get(name)
-                    if inspect.isfunction(ref) and ref.__module__ in RULE_MODULES:
-                        todo.append(ref)
-                    elif isinstance(ref, tuple) and ref and all(isinstance(c, Clause) for c in ref):
-                        parts.append((name, repr([(c.verdict, c.text, inspect.getsource(c.holds).strip())
-                                                  for c in ref])))
-                codes += [c for c in code.co_consts if inspect.iscode(c)]
-    return "\n".join(src for _, src in sorted(set(parts)))
+        seen.add(obj)
+        parts.add((obj.__name__, _code_only(inspect.getsource(obj))))
+        codes = [obj.__code__]
+        while codes:
+            code = codes.pop()
+            for name in code.co_names:
+                ref = obj.__globals__.get(name)
+                if inspect.isfunction(ref) and ref.__module__ in RULE_MODULES:
+                    todo.append(ref)
+                elif isinstance(ref, tuple) and ref and all(isinstance(c, Clause) for c in ref):
+                    parts.add((name, repr([(c.verdict, c.text, inspect.getsource(c.holds).strip()) for c in ref])))
+            codes += [c for c in code.co_consts if inspect.iscode(c)]
+    return "\n".join(src for _, src in sorted(parts))
 
 
 def rule_version(rule: str, params: str, paper_value: str = "", paper_kind: str = "") -> str:
@@ -180,10 +178,8 @@ def score_working_tree(root: Path | None = None, seen: dict | None = None) -> li
     evidence keys are the blob ids the files will have once committed, so that commit adds no second reading."""
     root = root or repo_root()
     seen = {} if seen is None else seen
-    if not (root / "data" / "claims.csv").exists():
-        return []
-    if not git("status", "--porcelain", "--", *RECORD_PATHS, root=root).strip():
-        return []  # the record is as committed: its readings are the last commit's
+    if not ((root / "data" / "claims.csv").exists() and git("status", "--porcelain", "--", *RECORD_PATHS, root=root)):
+        return []  # no record, or the record as committed: its readings are the last commit's
     files = sorted(p for p in (root / "data" / "results").glob("*") if p.is_file())
     ids = git("hash-object", "--stdin-paths", root=root,
               input_text="\n".join(str(p) for p in files)).split() if files else []
@@ -221,8 +217,8 @@ def stability(history: pd.DataFrame) -> pd.DataFrame:
     for claim, d in scored.groupby("claim", sort=False):
         by_verdict = d.groupby("verdict", sort=False)["commit"].agg(lambda c: ", ".join(c))
         same_rule_disagrees = bool((d.groupby("rule_version")["verdict"].nunique() > 1).any())
-        changes = d["verdict"].ne(d["verdict"].shift()) & d.index.isin(d.index[1:])
-        moved_rule = bool((changes & d["rule_version"].ne(d["rule_version"].shift())).any())
+        moved = d["verdict"].ne(d["verdict"].shift()) & d["rule_version"].ne(d["rule_version"].shift())
+        moved_rule = bool(moved.iloc[1:].any())  # a verdict changed together with the rule version
         out.append({"claim": claim, "readings": len(d),
                     "verdicts": "; ".join(f"{v} ({c})" for v, c in by_verdict.items()),
                     "unstable": d["verdict"].nunique() > 1, "moved_with_rule": moved_rule,

@@ -30,26 +30,20 @@ _PROGRESS_MODELS = ("FloatProgressModel", "IntProgressModel")
 # tqdm's warning when tqdm.auto finds a kernel but no ipywidgets: "<file>:<line>: TqdmWarning: IProgress not found..."
 # followed by the indented source line that triggered it
 _IPROGRESS_WARNING = re.compile(r"^[^\n]*TqdmWarning: IProgress not found[^\n]*\n?(?:[ \t]+[^\n]*\n?)?", re.M)
+_CR_LINE = re.compile(r"([^\n]*\r[^\n]*)(\n|\Z)")  # a line holding a carriage return, and its line end if any
 
 
 def resolve_carriage_returns(text: str) -> str:
     """The text a terminal shows for stream ``text``: after a carriage return the line is overwritten from its start
     (``"abcdef\\rxy"`` shows ``"xycdef"``; ``"\\r\\n"`` is a line end), then loses its trailing spaces (a bar's
     padding), and its line end too if it ends up blank (a bar that erased itself); other lines are kept as they are."""
-    if "\r" not in text:
-        return text
-    text = text.replace("\r\n", "\n")
-    lines = text.split("\n")
-    out = []
-    for i, line in enumerate(lines):
-        last = i == len(lines) - 1
-        if "\r" not in line:
-            out.append(line + ("" if last else "\n"))
-            continue
-        shown = functools.reduce(lambda seen, segment: segment + seen[len(segment):], line.split("\r"), "").rstrip()
-        if shown:
-            out.append(shown + ("" if last else "\n"))
-    return "".join(out)
+    return _CR_LINE.sub(_shown_line, text.replace("\r\n", "\n"))
+
+
+def _shown_line(match: re.Match) -> str:
+    """One line with a carriage return (``match``: the line, its line end) as :func:`resolve_carriage_returns` says."""
+    shown = functools.reduce(lambda seen, segment: segment + seen[len(segment):], match[1].split("\r"), "").rstrip()
+    return shown + match[2] if shown else ""
 
 
 def _coalesce_streams(outputs: list) -> list:
@@ -77,16 +71,12 @@ def _widget_text(value) -> str:
 def _tqdm_final_line(model: dict, state: dict) -> tuple[str | None, bool]:
     """``(final text, hidden)`` of a stored tqdm notebook bar (an HBox of label, progress bar, label), or
     ``(None, False)`` when ``model`` is not shaped like one."""
-    if not model or model.get("model_name") != "HBoxModel":
+    box = model.get("state", {}) if (model or {}).get("model_name") == "HBoxModel" else {}
+    parts = [model, *(_model(state, ref) for ref in box.get("children", []))]
+    if [(m or {}).get("model_name") for m in parts] not in (["HBoxModel", "HTMLModel", p, "HTMLModel"]
+                                                            for p in _PROGRESS_MODELS):
         return None, False
-    box = model.get("state", {})
-    children = [_model(state, ref) for ref in box.get("children", [])]
-    if len(children) != 3 or any(c is None for c in children):
-        return None, False
-    left, bar, right = children
-    if (left.get("model_name") != "HTMLModel" or right.get("model_name") != "HTMLModel"
-            or bar.get("model_name") not in _PROGRESS_MODELS):
-        return None, False
+    _, left, bar, right = parts
     layout = _model(state, box.get("layout")) or {}
     hidden = layout.get("state", {}).get("visibility") == "hidden"
     ltext = _widget_text(left.get("state", {}).get("value"))
@@ -131,10 +121,8 @@ def clean_notebook_node(nb) -> None:
     root = str(repo_root())
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
-        cpm = cell.metadata.get("papermill")
-        if isinstance(cpm, dict):
-            for key in ("start_time", "end_time", "duration", "status", "exception"):
-                cpm.pop(key, None)
+        for key in ("start_time", "end_time", "duration", "status", "exception"):
+            cell.metadata.get("papermill", {}).pop(key, None)
         if cell.get("cell_type") != "code":
             continue
         outputs = _coalesce_streams(_convert_widget_outputs(list(cell.get("outputs", [])), state))

@@ -61,9 +61,8 @@ def declared_parameters(notebook: str | Path) -> list[str]:
     cells = [c for c in _read(notebook).cells if "parameters" in c.metadata.get("tags", [])]
     if len(cells) != 1:
         raise ValueError(f"{notebook}: expected one cell tagged 'parameters', found {len(cells)}")
-    names = [t.id for node in ast.parse(cells[0].source).body if isinstance(node, ast.Assign)
-             for t in node.targets if isinstance(t, ast.Name)]
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(t.id for node in ast.parse(cells[0].source).body if isinstance(node, ast.Assign)
+                              for t in node.targets if isinstance(t, ast.Name)))
 
 
 def notebook_parameters(profile: dict, notebook: str | Path) -> dict:
@@ -113,6 +112,8 @@ def run_notebook(source: str | Path, output: str | Path, profile: str | Path, ke
     Raises:
         FileNotFoundError: no such notebook or profile. papermill.PapermillExecutionError: a cell raised.
     """
+    import unittest.mock
+
     import papermill
     import yaml
 
@@ -126,19 +127,13 @@ def run_notebook(source: str | Path, output: str | Path, profile: str | Path, ke
     output.parent.mkdir(parents=True, exist_ok=True)
     hold_record_lock_for(output)  # an executed notebook of record: one job at a time (its kernel shares the lock)
     t0 = time.perf_counter()
-    partial = output.with_name(output.name.removesuffix(".ipynb") + ".partial.ipynb")
-    log = output.with_name(output.name.removesuffix(".ipynb") + ".partial.reads")
+    stem = output.name.removesuffix(".ipynb")
+    partial, log = output.with_name(f"{stem}.partial.ipynb"), output.with_name(f"{stem}.partial.reads")
     log.unlink(missing_ok=True)
-    previous = os.environ.get(READS_ENV)
-    os.environ[READS_ENV] = str(log.resolve())  # the kernel inherits it: every table it reads is logged there
-    try:
+    # the kernel inherits READS_ENV: every table it reads is logged there; this process's environment is restored after
+    with unittest.mock.patch.dict(os.environ, {READS_ENV: str(log.resolve())}):
         papermill.execute_notebook(str(source), str(partial), parameters=params, kernel_name=kernel,
                                    cwd=str(source.resolve().parent), progress_bar=False)
-    finally:
-        if previous is None:
-            os.environ.pop(READS_ENV, None)
-        else:
-            os.environ[READS_ENV] = previous
     clean_notebook(partial)
     stamp_run(partial, time.perf_counter() - t0, profile.stem)
     stamp_inputs(partial, read_log(log), source)

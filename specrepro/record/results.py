@@ -181,9 +181,8 @@ def table_at(path: Path, **settings):
     if not path.exists():
         return None
     if settings:
-        recorded = read_json(path.with_suffix(".provenance.json"))
-        wanted = json.loads(json.dumps(settings))
-        if recorded is None or any(recorded.get(k, _MISSING) != v for k, v in wanted.items()):
+        recorded = read_json(path.with_suffix(".provenance.json")) or {}  # unreadable: every setting is missing
+        if any(recorded.get(k, _MISSING) != v for k, v in json.loads(json.dumps(settings)).items()):
             return None
     data = path.read_bytes()
     note_read(path, data)
