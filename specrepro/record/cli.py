@@ -1,5 +1,4 @@
-"""``python -m specrepro scorecard``: re-score the record and render it.
-"""
+"""``python -m specrepro scorecard``: re-score the record and render it."""
 
 from __future__ import annotations
 
@@ -25,11 +24,9 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
 
     card = write_scorecard(args.profile, args.device)
     print(render_markdown(card, args.profile))
-    if args.readme:
-        if not writes_record(args.profile):
-            print("README.md not rewritten: only the record's writer does that (the standard profile with "
-                  "SPECREPRO_RECORD=1: `make scorecard`)")
-            return 0
-        changed = update_readme(args.profile, card)
-        print("README.md updated" if changed else "README.md already current")
+    if args.readme and not writes_record(args.profile):
+        print("README.md not rewritten: only the record's writer does that (the standard profile with "
+              "SPECREPRO_RECORD=1: `make scorecard`)")
+    elif args.readme:
+        print("README.md updated" if update_readme(args.profile, card) else "README.md already current")
     return 0

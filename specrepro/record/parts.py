@@ -36,9 +36,8 @@ def companion_name(name: str, suffix: str) -> str:
 def parse_part_name(path: str | Path) -> tuple[str, int]:
     """``data/results/greedy_equality_humaneval.p3.csv`` -> ``("greedy_equality_humaneval", 3)``; ValueError when the
     file name is not ``<name>.p<i>.csv``."""
-    stem = Path(path).name.removesuffix(".csv")
-    m = _PART_STEM.match(stem)
-    if not m or not Path(path).name.endswith(".csv"):
+    m = re.fullmatch(r"(?P<name>.+)\.p(?P<i>\d+)\.csv", Path(path).name)
+    if not m:
         raise ValueError(f"{path}: not a part table (<name>.p<i>.csv, written with --part I/K)")
     return m["name"], int(m["i"])
 
@@ -50,8 +49,7 @@ def part_span(n_prompts: int, part) -> tuple[int, int, int, int]:
     from specrepro.bench.run import parse_part, part_bounds
 
     i, k = parse_part(part)
-    start, stop = part_bounds(n_prompts, i, k)
-    return i, k, start, stop
+    return (i, k, *part_bounds(n_prompts, i, k))
 
 
 def read_parts(paths) -> list[tuple[Path, dict]]:
@@ -67,9 +65,9 @@ def read_parts(paths) -> list[tuple[Path, dict]]:
     from specrepro.bench.run import check_part_set
     from specrepro.files import sha256_bytes
 
-    found = []
+    found, names = [], set()
     for p in map(Path, paths):
-        parse_part_name(p)
+        names.add(parse_part_name(p)[0])
         side = p.with_suffix(".provenance.json")
         for f in (p, side):
             if not f.is_file():
@@ -82,7 +80,6 @@ def read_parts(paths) -> list[tuple[Path, dict]]:
         raise ValueError("no parts to merge")
     if any(not prov.get("part") for _, prov in found):
         raise ValueError("a table without a part in its sidecar was given (parts are written with --part I/K)")
-    names = {parse_part_name(p)[0] for p, _ in found}
     if len(names) > 1:
         raise ValueError(f"parts of different tables: {', '.join(sorted(names))}")
     order = check_part_set([prov for _, prov in found], PER_PART, [p.name for p, _ in found])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import cpu_description, repo_root
+from specrepro.files import atomic_write_text, cpu_description, repo_root
 from specrepro.record.nbrun import code_drift, recorded_inputs, run_facts
 from specrepro.record.results import file_changes
 
@@ -101,14 +101,13 @@ def expected_settings(shard: Shard, root: Path | None = None) -> dict | None:
     return None if group is None else group.expected(shard.name, root / "data" / "results")
 
 
-def input_changes(inputs: dict[str, str], root: Path | None = None) -> list[str]:
+def input_changes(inputs: dict[str, str] | None, root: Path | None = None, made: str = "made") -> list[str]:
     """The recorded inputs (``{path relative to the repository: sha256}``) whose bytes are not those recorded: one
-    phrase each ("<path> changed", "<path> missing"); empty when all are as recorded."""
+    phrase each ("<path> changed", "<path> missing"); empty when all are as recorded; for ``inputs`` None (the
+    artifact was ``made`` before its inputs were recorded) "inputs not recorded (<made> before they were)"."""
+    if inputs is None:
+        return [f"inputs not recorded ({made} before they were)"]
     return [f"{rel} {state}" for rel, state in file_changes(inputs, root or repo_root()).items()]
-
-
-def _input_reasons(inputs: dict | None, root: Path, made: str) -> list[str]:
-    return [f"inputs not recorded ({made} before they were)"] if inputs is None else input_changes(inputs, root)
 
 
 def _row(kind: str, name: str, **more) -> dict:
@@ -141,15 +140,13 @@ def bench_setting_changes(config: dict, recipe: dict) -> list[str]:
                       for d in (config, recipe))
     for key, want in recipe.items():
         have = config.get(key)
-        if key == "dtype" and want is None:
-            continue
         if key == "prompt_offset":  # files written before the option existed start at the first prompt
             have = have or 0
         if key == "options":
             have = {k: str(v) for k, v in (have or {}).items() if k in (want or {})}
-        if key in ("temperature", "top_p") and have is not None and want is not None:
-            if math.isclose(float(have), float(want)):
-                continue
+        close = key in ("temperature", "top_p") and None not in (have, want) and math.isclose(float(have), float(want))
+        if close or (key == "dtype" and want is None):
+            continue
         if json.loads(json.dumps(have, default=str)) != json.loads(json.dumps(want, default=str)):
             out.append(f"{key}: recorded {have!r}, the Makefile asks {want!r}")
     return out
@@ -159,21 +156,26 @@ def _add_note(row: dict, text: str) -> None:
     row["note"] = "; ".join(filter(None, [row.get("note"), text]))
 
 
-def _run_time(row: dict, meta: dict, folder: Path) -> list[str]:
-    """``row``'s CPU and minutes from what a run recorded (``meta``: a bench file's config or a table's sidecar), and
-    the reasons a table merged from parts is stale (a part missing or changed since); such a table's minutes are its
+def _run_time(row: dict, meta: dict, folder: Path, runs: list | None = None) -> list[str]:
+    """``row``'s CPU and minutes from what a run recorded (``meta``: a bench file's config or a table's sidecar; for a
+    bench file written before it recorded its run time, the seconds of its timed ``runs``, a lower bound), and the
+    reasons a table merged from parts is stale (a part missing or changed since); such a table's minutes are its
     longest part's, each part being its own sitting."""
     row["cpu"] = meta.get("cpu") or ""
     parts = meta.get("parts")
-    if not parts:
-        if meta.get("seconds") is not None:
-            row["minutes"] = round(float(meta["seconds"]) / 60, 1)
-        return []
-    row["minutes"] = round(max(float(p.get("seconds") or 0.0) for p in parts) / 60, 1)
-    row["note"] = f"merged from {len(parts)} parts (minutes: the longest part's sitting)"
-    changes = file_changes({str(p.get("file")): p.get("sha256") for p in parts}, folder)
-    return [f"its part {name} is missing" if state == "missing" else f"its part {name} changed since the merge"
-            for name, state in changes.items()]
+    if parts:
+        row["minutes"] = round(max(float(p.get("seconds") or 0.0) for p in parts) / 60, 1)
+        row["note"] = f"merged from {len(parts)} parts (minutes: the longest part's sitting)"
+        changes = file_changes({str(p.get("file")): p.get("sha256") for p in parts}, folder)
+        return [f"its part {name} is missing" if state == "missing" else f"its part {name} changed since the merge"
+                for name, state in changes.items()]
+    if meta.get("seconds") is not None:
+        row["minutes"] = round(float(meta["seconds"]) / 60, 1)
+    elif runs is not None:
+        timed = sum(float(r.get("seconds") or 0.0) for r in runs)
+        row["minutes"] = round(timed / 60, 1) if timed else math.nan
+        row["note"] = "run time of its timed calls alone (a lower bound)"
+    return []
 
 
 def _hash_reasons(digests: dict | None, folder: Path) -> list[str]:
@@ -182,15 +184,11 @@ def _hash_reasons(digests: dict | None, folder: Path) -> list[str]:
 
 
 def _bench_reasons(row: dict, shard: Shard, root: Path, recipe: list[str] | None) -> list[str]:
-    """A bench file's run time and the reasons it is stale: its parts, settings other than its recipe's, its bytes."""
+    """A bench file's run time and the reasons it is stale: its parts and settings other than its recipe's."""
     path = root / shard.target
     data = json.loads(path.read_text())
     config = data.get("config", {})
-    reasons = _run_time(row, config, path.parent)
-    if not config.get("parts") and config.get("seconds") is None:  # written before the bench recorded its run time
-        timed = sum(float(r.get("seconds") or 0.0) for r in data.get("runs", []))
-        row["minutes"] = round(timed / 60, 1) if timed else math.nan
-        row["note"] = "run time of its timed calls alone (a lower bound)"
+    reasons = _run_time(row, config, path.parent, data.get("runs", []))
     lines = recipe if recipe is not None else make_recipe(shard.target, root)
     bench = [ln for ln in lines if " bench " in f" {ln} " and " --merge " not in f" {ln} "]
     if bench and not config.get("parts"):
@@ -199,12 +197,7 @@ def _bench_reasons(row: dict, shard: Shard, root: Path, recipe: list[str] | None
         reasons += bench_setting_changes(config, command_settings(bench[0]))
     if config.get("blocks_under_load"):
         _add_note(row, f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load")
-    sidecar = path.with_suffix(".provenance.json")
-    if not sidecar.is_file():
-        _add_note(row, "no sha256 sidecar (written before the bench wrote one)")
-        return reasons
-    return reasons + _hash_reasons({path.name: (json.loads(sidecar.read_text()).get("sha256") or {}).get(path.name)},
-                                   path.parent)
+    return reasons
 
 
 def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | None = None) -> dict:
@@ -219,13 +212,17 @@ def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | Non
         return {**row, "state": "missing", "why": f"`make {shard.target}` writes it"}
     path = root / shard.target
     sidecar = path.with_suffix(".provenance.json")
+    prov = json.loads(sidecar.read_text()) if sidecar.is_file() else None
     if path.suffix == ".json":
         reasons = _bench_reasons(row, shard, root, recipe)
-    elif not sidecar.is_file():
+        if prov is None:
+            _add_note(row, "no sha256 sidecar (written before the bench wrote one)")
+        else:
+            reasons += _hash_reasons({path.name: (prov.get("sha256") or {}).get(path.name)}, path.parent)
+    elif prov is None:
         reasons = ["no provenance sidecar"]
     else:
-        prov = json.loads(sidecar.read_text())
-        reasons = _run_time(row, prov, path.parent) + _hash_reasons(prov.get("sha256"), sidecar.parent)
+        reasons = _run_time(row, prov, path.parent) + _hash_reasons(prov.get("sha256"), path.parent)
         want = expected_settings(shard, root)
         differ = sorted(k for k, v in json.loads(json.dumps(want or {})).items() if prov.get(k) != v)
         if differ:
@@ -246,9 +243,8 @@ def notebook_status(source: Path, executed: Path, root: Path | None = None) -> d
     facts = run_facts(executed) or {}
     row = _row("notebook", name, minutes=float(facts.get("minutes", math.nan)), cpu=facts.get("cpu", ""))
     drift = code_drift(source, executed)
-    reasons = (["code cells " + ", ".join(map(str, drift)) + " changed since"] if drift else []) + _input_reasons(
-        recorded_inputs(executed), root, "executed")
-    return _judged(row, reasons)
+    return _judged(row, (["code cells " + ", ".join(map(str, drift)) + " changed since"] if drift else [])
+                   + input_changes(recorded_inputs(executed), root, "executed"))
 
 
 def figure_status(sidecar: Path, root: Path | None = None) -> dict:
@@ -260,7 +256,7 @@ def figure_status(sidecar: Path, root: Path | None = None) -> dict:
     if gone:
         return {**row, "state": "missing", "why": f"{gone[0]} missing"}
     return _judged(row, [f"{name} differs from its sidecar's sha256" for name in changes]
-                   + _input_reasons(prov.get("inputs"), root or repo_root(), "drawn"))
+                   + input_changes(prov.get("inputs"), root or repo_root(), "drawn"))
 
 
 # --- run-time estimates -----------------------------------------------------------------------------------------
@@ -351,7 +347,5 @@ def run_command(args, parser=None) -> int:
         extra = "; ".join(x for x in (row.why, getattr(row, "note", "") or "") if isinstance(x, str) and x)
         print(f"{row.kind:<9}{row.state:<8} {row.name:<{width}}  {took}" + (f"  | {extra}" if extra else ""))
     if args.json_path:
-        from specrepro.files import atomic_write_text
-
         atomic_write_text(Path(args.json_path), df.to_json(orient="records", indent=1) + "\n")
     return 1 if args.check and (df["state"] != "current").any() else 0
