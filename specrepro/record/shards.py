@@ -98,9 +98,37 @@ class Table2Shards(ShardGroup):
     def device(self) -> str:
         return self.setting.device
 
+    def expected(self, name: str, folder: Path | None = None) -> dict:
+        """The setting and, for a part, its temperature and prompts; a part's methods (a T = 1 part's follow the
+        greedy parts) are recorded but not compared."""
+        self._require(name)
+        if name == "cost_curves":
+            return {"shard": name, **self.setting.settings()}
+        t, k = (int(x[1:]) for x in name.removeprefix(self.prefix).split("_"))
+        return {"shard": name, **self.setting.settings(), "temperature": float(t),
+                "part_prompts": list(table2.part_slices(self.setting)[k])}
+
+    def run(self, name: str, best: pd.DataFrame | None = None) -> pd.DataFrame:
+        """The shard ``name`` (KeyError: not one of :meth:`names`), read or measured. A T = 1 part times each draft
+        model at its ``best`` γ (the greedy sweep's, :func:`specrepro.lab.table2.greedy_summary`; None: :meth:`best`,
+        which reads or measures the greedy parts and the cost curves first)."""
+        s = self.expected(name)
+        if name == "cost_curves":
+            return self._get(name, s, lambda ckpt: table2.measure_cost_curves(self.ctx))
+        greedy, k = s["temperature"] == 0.0, int(name.rsplit("_p", 1)[1])
+        if not greedy and best is None:
+            best = self.best()
+
+        def methods(ctx):
+            return table2.greedy_methods(ctx) if greedy else table2.t1_methods(ctx, best)
+
+        s["methods"] = list(methods(self.setting if greedy else None))
+        return self._get(name, s, lambda ckpt: table2.run_part(self.ctx, s["temperature"], k, methods(self.ctx),
+                                                               checkpoint=ckpt, progress=self.progress))
+
     def cost_curves(self) -> pd.DataFrame:
         """The ``cost_curves`` shard (:func:`specrepro.lab.table2.measure_cost_curves`)."""
-        return self._get("cost_curves", self.expected("cost_curves"), lambda ckpt: table2.measure_cost_curves(self.ctx))
+        return self.run("cost_curves")
 
     def part(self, temperature: float, k: int, best: pd.DataFrame | None = None) -> pd.DataFrame:
         """Part ``k`` of a sweep. T = 1 parts need ``best`` (the greedy sweep's best γ per draft model,
@@ -108,57 +136,19 @@ class Table2Shards(ShardGroup):
         t = 0 if float(temperature) == 0.0 else 1
         if t == 1 and best is None:
             raise ValueError("the T = 1 parts need the greedy sweep's best γ per draft model (best=...)")
-        name = f"{self.prefix}t{t}_p{k}"
-
-        def methods(ctx):
-            return table2.greedy_methods(ctx) if t == 0 else table2.t1_methods(ctx, best)
-
-        def measure(ckpt):
-            return table2.run_part(self.ctx, float(temperature), k, methods(self.ctx), checkpoint=ckpt,
-                                   progress=self.progress)
-
-        settings = {**self.expected(name), "methods": list(methods(self.setting if t == 0 else None))}
-        return self._get(name, settings, measure)
-
-    def _sweep(self, temperature: float, best: pd.DataFrame | None = None) -> pd.DataFrame:
-        n = len(table2.part_slices(self.setting))
-        return table2.combine_parts([self.part(temperature, k, best) for k in range(n)])
+        return self.run(f"{self.prefix}t{t}_p{k}", best)
 
     def greedy_runs(self) -> pd.DataFrame:
         """Every greedy part, combined (:func:`specrepro.lab.table2.combine_parts`)."""
-        return self._sweep(0.0)
+        return table2.combine_parts([self.part(0.0, k) for k in range(len(table2.part_slices(self.setting)))])
 
     def t1_runs(self, best: pd.DataFrame) -> pd.DataFrame:
         """Every T = 1 part, combined."""
-        return self._sweep(1.0, best)
+        return table2.combine_parts([self.part(1.0, k, best) for k in range(len(table2.part_slices(self.setting)))])
 
     def best(self) -> pd.DataFrame:
         """The greedy sweep's best γ per draft model, from the greedy parts and the cost curves."""
         return table2.greedy_summary(self.greedy_runs(), self.cost_curves(), self.setting)[2]
-
-    def _part_of(self, name: str) -> tuple[int, int]:
-        """``(t, k)`` of part ``leviathan_table2_runs_t<t>_p<k>``."""
-        t, k = (int(x[1:]) for x in name.removeprefix(self.prefix).split("_"))
-        return t, k
-
-    def run(self, name: str) -> pd.DataFrame:
-        """The shard ``name`` (KeyError: not one of :meth:`names`), read or measured; a T = 1 part first reads (or
-        measures) the greedy parts and the cost curves it depends on."""
-        self._require(name)
-        if name == "cost_curves":
-            return self.cost_curves()
-        t, k = self._part_of(name)
-        return self.part(0.0, k) if t == 0 else self.part(1.0, k, self.best())
-
-    def expected(self, name: str, folder: Path | None = None) -> dict:
-        """The setting and, for a part, its temperature and prompts; a part's methods (a T = 1 part's follow the
-        greedy parts) are recorded but not compared."""
-        self._require(name)
-        if name == "cost_curves":
-            return {"shard": name, **self.setting.settings()}
-        t, k = self._part_of(name)
-        return {"shard": name, **self.setting.settings(), "temperature": float(t),
-                "part_prompts": list(table2.part_slices(self.setting)[k])}
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
