@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.lab import table2
+from specrepro.lab import leviathan, table2
 from specrepro.record.results import STANDARD
 from specrepro.record.shardkit import ShardGroup, checkpoint_key, read_or_measure, shard_checkpoint  # noqa: F401
 from specrepro.record.shards_medusa import MedusaShards
@@ -46,34 +46,30 @@ class AlphaShards(ShardGroup):
 
     def settings(self, name: str) -> dict:
         """What shard ``name``'s sidecar records and a reader must find (KeyError: not one of :meth:`names`)."""
-        from specrepro.lab.leviathan import alpha_drafter_names, alpha_int8_trajectory
-
         self._require(name)
         p = self.params
         workload, t = name.removeprefix(self.prefix).rsplit("_t", 1)
         draft = p.get("draft") or None
-        trajectory = (f"{draft} int8" if alpha_int8_trajectory(draft, p["device"], p["dtype"]) else draft) or "AR"
+        int8 = leviathan.alpha_int8_trajectory(draft, p["device"], p["dtype"])
+        trajectory = (f"{draft} int8" if int8 else draft) or "AR"
         return {"shard": name, "target": p["target"], "draft": draft or "", "dtype": p["dtype"],
                 "workload": workload, "temperature": float(t),
                 **self.ints(prompts="alpha_prompts", tokens="alpha_tokens", seed="seed"),
-                "drafters": alpha_drafter_names(draft), "trajectory": trajectory, "gamma": self.gamma}
+                "drafters": leviathan.alpha_drafter_names(draft), "trajectory": trajectory, "gamma": self.gamma}
 
     def load(self) -> dict:
-        from specrepro.lab.leviathan import load_alpha_context
-
         p = self.params
-        return load_alpha_context(p["target"], p.get("draft") or None, device=p["device"], dtype=p["dtype"],
-                                  alpha_prompts=int(p["alpha_prompts"]), workloads=self.workloads)
+        return leviathan.load_alpha_context(p["target"], p.get("draft") or None, device=p["device"], dtype=p["dtype"],
+                                            alpha_prompts=int(p["alpha_prompts"]), workloads=self.workloads)
 
     def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
         """Shard ``name``'s table (one row per prompt and draft)."""
-        from specrepro.lab.leviathan import alpha_table
-
         c = self.ctx
-        return alpha_table(c["target"], c["tokenizer"], c["drafters"], {s["workload"]: c["workloads"][s["workload"]]},
-                           temperatures=(s["temperature"],), max_new_tokens=s["tokens"], seed=s["seed"],
-                           trajectory_drafter=c["trajectory"], gamma=s["gamma"], progress=self.progress,
-                           checkpoint=ckpt, checkpoint_key=checkpoint_key(s, "target", "draft", "dtype", "trajectory"))
+        return leviathan.alpha_table(
+            c["target"], c["tokenizer"], c["drafters"], {s["workload"]: c["workloads"][s["workload"]]},
+            temperatures=(s["temperature"],), max_new_tokens=s["tokens"], seed=s["seed"],
+            trajectory_drafter=c["trajectory"], gamma=s["gamma"], progress=self.progress, checkpoint=ckpt,
+            checkpoint_key=checkpoint_key(s, "target", "draft", "dtype", "trajectory"))
 
 
 class Table2Shards(ShardGroup):

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from specrepro import data
+from specrepro.core.sampling import SamplingConfig
+from specrepro.lab import medusa_parts as mp
 from specrepro.record.results import table_at
 from specrepro.record.shardkit import ShardGroup, checkpoint_key
 
@@ -35,36 +38,32 @@ class MedusaShards(ShardGroup):
     #: each shard, in the order they can run -> the blocks of settings its sidecar records (:meth:`settings`) and the
     #: accuracy table its trees are built from (None: it decodes with no tree from a table)
     shard_blocks = {"medusa_training_loss": ("data heads", None), accuracy_name: ("data heads", None),
-              "medusa_draft_kl": ("data draft", None),
-              "medusa_greedy_runs": ("data heads draft timing", accuracy_name),
-              "medusa_tree_size_runs": ("data heads draft timing sizes", accuracy_name),
-              "medusa_sampling_runs": ("data heads draft timing", accuracy_name),
-              large_accuracy_name: ("large", None),
-              "medusa_large_tree_ablation": ("large ablation", large_accuracy_name),
-              "medusa2_quality": ("medusa2", None), "medusa2_runs": ("medusa2 medusa2_timing", None)}
+                    "medusa_draft_kl": ("data draft", None),
+                    "medusa_greedy_runs": ("data heads draft timing", accuracy_name),
+                    "medusa_tree_size_runs": ("data heads draft timing sizes", accuracy_name),
+                    "medusa_sampling_runs": ("data heads draft timing", accuracy_name),
+                    large_accuracy_name: ("large", None),
+                    "medusa_large_tree_ablation": ("large ablation", large_accuracy_name),
+                    "medusa2_quality": ("medusa2", None), "medusa2_runs": ("medusa2 medusa2_timing", None)}
 
     def names(self) -> list[str]:
         return list(self.shard_blocks)
 
     def load(self):
-        from specrepro.lab.medusa_parts import MedusaContext
-
-        return MedusaContext(self.params, progress=self.progress)
+        return mp.MedusaContext(self.params, progress=self.progress)
 
     def trees(self, name: str, acc: pd.DataFrame) -> dict:
         """The trees shard ``name`` decodes with, built from the accuracy table ``acc`` (the Medusa target's for the
         timed shards, the larger target's for the ablation): ``{"tree": choices}``, ``{"trees": {size: choices}}``
         or ``{"trees": {name: choices}}``; ``{}`` for a shard without one."""
-        from specrepro.lab.medusa_parts import accuracy_tree, large_ablation_trees
-
         p = self.params
         if name in ("medusa_greedy_runs", "medusa_sampling_runs"):
-            return {"tree": accuracy_tree(acc, int(p["tree_nodes"]))}
+            return {"tree": mp.accuracy_tree(acc, int(p["tree_nodes"]))}
         if name == "medusa_tree_size_runs":
-            return {"trees": {str(int(n)): accuracy_tree(acc, int(n)) for n in p["medusa_tree_sizes"]}}
+            return {"trees": {str(int(n)): mp.accuracy_tree(acc, int(n)) for n in p["medusa_tree_sizes"]}}
         if name == "medusa_large_tree_ablation":
-            return {"trees": large_ablation_trees(acc, int(p["medusa_heads"]), p["large_dense_topk"],
-                                                  p["large_sparse_sizes"])}
+            return {"trees": mp.large_ablation_trees(acc, int(p["medusa_heads"]), p["large_dense_topk"],
+                                                     p["large_sparse_sizes"])}
         return {}
 
     def settings(self, name: str, trees: dict | None = None) -> dict:
@@ -127,16 +126,11 @@ class MedusaShards(ShardGroup):
     def expected(self, name: str, folder: Path) -> dict:
         """A tree from an accuracy table is compared only when that table is recorded in ``folder`` under its own
         settings."""
-        trees = self.recorded_trees(name, folder)
-        return self.settings(name, {} if trees is None else trees)
+        return self.settings(name, self.recorded_trees(name, folder) or {})
 
     def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
         """Shard ``name``'s table, measured by :mod:`specrepro.lab.medusa_parts` (the timed ones resume from
         ``ckpt``: blocks of one pass over one prompt, every method)."""
-        from specrepro.core.sampling import SamplingConfig
-        from specrepro.data import load_workload
-        from specrepro.lab import medusa_parts as mp
-
         c = self.ctx
 
         def timed(methods, prompts=None, **kw):
@@ -156,7 +150,7 @@ class MedusaShards(ShardGroup):
             "medusa_large_tree_ablation": lambda: mp.large_tree_ablation(c, s["trees"],
                                                                          self.run(self.large_accuracy_name)),
             "medusa2_quality": lambda: mp.medusa2_quality(c),
-            "medusa2_runs": lambda: timed(mp.medusa2_methods(c), load_workload(s["workload"], n=s["prompts"])),
+            "medusa2_runs": lambda: timed(mp.medusa2_methods(c), data.load_workload(s["workload"], n=s["prompts"])),
         }
         return shards[name]()
 

@@ -6,11 +6,12 @@ shard per decoding and pass), each read or measured as :func:`specrepro.record.s
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
+from specrepro import data
+from specrepro.lab import specinfer
 from specrepro.record.results import STANDARD, load_table, save_table, table_at
 from specrepro.record.shardkit import ShardGroup, checkpoint_key
 
@@ -27,28 +28,21 @@ class _TreeShards(ShardGroup):
 
     def _draft_name(self) -> str:
         """The loaded models' draft name, else :func:`specrepro.lab.specinfer.tree_draft_name` of the parameters."""
-        from specrepro.lab.specinfer import tree_draft_name
-
         if self.context is not None:
             return self.context[3]
         p = self.params
-        return tree_draft_name(p["target"], p.get("draft"), bool(p.get("tree_int8_draft")))
+        return specinfer.tree_draft_name(p["target"], p.get("draft"), bool(p.get("tree_int8_draft")))
 
     def load(self):
-        from specrepro.lab.specinfer import load_tree_models
-
         p = self.params
-        return load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
-                                int8_draft=bool(p.get("tree_int8_draft")))
+        return specinfer.load_tree_models(p["target"], p.get("draft"), device=p["device"], dtype=p["dtype"],
+                                          int8_draft=bool(p.get("tree_int8_draft")))
 
     def _prompts(self, n: int):
-        from specrepro.data import load_workload
-
-        return load_workload(self.params["workload"], n)
+        return data.load_workload(self.params["workload"], n)
 
     def _models_settings(self, name: str, **ints: str) -> dict:
-        """The settings every notebook-05 shard starts with (its name, the models, dtype and workload), then
-        :meth:`ints`' of ``ints``."""
+        """Every notebook-05 shard's first settings (its name, the models, dtype and workload), then :meth:`ints`'."""
         p = self.params
         return {"shard": name, "target": p["target"], "draft": self._draft_name(), "dtype": p["dtype"],
                 "workload": p["workload"], **self.ints(**ints)}
@@ -78,12 +72,11 @@ class MSSShard(_TreeShards):
                 "temperature": 1.0}
 
     def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
-        from specrepro.lab.specinfer import naive_vs_mss_table
-
         tmodel, dmodel, tokenizer, _ = self.ctx
-        return naive_vs_mss_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), width=s["width"],
-                                  depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"], repeats=s["repeats"],
-                                  checkpoint=ckpt, checkpoint_key=checkpoint_key(s), progress=self.progress)
+        return specinfer.naive_vs_mss_table(
+            tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), width=s["width"], depth=s["depth"],
+            max_new_tokens=s["tokens"], seed=s["seed"], repeats=s["repeats"], checkpoint=ckpt,
+            checkpoint_key=checkpoint_key(s), progress=self.progress)
 
 
 class TreeSpeedShards(_TreeShards):
@@ -114,7 +107,7 @@ class TreeSpeedShards(_TreeShards):
         size = int(self.params.get("speed_shard_prompts") or n)
         if n < 1 or size < 1:
             raise ValueError(f"tree_prompts and speed_shard_prompts must be >= 1; got {n}, {size}")
-        return [(k * size, min((k + 1) * size, n)) for k in range(math.ceil(n / size))]
+        return [(start, min(start + size, n)) for start in range(0, n, size)]
 
     def names(self) -> list[str]:
         """The shards, in the order they can run: the cost curves, then the timing parts."""
@@ -134,20 +127,20 @@ class TreeSpeedShards(_TreeShards):
                 **(self.picks() if picks is None else picks)}
 
     def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
-        from specrepro.lab.specinfer import tree_cost_table, tree_vs_chain_speed
-
         tmodel, dmodel, tokenizer, draft_name = self.ctx
         if name == self.cost_name:
             prefix = tokenizer(self._prompts(1)[0].text, return_tensors="pt").input_ids[0]
-            target_cost = tree_cost_table(tmodel, prefix, s["cost_sizes"], repeats=s["repeats"], name=s["target"])
-            draft_cost = tree_cost_table(dmodel, prefix, [w - 1 for w in s["draft_widths"]], repeats=s["repeats"],
-                                         name=draft_name)
+            target_cost = specinfer.tree_cost_table(tmodel, prefix, s["cost_sizes"], repeats=s["repeats"],
+                                                    name=s["target"])
+            draft_cost = specinfer.tree_cost_table(dmodel, prefix, [w - 1 for w in s["draft_widths"]],
+                                                   repeats=s["repeats"], name=draft_name)
             return pd.concat([target_cost, draft_cost], ignore_index=True)
         start, stop = s["part_prompts"]
         key = checkpoint_key({k: v for k, v in s.items() if k != "prompts"}, n_prompts=s["prompts"])
-        return tree_vs_chain_speed(tmodel, dmodel, tokenizer, self._prompts(stop)[start:stop], tree=tuple(s["tree"]),
-                                   gamma=s["gamma"], max_new_tokens=s["tokens"], seed=s["seed"], repeats=s["repeats"],
-                                   progress=self.progress, checkpoint=ckpt, prompt_offset=start, checkpoint_key=key)
+        return specinfer.tree_vs_chain_speed(
+            tmodel, dmodel, tokenizer, self._prompts(stop)[start:stop], tree=tuple(s["tree"]), gamma=s["gamma"],
+            max_new_tokens=s["tokens"], seed=s["seed"], repeats=s["repeats"], progress=self.progress,
+            checkpoint=ckpt, prompt_offset=start, checkpoint_key=key)
 
     def costs(self) -> pd.DataFrame:
         """The cost curves' shard: one row per (model, N): model, n_nodes, fed_tokens, ms, ms_min."""
@@ -167,14 +160,13 @@ class TreeSpeedShards(_TreeShards):
     def root_runs(self) -> pd.DataFrame:
         """Table 2's ⟨w, 1, ..., 1⟩ runs: given, read, or measured now and saved as notebook 05 saves them."""
         if self._root_runs is None:
-            from specrepro.lab.specinfer import tree_width_table
-
             s = self.root_settings()
             found = load_table(self.root_name, self.profile, **s)
             if found is None:
                 tmodel, dmodel, tokenizer, _ = self.ctx
-                found = tree_width_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), widths=s["widths"],
-                                         depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"], shape="root")
+                found = specinfer.tree_width_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]),
+                                                   widths=s["widths"], depth=s["depth"], max_new_tokens=s["tokens"],
+                                                   seed=s["seed"], shape="root")
                 save_table(found, self.root_name, profile=self.profile, device=self.device, **s)
             self._root_runs = found
         return self._root_runs
@@ -182,13 +174,11 @@ class TreeSpeedShards(_TreeShards):
     def choice(self, costs: pd.DataFrame | None = None, roots: pd.DataFrame | None = None) -> pd.DataFrame:
         """:func:`specrepro.lab.specinfer.choose_tree`'s ranking (stochastic decoding, depths 1..``tree_depth``) from
         the cost curves and the root runs (default: :meth:`costs`, :meth:`root_runs`); best first."""
-        from specrepro.lab.specinfer import choose_tree
-
         costs = self.costs() if costs is None else costs
         roots = self.root_runs() if roots is None else roots
         target = self.params["target"]
-        return choose_tree(roots, costs[costs["model"] == target], costs[costs["model"] != target],
-                           decoding="stochastic", depths=range(1, int(self.params["tree_depth"]) + 1))
+        return specinfer.choose_tree(roots, costs[costs["model"] == target], costs[costs["model"] != target],
+                                     decoding="stochastic", depths=range(1, int(self.params["tree_depth"]) + 1))
 
     def picks(self, costs: pd.DataFrame | None = None, roots: pd.DataFrame | None = None) -> dict:
         """``{"tree": [w, d], "gamma": γ}``: the best tree (width > 1) and the best chain of :meth:`choice`."""
@@ -237,11 +227,9 @@ class WidthShards(_TreeShards):
                 "decoding": "greedy" if greedy else "stochastic", "pass": 0 if greedy else int(name.rsplit("_r", 1)[1])}
 
     def measure(self, name: str, s: dict, ckpt) -> pd.DataFrame:
-        from specrepro.lab.specinfer import tree_width_table
-
         tmodel, dmodel, tokenizer, _ = self.ctx
-        return tree_width_table(tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), widths=s["widths"],
-                                depth=s["depth"], max_new_tokens=s["tokens"], seed=s["seed"],
-                                decodings=(s["decoding"],), shape=s["shape"], progress=self.progress,
-                                passes=(s["pass"],), checkpoint=ckpt,
-                                checkpoint_key=checkpoint_key(s, "target", "draft", "dtype"))
+        return specinfer.tree_width_table(
+            tmodel, dmodel, tokenizer, self._prompts(s["prompts"]), widths=s["widths"], depth=s["depth"],
+            max_new_tokens=s["tokens"], seed=s["seed"], decodings=(s["decoding"],), shape=s["shape"],
+            progress=self.progress, passes=(s["pass"],), checkpoint=ckpt,
+            checkpoint_key=checkpoint_key(s, "target", "draft", "dtype"))
