@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import checkpoint_file, hold_record_lock, repo_root
+from specrepro.files import checkpoint_file, cpu_description, hold_record_lock, repo_root
 from specrepro.record.results import STANDARD, load_table, save_table, writes_record
 
 __all__ = ["shard_checkpoint", "read_or_measure", "ShardGroup", "checkpoint_key"]
@@ -48,7 +49,9 @@ def read_or_measure(name: str, profile: str, device: str, settings: dict, measur
         earlier = [float(x) for x in json.loads(log.read_text())] if ckpt.exists() and log.exists() else []
     except (OSError, ValueError, TypeError):
         earlier = []
-    previous = _exit_on_sigterm()
+    # SIGTERM ends the sitting as Ctrl-C does, its time logged (a handler can only be set in the main thread)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum)) if main else None
     try:
         df = measure(ckpt)
     except BaseException:
@@ -73,18 +76,6 @@ def read_or_measure(name: str, profile: str, device: str, settings: dict, measur
     out = load_table(name, profile, **settings)
     out.attrs["measured"] = True
     return out
-
-
-def _exit_on_sigterm():
-    """SIGTERM raises SystemExit in the main thread (its sitting's time is logged as for Ctrl-C); returns the
-    handler it replaced (None off the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def stop(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    return signal.signal(signal.SIGTERM, stop)
 
 
 class ShardGroup:
@@ -150,6 +141,4 @@ class ShardGroup:
 def checkpoint_key(settings: dict, *keys: str, **more) -> dict:
     """What a shard's saved blocks must have been measured under: ``settings`` (only ``keys`` when given), ``more``
     and this CPU (:func:`specrepro.files.cpu_description`), so that a checkpoint never mixes machines."""
-    from specrepro.files import cpu_description
-
     return {**({k: settings[k] for k in keys} if keys else settings), **more, "cpu": cpu_description()}
