@@ -235,8 +235,7 @@ def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8,
             ax.plot([best], [walltime_improvement(a, best, c)], marker="o", markersize=10, mfc="none",
                     color=f"C{i}", linestyle="none")
         ax.axhline(1, color="0.5", lw=0.8)
-        ax.set(title=f"c = {c:g}", xlabel="γ (draft length)")
-        integer_ticks(ax, "x")
+        integer_ticks(ax, "x").set(title=f"c = {c:g}", xlabel="γ (draft length)")
     axes[0].set_ylabel("walltime improvement (Thm 3.8, ×)")
     axes[0].plot([], [], marker="o", mfc="none", color="0.3", linestyle="none",
                  label=f"best γ in 1..{int(max_gamma)} (ringed)")
@@ -347,8 +346,7 @@ def fig_chen_k_sweep(summary, *, title: str | None = None):
     _ci(axes[2], k, s, "loop_ms", fmt="o-", color="C0")
     axes[2].set(xlabel="K", ylabel="ms per loop (prefill excluded)", title="loop time")
     for ax in axes:
-        integer_ticks(ax, "x")
-        ax.set_xlim(np.min(k) - 0.5, np.max(k) + 0.5)
+        integer_ticks(ax, "x").set_xlim(np.min(k) - 0.5, np.max(k) + 0.5)
     return _below(fig, axes, "Paper's numbers: Chen et al. 2023 Table 1 gives one HumanEval point (K = 4, 2.46x; "
                              "Chinchilla 70B + 4B draft on TPU v4). Their Figure 1 curves (speedup, accepted "
                              "fraction, loop time vs K) are for XSum and their values are not printed in the text, "
@@ -406,8 +404,8 @@ def fig_medusa_dense_vs_sparse(summary, *, title: str | None = None):
         if "predicted_tokens_per_step" in d and d["predicted_tokens_per_step"].notna().any():
             ax.plot(d["nodes"], d["predicted_tokens_per_step"], linestyle=":", marker=marker, markerfacecolor="white",
                     color=color, label=f"{kind}, predicted from head accuracies")
-    ax.set(xlabel="tree nodes (candidate tokens per step)", ylabel="tokens per target step (greedy)")
-    integer_ticks(ax, "x")
+    integer_ticks(ax, "x").set(xlabel="tree nodes (candidate tokens per step)",
+                               ylabel="tokens per target step (greedy)")
     return _below(fig, ax, "Medusa's dense-vs-sparse comparison (§3.3.1, Figure 5; Vicuna-7B on GPU) is not "
                            "transcribed in our paper notes, so no paper numbers are drawn; its claim is the shape: "
                            "sparse trees reach a dense tree's tokens per step with fewer nodes. Error bars: 95% "
@@ -450,8 +448,7 @@ def fig_verifier_node_budget(summary, *, title: str | None = None):
         shift = 0.3 * (i / max(1, len(keys) - 1) - 0.5)
         _ci(ax, d["budget"] + shift, d, "tokens_per_step", fmt="o--" if d["structure"].iloc[0] == "chain" else "o-",
             color=f"C{i}", label=d["label"].iloc[0])
-    integer_ticks(ax)
-    ax.set(xlabel="node budget N (drafted tokens per step)", ylabel="tokens per step (95% CI)")
+    integer_ticks(ax).set(xlabel="node budget N (drafted tokens per step)", ylabel="tokens per step (95% CI)")
     return _below(fig, ax, "Same draft model and prompts for every verifier; chains draft γ = N tokens, trees "
                            "N/2-deep pairs of unmerged paths. No paper numbers: each paper measured its own models "
                            "and drafts (their reported gains are in the verifier table).", ncol=2, title=title)
