@@ -1,19 +1,27 @@
-"""The record's figures (``plots.<name>`` in the notebooks, with :mod:`specrepro.record.plotkit`'s helpers). Each
-takes its notebook's table and returns a Figure: ours with 95%-interval error bars, the paper's numbers in
+"""The record's figures (``plots.<name>`` in the notebooks) and their shared style and helpers: :func:`setup` (one call
+at the top of each notebook; Agg outside Jupyter), integer ticks, 95%-interval error bars, readable labels, and legends
+and captions placed outside the axes so they cover no data (save_figure's tight bounding box keeps them in the file).
+Each figure takes its notebook's table and returns a Figure: ours with 95%-interval error bars, the paper's numbers in
 :data:`PAPER_STYLE` where printed, integer ticks on integer axes, the legend outside the axes: right of Leviathan et
 al. 2023's (notebooks 02, 04), below the others' (05-07, 09) above a caption on where the paper's numbers come from.
 """
 
 from __future__ import annotations
 
+import builtins
+import os
+import textwrap
+
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
-from specrepro.record.plotkit import *  # noqa: F401,F403 - re-exported: the notebooks call them as plots.<name>
-from specrepro.record.plotkit import (PAPER_STYLE, add_caption, integer_ticks, interval_error, interval_errorbar,
-                                      legend_below, legend_outside, readable)
+from specrepro.lab.papers import paper_table
+from specrepro.theory import operations_factor, optimal_gamma, walltime_improvement
 
+PAPER_STYLE = {"marker": "s", "linestyle": "--", "color": "0.35"}  # how the papers' numbers are drawn beside ours
 _PAPER_POINTS = {**PAPER_STYLE, "linestyle": "none"}  # a paper's numbers as unconnected markers
 #: the rungs of the limit ladder (keys of :func:`specrepro.theory.speedup_decomposition`) and their labels
 LADDER = (("tokens_per_step", "tokens per step (Leviathan, c = 0, flat verification)"),
@@ -21,11 +29,112 @@ LADDER = (("tokens_per_step", "tokens per step (Leviathan, c = 0, flat verificat
           ("hardware_aware", "hardware-aware (+ draft cost)"), ("with_overhead", "hardware-aware + loop overhead"))
 
 
+def setup(context: str = "notebook"):
+    """Seaborn whitegrid theme, colorblind palette, 150 dpi; returns the ``matplotlib.pyplot`` module."""
+    import seaborn as sns
+
+    in_jupyter = "JPY_PARENT_PID" in os.environ or "ipykernel" in os.environ.get("MPLBACKEND", "")
+    if not in_jupyter and not hasattr(builtins, "get_ipython"):  # IPython kernels define get_ipython there
+        matplotlib.use("Agg")
+
+    sns.set_theme(context=context, style="whitegrid", palette="colorblind")
+    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "figure.figsize": (6.4, 4.0)})
+    return plt
+
+
+def integer_ticks(ax, axis: str = "x"):
+    """Only integer ticks on ``axis`` ("x", "y" or "both") of ``ax`` (γ, K, tree width, head: integer axes must not
+    get fractional ticks). Returns ``ax``."""
+    for name in ("x", "y") if axis == "both" else (axis,):
+        getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(integer=True))
+    return ax
+
+
+def interval_errorbar(ax, x, estimate, low, high, **kwargs):
+    """Points at ``estimate`` with asymmetric error bars from 95% intervals ``[low, high]`` (1-D, equal lengths, e.g.
+    columns speedup, speedup_lo, speedup_hi): no bar where a bound is NaN, never a zero-length one that would look
+    exact. ``kwargs`` go to ``ax.errorbar`` (``capsize`` 3, ``fmt`` "o" by default). Returns the ErrorbarContainer.
+    Raises ValueError for unequal lengths or an interval that does not contain its estimate."""
+    x, est, lo, hi = (np.asarray(v, dtype=float) for v in (x, estimate, low, high))
+    if not (x.shape == est.shape == lo.shape == hi.shape):
+        raise ValueError("x, estimate, low and high must have the same length")
+    known = np.isfinite(lo) & np.isfinite(hi)
+    if np.any(known & ((lo > est + 1e-12) | (hi < est - 1e-12))):
+        raise ValueError("an interval does not contain its estimate")
+    return ax.errorbar(x, est, yerr=interval_error(est, lo, hi), **{"capsize": 3, "fmt": "o", **kwargs})
+
+
+def interval_error(estimate, low, high):
+    """The ``[2, n]`` error-bar lengths ``estimate - low`` and ``high - estimate`` of 95% intervals, NaN (no bar)
+    where either bound is not finite."""
+    est, lo, hi = (np.asarray(v, dtype=float) for v in (estimate, low, high))
+    known = np.isfinite(lo) & np.isfinite(hi)
+    return np.vstack([np.where(known, est - lo, np.nan), np.where(known, hi - est, np.nan)])
+
+
+#: code names that figures show as words
+READABLE = {"no_residual": "no residual (control)", "resample_from_q": "resample from q (control)",
+            "raw_q": "raw q ratio (control)", "speculative": "speculative sampling", "ar": "AR",
+            "tokens_per_step": "tokens per step", "tokens_per_s": "tokens/s", "accepted_fraction": "accepted / (K + 1)",
+            "loop_ms": "ms per loop"}
+
+
+def readable(name: str) -> str:
+    """A label for a code name (``no_residual`` -> "no residual (control)"; unknown names: underscores to spaces)."""
+    return READABLE.get(name, str(name).replace("_", " "))
+
+
+def unique_handles(axes) -> tuple[list, list]:
+    """The legend entries of every axes in ``axes``, each label once (its first handle): ``(handles, labels)``."""
+    pairs = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            pairs.setdefault(lab, h)
+    return list(pairs.values()), list(pairs)
+
+
+def legend_outside(target, handles=None, labels=None, **kwargs):
+    """A legend (small, frameless) to the right of the axes (``target`` an Axes) or of every axes (``target`` a
+    Figure), duplicate labels merged. Returns the Legend (None if there is nothing to label)."""
+    if handles is None:
+        handles, labels = unique_handles(target.axes if isinstance(target, plt.Figure) else [target])
+    if not handles:
+        return None
+    kwargs = {"fontsize": 8, "frameon": False, **kwargs}
+    if isinstance(target, plt.Figure):
+        right = max(ax.get_position().x1 for ax in target.axes)
+        return target.legend(handles, labels, loc="center left", bbox_to_anchor=(right + 0.01, 0.5), **kwargs)
+    return target.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kwargs)
+
+
+def _lowest_y(fig) -> float:
+    """The bottom of everything drawn on ``fig``, in figure coordinates (may be < 0 under bbox_inches='tight')."""
+    fig.canvas.draw()
+    return min(0.0, fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight())
+
+
+def legend_below(fig, axes, ncol: int | None = None, **kwargs):
+    """One legend for ``axes`` (an Axes or a list; duplicate labels merged), centred under the lowest artist of
+    ``fig`` (x labels included) in ``ncol`` columns (default: up to 3). Call after the panels are laid out.
+    Returns the Legend, or None when no artist has a label."""
+    handles, labels = unique_handles(np.atleast_1d(axes).ravel())
+    if not handles:
+        return None
+    kwargs = {"fontsize": 8, "frameon": False, **kwargs}
+    return fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, _lowest_y(fig) - 0.01),
+                      ncol=ncol or min(len(labels), 3), **kwargs)
+
+
+def add_caption(fig, text: str, width: int = 130):
+    """A caption (``text`` wrapped at ``width`` characters, left-aligned, small) under everything already drawn on
+    ``fig`` (panels, labels, a :func:`legend_below` legend). Returns the Text artist."""
+    return fig.text(0.01, _lowest_y(fig) - 0.015, textwrap.fill(text, width), ha="left", va="top", fontsize=7,
+                    color="0.25")
+
+
 def leviathan_table2():
     """Leviathan et al. 2023 Tables 2/4 as a DataFrame: columns task, draft, temperature, gamma, alpha, c,
     predicted (the paper's EXP), measured (EMP); 12 rows (T5-XXL target on one TPU-v4)."""
-    from specrepro.lab.papers import paper_table
-
     return paper_table("leviathan_table2")
 
 
@@ -60,8 +169,6 @@ def fig_optimal_gamma_vs_alpha(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), alphas=None
     ``cs``, not drawn where no γ gives a speedup; ``measured`` (label, alpha, c, optionally best_gamma): our drafts
     as filled stars at γ*, their best measured γ as open ones; ``paper`` (alpha, gamma; :func:`leviathan_table2`):
     the settings the paper ran. Raises ValueError for a c < 0, an α outside [0, 1] or max_gamma < 1."""
-    from specrepro.theory import optimal_gamma, walltime_improvement
-
     if max_gamma < 1:
         raise ValueError(f"max_gamma must be >= 1, got {max_gamma}")
     alphas = np.linspace(0.01, 0.95, 189) if alphas is None else np.asarray(alphas, dtype=float)
@@ -94,8 +201,6 @@ def fig_speedup_and_operations_vs_alpha(gammas=(2, 3, 5, 10), c: float = 0.0, c_
     """Leviathan Figure 4 view vs α, one curve per γ: walltime improvement (Thm 3.8, cost ratio c) and operations
     (Thm 3.11, ĉ) panels; ``paper`` (alpha, paper_speed, paper_operations: Table 1, c = ĉ = 0) on both, ``measured``
     (label, alpha, speedup, optionally speedup_lo / _hi) as starred error bars on the left. ValueError: c or ĉ < 0."""
-    from specrepro.theory import operations_factor, walltime_improvement
-
     if c < 0 or c_hat < 0:
         raise ValueError(f"c and c_hat must be >= 0, got {c}, {c_hat}")
     alphas = np.linspace(0, 0.99, 100) if alphas is None else np.asarray(alphas, dtype=float)
@@ -111,20 +216,16 @@ def fig_speedup_and_operations_vs_alpha(gammas=(2, 3, 5, 10), c: float = 0.0, c_
         interval_errorbar(left, [row["alpha"]], [row["speedup"]], [row.get("speedup_lo", np.nan)],
                           [row.get("speedup_hi", np.nan)], fmt="*", markersize=11, color=f"C{len(gammas) + j}",
                           markeredgecolor="k", label=f"ours, measured: {row['label']}")
-    left.axhline(1, color="0.5", lw=0.8)
-    right.axhline(1, color="0.5", lw=0.8)
-    left.set(xlabel="α (acceptance rate)", ylabel="walltime improvement (×)",
-             title=f"Speedup vs α (Thm 3.8, c = {c:g})")
-    right.set(xlabel="α (acceptance rate)", ylabel="arithmetic operations (×)",
-              title=f"Operations vs α (Thm 3.11, ĉ = {c_hat:g})")
+    for ax, ylabel, title in ((left, "walltime improvement (×)", f"Speedup vs α (Thm 3.8, c = {c:g})"),
+                              (right, "arithmetic operations (×)", f"Operations vs α (Thm 3.11, ĉ = {c_hat:g})")):
+        ax.axhline(1, color="0.5", lw=0.8)
+        ax.set(xlabel="α (acceptance rate)", ylabel=ylabel, title=title)
     return _outside(fig, fig)
 
 
 def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8, 0.9), max_gamma: int = 12):
     """Thm 3.8's walltime improvement vs γ = 1..max_gamma, one panel per c, one curve per α, each optimum ringed.
     Computed only: the paper draws no such figure (its Fig. 3 is the optimum's position)."""
-    from specrepro.theory import optimal_gamma, walltime_improvement
-
     gs = np.arange(1, int(max_gamma) + 1)
     fig, (axes,) = plt.subplots(1, len(cs), figsize=(3.6 * len(cs), 3.6), sharey=True, squeeze=False)
     for ax, c in zip(axes, cs):
@@ -134,8 +235,7 @@ def fig_speedup_vs_gamma_closed_form(cs=(0.02, 0.1, 0.3), alphas=(0.5, 0.7, 0.8,
             ax.plot([best], [walltime_improvement(a, best, c)], marker="o", markersize=10, mfc="none",
                     color=f"C{i}", linestyle="none")
         ax.axhline(1, color="0.5", lw=0.8)
-        ax.set(title=f"c = {c:g}", xlabel="γ (draft length)")
-        integer_ticks(ax, "x")
+        integer_ticks(ax, "x").set(title=f"c = {c:g}", xlabel="γ (draft length)")
     axes[0].set_ylabel("walltime improvement (Thm 3.8, ×)")
     axes[0].plot([], [], marker="o", mfc="none", color="0.3", linestyle="none",
                  label=f"best γ in 1..{int(max_gamma)} (ringed)")
@@ -183,11 +283,10 @@ def fig_speedup_vs_gamma_measured(summary, draft_col: str = "draft", paper=None,
     if paper is not None and len(paper):
         ax.plot(paper["gamma"], paper["measured"], **_PAPER_POINTS,
                 label="Leviathan Table 2, measured (T5-XXL, TPU-v4)")
-        for _, row in paper.iterrows():
-            if "draft" in row:
-                ax.annotate(f"{row.get('task', '')} {str(row['draft']).replace('T5-', '')}".strip(),
-                            (row["gamma"], row["measured"]), xytext=(4, 0), textcoords="offset points",
-                            fontsize=6, color=PAPER_STYLE["color"], va="center")
+        for _, row in paper.iterrows() if "draft" in paper else ():
+            ax.annotate(f"{row.get('task', '')} {str(row['draft']).replace('T5-', '')}".strip(),
+                        (row["gamma"], row["measured"]), xytext=(4, 0), textcoords="offset points", fontsize=6,
+                        color=PAPER_STYLE["color"], va="center")
         # room right of the last γ for its labels ("EnDe small" at γ = 7), which would otherwise cross the frame
         lo, hi = ax.get_xlim()
         ax.set_xlim(lo, max(hi, float(paper["gamma"].max()) + 0.9))
@@ -247,16 +346,12 @@ def fig_chen_k_sweep(summary, *, title: str | None = None):
     _ci(axes[2], k, s, "loop_ms", fmt="o-", color="C0")
     axes[2].set(xlabel="K", ylabel="ms per loop (prefill excluded)", title="loop time")
     for ax in axes:
-        integer_ticks(ax, "x")
-        ax.set_xlim(np.min(k) - 0.5, np.max(k) + 0.5)
+        integer_ticks(ax, "x").set_xlim(np.min(k) - 0.5, np.max(k) + 0.5)
     return _below(fig, axes, "Paper's numbers: Chen et al. 2023 Table 1 gives one HumanEval point (K = 4, 2.46x; "
                              "Chinchilla 70B + 4B draft on TPU v4). Their Figure 1 curves (speedup, accepted "
                              "fraction, loop time vs K) are for XSum and their values are not printed in the text, "
                              "so the middle and right panels show ours only. Error bars: 95% percentile-bootstrap "
                              "intervals over prompts.", title=title)
-
-
-_SHAPE_LABEL = {"paper": "⟨1,1,k,1,…,1⟩ (SpecInfer's shape)", "root": "⟨k,1,…,1⟩ (branching at the first token)"}
 
 
 def fig_specinfer_tree_width(summary, *, title: str | None = None):
@@ -267,25 +362,25 @@ def fig_specinfer_tree_width(summary, *, title: str | None = None):
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     shapes = [sh for sh in ("paper", "root") if (summary["shape"] == sh).any()]
     colors = {"greedy": "C0", "stochastic": "C1"}
+    names = {"paper": "⟨1,1,k,1,…,1⟩ (SpecInfer's shape)", "root": "⟨k,1,…,1⟩ (branching at the first token)"}
     for si, sh in enumerate(shapes):
-        for dec in ("greedy", "stochastic"):
+        for dec, color in colors.items():
             d = summary[(summary["shape"] == sh) & (summary["decoding"] == dec)].sort_values("width")
             if d.empty:
                 continue
             x = d["width"].to_numpy(dtype=float) + (0.1 * (2 * si - 1) if len(shapes) > 1 else 0.0)
-            style = dict(color=colors[dec], fmt="o-" if sh == "paper" else "o:",
-                         markerfacecolor=colors[dec] if sh == "paper" else "white")
-            _ci(axes[0], x, d, "tokens_per_step", label=f"{dec}, ours, {_SHAPE_LABEL[sh]}", **style)
+            style = dict(color=color, fmt="o-" if sh == "paper" else "o:",
+                         markerfacecolor=color if sh == "paper" else "white")
+            _ci(axes[0], x, d, "tokens_per_step", label=f"{dec}, ours, {names[sh]}", **style)
             _ci(axes[1], x, d, "ms_per_token", **style)
     paper = summary[(summary["shape"] == "paper") & summary["paper"].notna()] if "paper" in summary else summary[:0]
     for dec, d in paper.groupby("decoding"):
         d = d.sort_values("width")
         axes[0].plot(d["width"], d["paper"], **{**PAPER_STYLE, "color": colors.get(dec, "0.35")},
                      label=f"{dec}, SpecInfer Table 2 (LLaMA-7B/68M, Alpaca)")
-    axes[0].set(xlabel="tree width k", ylabel="verified tokens per step", title="tokens per step (Table 2)")
-    axes[1].set(xlabel="tree width k", ylabel="ms per generated token", title="latency per token")
-    for ax in axes:
-        integer_ticks(ax, "x")
+    for ax, ylabel, name in zip(axes, ("verified tokens per step", "ms per generated token"),
+                                ("tokens per step (Table 2)", "latency per token")):
+        integer_ticks(ax, "x").set(xlabel="tree width k", ylabel=ylabel, title=name)
     left = ("Left: SpecInfer Table 2 (§6.4, trees ⟨1,1,k,1,1,1,1,1⟩, LLaMA-7B + LLaMA-68M on Alpaca, GPU) beside "
             "ours." if len(paper) else "Left: SpecInfer Table 2 is not drawn: its trees ⟨1,1,k,1,1,1,1,1⟩ have depth "
             "8, these another depth (or no tree of SpecInfer's shape was run).")
@@ -295,25 +390,22 @@ def fig_specinfer_tree_width(summary, *, title: str | None = None):
                              "Error bars: 95% percentile-bootstrap intervals over prompts.", ncol=2, title=title)
 
 
-_KIND_STYLE = {"chain": dict(color="C2", marker="^"), "dense": dict(color="C0", marker="o"),
-               "sparse": dict(color="C1", marker="s")}
-
-
 def fig_medusa_dense_vs_sparse(summary, *, title: str | None = None):
     """Medusa §3.3.1 / Figure 5 analogue: ``summary``'s (:func:`specrepro.lab.medusa_ablation.tree_ablation`)
     tokens_per_step (_lo, _hi) vs nodes per kind (chain, dense, sparse trees of the same heads), the
     predicted_tokens_per_step from head accuracies (if given) hollow and dotted. KeyError: a missing column."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    for kind in [k for k in ("chain", "dense", "sparse") if (summary["kind"] == k).any()]:
+    for kind, color, marker in (("chain", "C2", "^"), ("dense", "C0", "o"), ("sparse", "C1", "s")):
         d = summary[summary["kind"] == kind].sort_values("nodes")
-        st = _KIND_STYLE[kind]
-        _ci(ax, d["nodes"], d, "tokens_per_step", fmt="-", marker=st["marker"], color=st["color"],
+        if d.empty:
+            continue
+        _ci(ax, d["nodes"], d, "tokens_per_step", fmt="-", marker=marker, color=color,
             label=f"{kind} tree{'s' if len(d) > 1 else ''}, measured (95% CI over prompts)")
         if "predicted_tokens_per_step" in d and d["predicted_tokens_per_step"].notna().any():
-            ax.plot(d["nodes"], d["predicted_tokens_per_step"], linestyle=":", marker=st["marker"],
-                    markerfacecolor="white", color=st["color"], label=f"{kind}, predicted from head accuracies")
-    ax.set(xlabel="tree nodes (candidate tokens per step)", ylabel="tokens per target step (greedy)")
-    integer_ticks(ax, "x")
+            ax.plot(d["nodes"], d["predicted_tokens_per_step"], linestyle=":", marker=marker, markerfacecolor="white",
+                    color=color, label=f"{kind}, predicted from head accuracies")
+    integer_ticks(ax, "x").set(xlabel="tree nodes (candidate tokens per step)",
+                               ylabel="tokens per target step (greedy)")
     return _below(fig, ax, "Medusa's dense-vs-sparse comparison (§3.3.1, Figure 5; Vicuna-7B on GPU) is not "
                            "transcribed in our paper notes, so no paper numbers are drawn; its claim is the shape: "
                            "sparse trees reach a dense tree's tokens per step with fewer nodes. Error bars: 95% "
@@ -356,8 +448,7 @@ def fig_verifier_node_budget(summary, *, title: str | None = None):
         shift = 0.3 * (i / max(1, len(keys) - 1) - 0.5)
         _ci(ax, d["budget"] + shift, d, "tokens_per_step", fmt="o--" if d["structure"].iloc[0] == "chain" else "o-",
             color=f"C{i}", label=d["label"].iloc[0])
-    integer_ticks(ax)
-    ax.set(xlabel="node budget N (drafted tokens per step)", ylabel="tokens per step (95% CI)")
+    integer_ticks(ax).set(xlabel="node budget N (drafted tokens per step)", ylabel="tokens per step (95% CI)")
     return _below(fig, ax, "Same draft model and prompts for every verifier; chains draft γ = N tokens, trees "
                            "N/2-deep pairs of unmerged paths. No paper numbers: each paper measured its own models "
                            "and drafts (their reported gains are in the verifier table).", ncol=2, title=title)
