@@ -223,6 +223,7 @@ def test_block_costs_time_the_tiny_gguf_models():
         assert 0 < out["target_ms_lo"][n] <= out["target_ms"][n] <= out["target_ms_hi"][n]
     assert out["draft_calls"] == out["c_pairs"] == 6 and out["c_lo"] <= out["c"] <= out["c_hi"]
     assert out["draft_ms"] > 0 and out["prefix_len"] == 40
+    assert out["draft2_ms_lo"] <= out["draft2_ms"] <= out["draft2_ms_hi"]  # t_draft(2): 3 calls x 2 rounds
     assert target.tokens == [] and draft.tokens == []  # both caches left empty
     assert set(block_costs_json(out)["target_ms"]) == {"1", "3", "5"}
     no_draft = measure_block_costs(target, None, ns=(2,), prefix_len=10, repeats=2, rounds=1)
@@ -262,3 +263,33 @@ def test_the_bench_measures_the_llama_cost_model_before_and_after(tmp_path):
     assert out["target_ms"]["2"] == pytest.approx((runs[0]["target_ms"][2] + runs[1]["target_ms"][2]) / 2)
     assert out["c"] == pytest.approx((runs[0]["c"] + runs[1]["c"]) / 2) and out["before"]["c_lo"] is not None
     assert "llamacpp" in ctx.config_notes  # the models were the bench's own, opened by specrepro.bench.llama
+
+
+def _draft_step_run(over: float, n_prompts: int = 8) -> dict:
+    """A chat file whose chain drafts [2, 2, 2, 0] with [2, 1, 2, 0] accepted per run: the second block follows a
+    fully accepted one, so its bare cost is t_draft(2) + t_draft(1) = 25 ms and the run's 2·10 + 25 + 2·10 = 65 ms;
+    the loop's draft time is ``over`` times that."""
+    runs = [{"method": "llama-sd@2", "prompt_index": i, "repeat": 0, "drafted": [2, 2, 2, 0], "accepted": [2, 1, 2, 0],
+             "draft_ms": over * 65 / 6} for i in range(n_prompts)]
+    return {"config": {"n_prompts": n_prompts, "llama_cost_model": {"draft_ms": 10.0, "draft2_ms": 15.0}},
+            "summary": [{"method": "llama-sd@2"}], "runs": runs}
+
+
+def test_the_draft_step_counts_the_catch_up_forward_after_a_fully_accepted_block(tmp_path):
+    from specrepro.bench.ladder import draft_overhead
+
+    d = draft_overhead(_draft_step_run(1.1)).iloc[0]
+    # 1.1 exactly on every prompt; a model without the two-token forward (60 ms) would read 1.19
+    assert d["ratio"] == pytest.approx(1.1) and d["ratio_lo"] == pytest.approx(1.1) and d["n_prompts"] == 8
+    assert d["catchup_share"] == pytest.approx(1 / 6)
+    target = [t for t in TARGETS if t.id == "llama-draft-step"]
+    assert target and target[0].file == "bench_llamacpp_chat"
+    for over, status in ((1.1, MET), (1.2, MISSED)):
+        (tmp_path / "bench_llamacpp_chat.json").write_text(json.dumps(_draft_step_run(over)))
+        row = check_targets(tmp_path, target).iloc[0]
+        assert row["status"] == status and "n = 8 prompts" in row["measured"]
+    old = _draft_step_run(1.1)
+    del old["config"]["llama_cost_model"]["draft2_ms"]  # a file timed before t_draft(2) was measured
+    (tmp_path / "bench_llamacpp_chat.json").write_text(json.dumps(old))
+    row = check_targets(tmp_path, target).iloc[0]
+    assert row["status"] == NOT_RUN and "no t_draft(2)" in row["measured"]

@@ -27,7 +27,7 @@ import math
 
 import pandas as pd
 
-__all__ = ["llama_ladder", "llama_cost_curve", "llama_cost_line", "ladder_markdown", "is_llama_run",
+__all__ = ["llama_ladder", "llama_cost_curve", "llama_cost_line", "ladder_markdown", "is_llama_run", "draft_overhead",
            "llama_ar_baseline", "OUR_LLAMA_SPEC", "LLAMA_AR", "LLAMA_SERVER_AR", "FIXED_GAMMA", "NO_DRAFT_MODEL"]
 
 #: our speculative methods on llama.cpp's kernels (name prefixes)
@@ -337,3 +337,53 @@ def ladder_markdown(data: dict) -> str:
                      f"{ci(o['measured'], o['measured_lo'], o['measured_hi'])}× | "
                      + (f"{o['measured_over_predicted']:.2f}" if _fin(o["measured_over_predicted"]) else "—") + " |")
     return "\n".join(lines) + "\n"
+
+
+def draft_overhead(data: dict, methods=("llama-sd",)) -> pd.DataFrame:
+    """How far our loop's draft time lies above the bare draft forwards it makes, per method, from one bench JSON.
+
+    A block's drafting (:func:`specrepro.core.blocklm.draft_block`) makes one draft forward per drafted token: the
+    first feeds what the draft has not seen (one token, or two after a fully accepted block: its last draft token and
+    the bonus token), each later one the token just drafted. Its bare cost is therefore t_draft(2) + (d - 1) ·
+    t_draft(1) after a fully accepted block and d · t_draft(1) otherwise, for d drafted tokens, with t_draft(1) and
+    t_draft(2) the run's own llama.cpp cost model (``config.llama_cost_model``: ``draft_ms``, ``draft2_ms``, the
+    means of the measurements before and after the timed passes, :func:`specrepro.measure.blockcost.measure_block_costs`).
+    The measured side is the loop's draft time (``draft_ms`` × drafted tokens per run: sampling, probabilities,
+    cache bookkeeping and Python included). Per prompt, every pass's measured total over every pass's bare total;
+    the ratio reported is the median over prompts with its distribution-free 95% interval
+    (:func:`specrepro.stats.median_interval`), n = the prompts.
+
+    Args:
+        data: a bench JSON (``config.llama_cost_model`` and ``runs`` with ``drafted``/``accepted`` per step).
+        methods: method-name prefixes to report (default our draft-model chains, ``llama-sd*``).
+
+    Returns:
+        one row per method: method, n_prompts, ratio, ratio_lo, ratio_hi (measured / bare, 1 = no overhead),
+        catchup_share (the share of draft forwards that fed two tokens), draft_t1_ms, draft_t2_ms. Empty when the
+        file's cost model has no t_draft(2) (files timed before it was measured) or no such method ran.
+    """
+    from specrepro.stats import median_interval
+
+    cost = (data.get("config") or {}).get("llama_cost_model") or {}
+    t1, t2 = cost.get("draft_ms"), cost.get("draft2_ms")
+    runs = pd.DataFrame(data.get("runs") or [])
+    cols = ["method", "n_prompts", "ratio", "ratio_lo", "ratio_hi", "catchup_share", "draft_t1_ms", "draft_t2_ms"]
+    if not (_fin(t1) and _fin(t2)) or runs.empty or "drafted" not in runs:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for m in sorted({str(x) for x in runs["method"] if any(str(x).startswith(p) for p in methods)}):
+        per_prompt, forwards, catchups = {}, 0, 0
+        for r in runs[runs["method"] == m].itertuples():
+            drafted, accepted = list(r.drafted), list(r.accepted)
+            full = [False] + [d > 0 and a == d for d, a in zip(drafted[:-1], accepted[:-1])]
+            bare = sum(t2 + (d - 1) * t1 if f else d * t1 for d, f in zip(drafted, full) if d > 0)
+            measured = float(r.draft_ms) * sum(drafted)
+            forwards += sum(d for d in drafted if d > 0)
+            catchups += sum(1 for d, f in zip(drafted, full) if d > 0 and f)
+            mine = per_prompt.setdefault(r.prompt_index, [0.0, 0.0])
+            mine[0], mine[1] = mine[0] + measured, mine[1] + bare
+        est, lo, hi, n = median_interval([a / b for a, b in per_prompt.values() if b > 0])
+        rows.append({"method": m, "n_prompts": n, "ratio": est, "ratio_lo": lo, "ratio_hi": hi,
+                     "catchup_share": catchups / forwards if forwards else float("nan"),
+                     "draft_t1_ms": float(t1), "draft_t2_ms": float(t2)})
+    return pd.DataFrame(rows, columns=cols)

@@ -740,6 +740,8 @@ def _mean_llama_cost_models(models: list[dict]) -> dict:
             "interval": models[0].get("interval"),
             "target_ms": {n: mean([m["target_ms"][n] for m in models]) for n in sizes[0]},
             "draft_ms": mean([m.get("draft_ms") for m in models]), "c": mean([m.get("c") for m in models]),
+            **({"draft2_ms": mean([m.get("draft2_ms") for m in models])}
+               if all(m.get("draft2_ms") is not None for m in models) else {}),
             "c_lo": min(ends["lo"]) if ends["lo"] else None, "c_hi": max(ends["hi"]) if ends["hi"] else None,
             "parts": models,
             "measured": f"the mean of {len(models)} parts' cost models, each measured before and after its own "
@@ -933,9 +935,10 @@ def llama_cost_model_json(costs: dict) -> dict:
            "timed_on": b.get("timed_on"), "interval": b.get("interval"),
            "target_ms": {n: mean(v, a["target_ms"].get(n)) for n, v in b["target_ms"].items()},
            "draft_ms": mean(b.get("draft_ms"), a.get("draft_ms")), "c": mean(b.get("c"), a.get("c")),
+           **({"draft2_ms": mean(b["draft2_ms"], a.get("draft2_ms"))} if b.get("draft2_ms") is not None else {}),
            "before": b, "after": a,
-           "measured": "before and after the timed passes; target_ms, draft_ms and c are their means, each "
-                       "measurement with its intervals under before / after"}
+           "measured": "before and after the timed passes; target_ms, draft_ms, c (and draft2_ms, t_draft(2), where "
+                       "measured) are their means, each measurement with its intervals under before / after"}
     return out
 
 

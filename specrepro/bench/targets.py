@@ -54,7 +54,9 @@ class Target:
             left out: :func:`specrepro.measure.harness.decode_speedup`), ``llama_vs_server_spec`` (the fastest of ``methods`` over the fastest
             ``llama-server-*`` speculative method, paired per prompt, >= ``threshold``), ``llama_predicted`` (each
             of ``methods``' measured speedup over ``llama-ar`` / the hardware-aware prediction from the run's
-            llama.cpp cost curve within ``threshold`` of 1, :func:`specrepro.bench.ladder.llama_ladder`).
+            llama.cpp cost curve within ``threshold`` of 1, :func:`specrepro.bench.ladder.llama_ladder`),
+            ``llama_draft_step`` (each of ``methods``' draft time in the loop over the bare draft forwards it makes,
+            from the run's own cost model, at most 1 + ``threshold``: :func:`specrepro.bench.ladder.draft_overhead`).
         column: the summary column (``speedup_vs_ar``, ``speedup_vs_hf_assisted``, ...) for at_least / within.
         methods: method-name prefixes the target may pick from ("best of" them, by the median).
         threshold: the number the target names.
@@ -159,6 +161,10 @@ TARGETS: tuple[Target, ...] = (
            "1.3× llama.cpp's best exact own speculation (its server keeps a draft token only when it equals the "
            "target's sample; draft max 3, 7 or 16, or n-gram; the fastest by the median, paired per prompt, same run)",
            "bench_llamacpp_16bit_t1", "llama_vs_server_spec", 1.3, methods=_OURS_ON_LLAMA),
+    Target("llama-draft-step", "llama.cpp's kernels, chat workload, greedy: our loop's draft time within 15% of the "
+           "bare draft forwards it makes (t_draft(1) per drafted token, t_draft(2) for the first forward after a fully "
+           "accepted block, which feeds its last draft token and the bonus token; the run's own cost model), each "
+           "draft-model chain of ours", "bench_llamacpp_chat", "llama_draft_step", 0.15, methods=("llama-sd",)),
 )
 
 
@@ -415,6 +421,8 @@ def _check_one(t: Target, data: dict | None) -> dict:
         return out
     if t.kind == "draft_cost":
         return _check_draft_cost(t, data, out)
+    if t.kind == "llama_draft_step":
+        return _check_draft_step(t, data, out)
     if t.kind in ("llama_vs_ar", "llama_decode_vs_ar", "llama_vs_server_spec", "llama_predicted"):
         return _check_llama(t, data, out)
     if t.kind == "peak_memory":
@@ -520,6 +528,30 @@ def _check_llama(t: Target, data: dict, out: dict) -> dict:
     ok = bool((abs(lad["measured_over_predicted"] - 1) <= t.threshold).all())
     out["status"] = MET_MEDIAN if ok else MISSED  # a ratio of a median to a model: no interval, never "met"
     out["why"] = _llama_why(data, set(lad["method"]))
+    return out
+
+
+def _check_draft_step(t: Target, data: dict, out: dict) -> dict:
+    """``llama_draft_step``: met when every method's interval of measured / bare draft time lies at or below
+    1 + threshold, on the median when every median does, else missed."""
+    from specrepro.bench.ladder import draft_overhead
+
+    d = draft_overhead(data, t.methods)
+    if d.empty:
+        out["measured"] = ("the file's llama.cpp cost model has no t_draft(2) (timed before it was measured) or the "
+                           "run has no " + "/".join(t.methods) + "* method")
+        return out
+    out["method"] = ", ".join(d["method"])
+    out["measured"] = "measured / bare draft forwards: " + "; ".join(
+        f"{r.method} {_ci(r.ratio, r.ratio_lo, r.ratio_hi)} (n = {r.n_prompts} prompts; {r.catchup_share:.0%} of "
+        f"draft forwards fed two tokens)" for r in d.itertuples())
+    t1, t2 = d["draft_t1_ms"].iloc[0], d["draft_t2_ms"].iloc[0]
+    out["why"] = f"t_draft(1) {t1:.1f} ms, t_draft(2) {t2:.1f} ms (t_draft(2) / t_draft(1) = {t2 / t1:.2f})"
+    limit = 1 + t.threshold
+    if (d["ratio"] <= limit).all():
+        out["status"] = MET if (d["ratio_hi"] <= limit).all() else MET_MEDIAN
+    else:
+        out["status"] = MISSED
     return out
 
 

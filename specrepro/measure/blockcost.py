@@ -3,8 +3,10 @@
 What this file is: :func:`measure_block_costs`, the cost model of a run whose target and draft are BlockLMs
 (:class:`specrepro.backends.llamacpp.LlamaCppLM`): t(n), the target's time to decode n new tokens after a cached
 prefix (``forward_block`` of n tokens keeping n logits rows, as a verification of γ = n - 1 draft tokens does, then
-``truncate`` back to the prefix), for each n asked; the draft's one-token time t_draft(1); and c = t_draft(1) /
-t_target(1) (Leviathan et al.'s cost coefficient), each a median with its 95% interval.
+``truncate`` back to the prefix), for each n asked; the draft's one-token time t_draft(1); its two-token time
+t_draft(2) keeping one logits row (the first forward of a block after a fully accepted one, which feeds the last
+draft token and the bonus token); and c = t_draft(1) / t_target(1) (Leviathan et al.'s cost coefficient), each a
+median with its 95% interval.
 
 What the intervals are over: the timed calls. Each of ``rounds`` passes times, after one untimed call per point,
 ``repeats`` calls of every n (the sizes in a fresh random order per round) and ``repeats`` alternating pairs of one
@@ -57,7 +59,8 @@ def measure_block_costs(target, draft=None, *, ns: Sequence[int] = range(1, 22),
     Returns:
         dict (ms): ``target_ms`` {n: median}, ``target_ms_lo`` / ``target_ms_hi`` {n: 95% interval},
         ``target_calls`` (timed calls per n), ``draft_ms`` / ``draft_ms_lo`` / ``draft_ms_hi`` / ``draft_calls``
-        (t_draft(1), None without a draft), ``c`` / ``c_lo`` / ``c_hi`` / ``c_pairs`` (median of the paired ratios
+        (t_draft(1), None without a draft), ``draft2_ms`` / ``draft2_ms_lo`` / ``draft2_ms_hi`` (t_draft(2), one
+        logits row kept, ``repeats`` calls per round after the pairs; None without a draft), ``c`` / ``c_lo`` / ``c_hi`` / ``c_pairs`` (median of the paired ratios
         draft / target one-token call, None without a draft), ``prefix_len``, ``repeats``, ``rounds``,
         ``interval`` (what the intervals are over). Interval ends are None where fewer than 6 calls were timed.
 
@@ -84,12 +87,12 @@ def measure_block_costs(target, draft=None, *, ns: Sequence[int] = range(1, 22),
         if prefix_len:
             m.forward_block(prefix, logits_to_keep=0)
 
-    def step(m, n):
-        m.forward_block(block[:n], logits_to_keep=n)
+    def step(m, n, keep=None):
+        m.forward_block(block[:n], logits_to_keep=n if keep is None else keep)
         m.truncate(prefix_len)
 
     samples = {n: [] for n in ns}
-    draft_samples, ratios = [], []
+    draft_samples, draft2_samples, ratios = [], [], []
     for _ in range(rounds):
         order = list(ns)
         rng.shuffle(order)
@@ -105,6 +108,8 @@ def measure_block_costs(target, draft=None, *, ns: Sequence[int] = range(1, 22),
                     samples[1].append(t)
                 draft_samples.append(d)
                 ratios.append(d / t)
+            step(draft, 2, 1)
+            draft2_samples += [_time(lambda: step(draft, 2, 1)) for _ in range(repeats)]
     for m in models:
         m.reset()
 
@@ -116,7 +121,7 @@ def measure_block_costs(target, draft=None, *, ns: Sequence[int] = range(1, 22),
         est, lo, hi, k = median_interval(samples[n])
         out["target_ms"][n], out["target_ms_lo"][n], out["target_ms_hi"][n] = est, none(lo), none(hi)
         out["target_calls"][n] = k
-    for key, values in (("draft_ms", draft_samples), ("c", ratios)):
+    for key, values in (("draft_ms", draft_samples), ("draft2_ms", draft2_samples), ("c", ratios)):
         if draft is None:
             out.update({key: None, f"{key}_lo": None, f"{key}_hi": None})
             continue
