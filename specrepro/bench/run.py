@@ -718,8 +718,9 @@ def _server_settings(server: dict) -> dict:
 
 
 def _mean_llama_cost_models(models: list[dict]) -> dict:
-    """The parts' ``config.llama_cost_model`` as one: ``target_ms``, ``draft_ms`` and ``c`` the means of the parts'
-    (each the mean of its measurements before and after its timed passes), ``c_lo`` / ``c_hi`` the widest of the
+    """The parts' ``config.llama_cost_model`` as one: ``target_ms``, ``draft_ms``, ``c`` (and ``draft2_ms`` where every
+    part has it) the means of the parts' (each the mean of its measurements before and after its timed passes),
+    ``c_lo`` / ``c_hi`` the widest of the
     parts' measurements' intervals, ``prefix_len`` the mean of the parts' prefixes (each a prefix of its own prompts'
     tokens), and every part's model whole under ``parts``.
 
