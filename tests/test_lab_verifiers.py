@@ -82,7 +82,7 @@ def test_node_budget_runs_refuse_impossible_budgets():
 def test_node_budget_figure():
     import pandas as pd
 
-    from specrepro.record.plots import fig_verifier_node_budget
+    from specrepro.lab.plots import fig_verifier_node_budget
 
     s = pd.DataFrame({"verifier": ["token", "token", "mss", "mss"], "label": ["token"] * 2 + ["mss"] * 2,
                       "structure": ["chain", "chain", "tree", "tree"], "budget": [2, 4, 2, 4],

@@ -1,4 +1,4 @@
-"""The figure functions of specrepro.record.plots on small synthetic tables: each returns a Figure, draws the paper's points
+"""The figure functions of specrepro.lab.plots on small synthetic tables: each returns a Figure, draws the paper's points
 where it says, carries error bars where the data has intervals, integer ticks on integer axes, and a legend that
 covers no axes (so no data)."""
 
@@ -19,7 +19,7 @@ from specrepro.lab.leviathan import (  # noqa: E402
     limit_table,
     summarize_speed,
 )
-from specrepro.record import plots  # noqa: E402
+from specrepro.lab import plots  # noqa: E402
 from specrepro.theory import (
     CostCurve,
     expected_tokens,

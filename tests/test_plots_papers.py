@@ -24,7 +24,7 @@ from specrepro.lab.specinfer import (  # noqa: E402
     expansion_widths,
     tree_width_summary,
 )
-from specrepro.record import plots  # noqa: E402
+from specrepro.lab import plots  # noqa: E402
 from specrepro.record.results import add_footer  # noqa: E402
 
 

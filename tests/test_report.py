@@ -282,7 +282,7 @@ def test_plot_helpers_integer_ticks_interval_bars_and_labels():
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from specrepro.record import plots
+    from specrepro.lab import plots
 
     fig, ax = plt.subplots()
     ax.plot([1, 2, 3, 4, 6], [1.2, 1.3, 1.5, 1.4, 1.3])

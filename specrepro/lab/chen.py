@@ -11,7 +11,7 @@ sample per problem from generators seeded alike (:func:`sample_pairs`), each sco
 (:func:`quality_tables`; saved by ``python -m specrepro pass-at-1``, :mod:`specrepro.record.quality`).
 
 What it is not: the timing loop (:mod:`specrepro.measure.harness`), the methods (:mod:`specrepro.bench`) or plotting
-(:func:`specrepro.record.plots.fig_chen_k_sweep`).
+(:func:`specrepro.lab.plots.fig_chen_k_sweep`).
 """
 
 from __future__ import annotations

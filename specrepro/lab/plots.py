@@ -1,9 +1,10 @@
-"""The record's figures (``plots.<name>`` in the notebooks) and their shared style and helpers: :func:`setup` (one call
+"""The notebooks' figures (``plots.<name>``) and their shared style and helpers: :func:`setup` (one call
 at the top of each notebook; Agg outside Jupyter), integer ticks, 95%-interval error bars, readable labels, and legends
 and captions placed outside the axes so they cover no data (save_figure's tight bounding box keeps them in the file).
 Each figure takes its notebook's table and returns a Figure: ours with 95%-interval error bars, the paper's numbers in
 :data:`PAPER_STYLE` where printed, integer ticks on integer axes, the legend outside the axes: right of Leviathan et
 al. 2023's (notebooks 02, 04), below the others' (05-07, 09) above a caption on where the paper's numbers come from.
+Drawing only: a notebook saves a figure with its provenance through :func:`specrepro.record.results.save_figure`.
 """
 
 from __future__ import annotations
