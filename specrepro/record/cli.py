@@ -10,7 +10,6 @@ __all__ = ["configure_parser", "run_command"]
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m specrepro scorecard``."""
     parser.add_argument("--profile", default=STANDARD, help="profile whose result tables are scored (default standard)")
     parser.add_argument("--device", default="cpu", help="device recorded in the scorecard's provenance")
     parser.add_argument("--readme", action="store_true",

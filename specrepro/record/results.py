@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from specrepro.files import (atomic_write_files, cpu_description, device_description, git_commit, hold_record_lock,
-                             note_read, reads, repo_root, sha256_bytes)
+                             note_read, read_noted, reads, repo_root, sha256_bytes)
 
 __all__ = ["STANDARD", "RECORD_ENV", "writes_record", "record_dir", "results_dir", "figures_dir", "read_dirs",
            "provenance", "save_table", "load_table", "table_at", "add_footer", "save_figure", "DirtyTreeError",
@@ -143,10 +143,9 @@ def record_hash_mismatches(dirs=None) -> list[str]:
             hashes = json.loads(side.read_text()).get("sha256")
             if not hashes:
                 out.append(f"{side}: no sha256 recorded")
-                continue
             out += [f"{side.parent / name}: missing (its provenance records it)" if state == "missing" else
                     f"{side.parent / name}: sha256 differs from {side.name}"
-                    for name, state in file_changes(hashes, side.parent).items()]
+                    for name, state in file_changes(hashes or {}, side.parent).items()]
     return out
 
 
@@ -180,13 +179,10 @@ def table_at(path: Path, **settings):
     path = Path(path)
     if not path.exists():
         return None
-    if settings:
-        recorded = read_json(path.with_suffix(".provenance.json")) or {}  # unreadable: every setting is missing
-        if any(recorded.get(k, _MISSING) != v for k, v in json.loads(json.dumps(settings)).items()):
-            return None
-    data = path.read_bytes()
-    note_read(path, data)
-    return pd.read_csv(io.BytesIO(data))
+    recorded = read_json(path.with_suffix(".provenance.json")) or {}  # unreadable: every setting is missing
+    if any(recorded.get(k, _MISSING) != v for k, v in json.loads(json.dumps(settings)).items()):
+        return None
+    return pd.read_csv(io.BytesIO(read_noted(path)))
 
 
 def add_footer(fig, text: str):

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import checkpoint_file, cpu_description, hold_record_lock, repo_root
-from specrepro.record.results import STANDARD, load_table, save_table, writes_record
+from specrepro.files import (atomic_write_text, checkpoint_file, cpu_description, hold_record_lock, machine_snapshot,
+                             machine_state, repo_root)
+from specrepro.record.results import STANDARD, load_table, read_json, save_table, writes_record
 
 __all__ = ["shard_checkpoint", "read_or_measure", "ShardGroup", "checkpoint_key"]
 
@@ -40,15 +41,11 @@ def read_or_measure(name: str, profile: str, device: str, settings: dict, measur
     found = load_table(name, profile, **settings)
     if found is not None:
         return found
-    from specrepro.files import atomic_write_text, machine_snapshot, machine_state
-
     t0, snap = time.monotonic(), machine_snapshot()
     ckpt = shard_checkpoint(name, profile)
     log = ckpt.with_name(ckpt.name + ".sittings.json")
-    try:
-        earlier = [float(x) for x in json.loads(log.read_text())] if ckpt.exists() and log.exists() else []
-    except (OSError, ValueError, TypeError):
-        earlier = []
+    earlier = read_json(log) if ckpt.exists() else None  # the seconds of the sittings before, when resuming
+    earlier = [float(x) for x in earlier] if isinstance(earlier, list) else []
     # SIGTERM ends the sitting as Ctrl-C does, its time logged (a handler can only be set in the main thread)
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum)) if main else None
@@ -95,11 +92,11 @@ class ShardGroup:
 
     @property
     def device(self) -> str:
-        return self.params["device"]
+        """``params["device"]``, "cpu" when not given (as :class:`specrepro.lab.table2.Table2Setting` reads it)."""
+        return self.params.get("device", "cpu")
 
     @property
     def ctx(self):
-        """``context``, made by :meth:`load` on first use."""
         if self.context is None:
             self.context = self.load()
         return self.context
@@ -109,7 +106,8 @@ class ShardGroup:
         return {key: int(self.params[name]) for key, name in keys.items()}
 
     def run(self, name: str) -> pd.DataFrame:
-        """Shard ``name``'s table, read or measured (:func:`read_or_measure`).
+        """Shard ``name``'s table, read or measured (:func:`read_or_measure`). A ``text`` column (decoded outputs)
+        reads back with empty strings, not NaN.
 
         Raises:
             KeyError: not one of :meth:`names`.
@@ -118,7 +116,6 @@ class ShardGroup:
         return self._get(name, s, lambda ckpt: self.measure(name, s, ckpt))
 
     def _require(self, name: str) -> None:
-        """Raises KeyError (naming the group's shards) unless ``name`` is one of :meth:`names`."""
         if name not in self.names():
             raise KeyError(f"{name!r} is not {self.what} under this profile; its shards: {self.names()}")
 
@@ -126,6 +123,8 @@ class ShardGroup:
         out = read_or_measure(name, self.profile, self.device, settings, measure)
         if out.attrs.get("measured"):
             self.measured.append(name)
+        if "text" in out.columns:
+            out["text"] = out["text"].fillna("")
         return out
 
     def table(self) -> pd.DataFrame:

@@ -16,6 +16,7 @@ import argparse
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from specrepro import data
 from specrepro.core.sampling import SamplingConfig
@@ -47,7 +48,6 @@ class AlphaShards(ShardGroup):
         return [f"{self.prefix}{w}_t{int(t)}" for w in self.workloads for t in self.temperatures]
 
     def settings(self, name: str) -> dict:
-        """What shard ``name``'s sidecar records and a reader must find (KeyError: not one of :meth:`names`)."""
         self._require(name)
         p = self.params
         workload, t = name.removeprefix(self.prefix).rsplit("_t", 1)
@@ -92,10 +92,6 @@ class Table2Shards(ShardGroup):
     def names(self) -> list[str]:
         return table2.shard_names(self.setting)
 
-    @property
-    def device(self) -> str:
-        return self.setting.device
-
     def expected(self, name: str, folder: Path | None = None) -> dict:
         """The setting and, for a part, its temperature and prompts; a part's methods (a T = 1 part's follow the
         greedy parts) are recorded but not compared."""
@@ -108,14 +104,14 @@ class Table2Shards(ShardGroup):
 
     def run(self, name: str, best: pd.DataFrame | None = None) -> pd.DataFrame:
         """The shard ``name`` (KeyError: not one of :meth:`names`), read or measured. A T = 1 part times each draft
-        model at its ``best`` γ (the greedy sweep's, :func:`specrepro.lab.table2.greedy_summary`; None: :meth:`best`,
-        which reads or measures the greedy parts and the cost curves first)."""
+        model at its ``best`` γ (the greedy sweep's, :func:`specrepro.lab.table2.greedy_summary`; None: taken from the
+        greedy parts and the cost curves, read or measured first)."""
         s = self.expected(name)
         if name == "cost_curves":
             return self._get(name, s, lambda ckpt: table2.measure_cost_curves(self.ctx))
         greedy, k = s["temperature"] == 0.0, int(name.rsplit("_p", 1)[1])
         if not greedy and best is None:
-            best = self.best()
+            best = table2.greedy_summary(self.greedy_runs(), self.cost_curves(), self.setting)[2]
 
         def methods(ctx):
             return table2.greedy_methods(ctx) if greedy else table2.t1_methods(ctx, best)
@@ -144,10 +140,6 @@ class Table2Shards(ShardGroup):
         """Every T = 1 part, combined."""
         return table2.combine_parts([self.part(1.0, k, best) for k in range(len(table2.part_slices(self.setting)))])
 
-    def best(self) -> pd.DataFrame:
-        """The greedy sweep's best γ per draft model, from the greedy parts and the cost curves."""
-        return table2.greedy_summary(self.greedy_runs(), self.cost_curves(), self.setting)[2]
-
 
 class _TreeShards(ShardGroup):
     """A group of notebook 05's shards (``params``: the notebook's). ``models``: ``(target, draft, tokenizer, draft
@@ -158,7 +150,6 @@ class _TreeShards(ShardGroup):
         super().__init__(params, profile, progress=progress, context=models)
 
     def _draft_name(self) -> str:
-        """The loaded models' draft name, else :func:`specrepro.lab.specinfer.tree_draft_name` of the parameters."""
         if self.context is not None:
             return self.context[3]
         p = self.params
@@ -182,17 +173,14 @@ class _TreeShards(ShardGroup):
 class MSSShard(_TreeShards):
     """Notebook 05's naive-vs-MSS table (SpecInfer Table 3, :func:`specrepro.lab.specinfer.naive_vs_mss_table`) as
     the shard ``specinfer_table3_runs``: ``mss_prompts`` HumanEval prompts × ``mss_repeats`` passes ×
-    ``mss_tokens`` tokens, trees ⟨w, 1, ..., 1⟩ with w the largest of ``widths`` and depth ``tree_depth``, T = 1."""
+    ``mss_tokens`` tokens, trees ⟨w, 1, ..., 1⟩ with w the largest of ``widths`` and depth ``tree_depth``, T = 1;
+    :meth:`table` gives one row per pass, prompt and method."""
 
     name = "specinfer_table3_runs"
     what = "the MSS shard"
 
     def names(self) -> list[str]:
         return [self.name]
-
-    def table(self) -> pd.DataFrame:
-        """The shard's table (one row per pass, prompt and method)."""
-        return self.run(self.name)
 
     def settings(self, name: str | None = None) -> dict:
         """What the sidecar records and a reader must find: models, dtype, workload, sizes, tree and seed."""
@@ -350,7 +338,6 @@ class WidthShards(_TreeShards):
         return [self.prefix + "greedy"] + [f"{self.prefix}t1_r{k}" for k in range(n)]
 
     def settings(self, name: str) -> dict:
-        """What shard ``name``'s sidecar records and a reader must find (KeyError: not one of :meth:`names`)."""
         self._require(name)
         greedy = name.endswith("greedy")
         return {**self._models_settings(name, prompts="width_prompts", tokens="width_tokens", depth="tree_depth"),
@@ -504,14 +491,6 @@ class MedusaShards(ShardGroup):
         }
         return shards[name]()
 
-    def run(self, name: str) -> pd.DataFrame:
-        """Shard ``name``'s table, read or measured (its accuracy table first, for a shard decoding with a tree from
-        one). A ``text`` column (decoded outputs) reads back with empty strings, not NaN."""
-        out = super().run(name)
-        if "text" in out.columns:
-            out["text"] = out["text"].fillna("")
-        return out
-
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="*", metavar="NAME", help="shards to read or measure (default: all, in order)")
@@ -529,8 +508,6 @@ def shard_groups(params: dict, profile: str = STANDARD) -> dict[str, ShardGroup]
 
 
 def run_command(args, parser=None) -> int:
-    import yaml
-
     path = Path(args.profile)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such profile")

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from specrepro.files import atomic_write_text, cpu_description, repo_root
 from specrepro.record.nbrun import code_drift, recorded_inputs, run_facts
-from specrepro.record.results import file_changes
+from specrepro.record.results import file_changes, read_json
 
 __all__ = ["Shard", "SHARDS", "record_shards", "shard_status", "notebook_status", "figure_status", "input_changes",
            "forward_costs", "SHARD_BOUND_MIN", "expected_settings", "status_table",
@@ -64,8 +65,6 @@ def _make(root: Path | None, *args: str, stdin: str | None = None) -> str:
 
 def _standard_groups(root: Path | None = None) -> dict:
     """:func:`specrepro.record.shards.shard_groups` of the standard profile (``profiles/standard.yaml``)."""
-    import yaml
-
     from specrepro.record.shards import shard_groups
 
     return shard_groups(yaml.safe_load(((root or repo_root()) / "profiles/standard.yaml").read_text()))
@@ -120,13 +119,6 @@ def _judged(row: dict, reasons: list[str]) -> dict:
 
 
 # --- bench files: recorded settings against the make recipe -------------------------------------------------------
-
-def make_recipe(target: str, root: Path | None = None) -> list[str]:
-    """The ``python -m specrepro`` command lines ``make`` would run for ``target`` today (``make -n -B``: nothing is
-    executed)."""
-    text = _make(root, "-n", "-B", target).replace("\\\n", " ")  # a line continued with a backslash is one command
-    return [" ".join(ln.split()) for ln in text.splitlines() if "-m specrepro" in ln]
-
 
 def bench_setting_changes(config: dict, recipe: dict) -> list[str]:
     """Where a bench file's recorded ``config`` differs from what its ``make`` recipe asks for today
@@ -183,38 +175,33 @@ def _hash_reasons(digests: dict | None, folder: Path) -> list[str]:
     return [f"{name} differs from its sidecar's sha256" for name in file_changes(digests or {}, folder)]
 
 
-def _bench_reasons(row: dict, shard: Shard, root: Path, recipe: list[str] | None) -> list[str]:
-    """A bench file's run time and the reasons it is stale: its parts and settings other than its recipe's."""
-    path = root / shard.target
-    data = json.loads(path.read_text())
-    config = data.get("config", {})
-    reasons = _run_time(row, config, path.parent, data.get("runs", []))
-    lines = recipe if recipe is not None else make_recipe(shard.target, root)
-    bench = [ln for ln in lines if " bench " in f" {ln} " and " --merge " not in f" {ln} "]
-    if bench and not config.get("parts"):
-        from specrepro.bench.cli import command_settings
-
-        reasons += bench_setting_changes(config, command_settings(bench[0]))
-    if config.get("blocks_under_load"):
-        _add_note(row, f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load")
-    return reasons
-
-
 def shard_status(shard: Shard, root: Path | None = None, recipe: list[str] | None = None) -> dict:
     """One shard's state ("current", "stale" or "missing"), why, its last run (minutes, CPU) and notes.
 
     Args:
-        recipe: the shard's command lines (default: :func:`make_recipe`), for bench files.
+        recipe: the shard's command lines, for bench files (default: the ``python -m specrepro`` lines that
+            ``make -n -B`` prints for it today, executing nothing).
     """
     root = root or repo_root()
     row = _row("shard", shard.target, note="")
     if any(not (root / o).is_file() for o in shard.outputs):
         return {**row, "state": "missing", "why": f"`make {shard.target}` writes it"}
     path = root / shard.target
-    sidecar = path.with_suffix(".provenance.json")
-    prov = json.loads(sidecar.read_text()) if sidecar.is_file() else None
-    if path.suffix == ".json":
-        reasons = _bench_reasons(row, shard, root, recipe)
+    prov = read_json(path.with_suffix(".provenance.json"))
+    if path.suffix == ".json":  # a bench file: its settings against its recipe's
+        data = json.loads(path.read_text())
+        config = data.get("config", {})
+        reasons = _run_time(row, config, path.parent, data.get("runs", []))
+        if recipe is None:  # a line continued with a backslash is one command
+            text = _make(root, "-n", "-B", shard.target).replace("\\\n", " ")
+            recipe = [" ".join(ln.split()) for ln in text.splitlines() if "-m specrepro" in ln]
+        bench = [ln for ln in recipe if " bench " in f" {ln} " and " --merge " not in f" {ln} "]
+        if bench and not config.get("parts"):
+            from specrepro.bench.cli import command_settings
+
+            reasons += bench_setting_changes(config, command_settings(bench[0]))
+        if config.get("blocks_under_load"):
+            _add_note(row, f"{config['blocks_under_load']} of {config.get('blocks')} blocks timed under load")
         if prov is None:
             _add_note(row, "no sha256 sidecar (written before the bench wrote one)")
         else:
@@ -284,8 +271,7 @@ def forward_costs(root: Path | None = None) -> dict[str, float]:
     return {cpu: float(pd.Series(v).median()) for cpu, v in sorted(seen.items())}
 
 
-def status_table(root: Path | None = None, here_ms: float | None = None, profile: str = "standard",
-                 recipes: dict | None = None) -> pd.DataFrame:
+def status_table(root: Path | None = None, here_ms: float | None = None, profile: str = "standard") -> pd.DataFrame:
     """Every shard, executed notebook of ``profile`` and figure of the record: kind, name, state, why, minutes (last
     run), cpu (where it ran), note (shards: blocks timed under load, a sitting over :data:`SHARD_BOUND_MIN`, or one
     that would take longer than that on the slowest CPU the record has met), estimate_min (for this machine) and
@@ -293,31 +279,23 @@ def status_table(root: Path | None = None, here_ms: float | None = None, profile
 
     Args:
         here_ms: this machine's one-token forward cost of the 1.5B target (ms); default: the record's for this CPU.
-        recipes: ``{shard target: command lines}`` to use instead of asking ``make`` (tests).
     """
     root = root or repo_root()
     costs = forward_costs(root)
     here_ms = costs.get(cpu_description()) if here_ms is None else here_ms
     slowest = max(costs.values(), default=None)
-    rows = [shard_status(s, root, None if recipes is None else recipes.get(s.target, []))
-            for s in record_shards(root)]
+    rows = [shard_status(s, root) for s in record_shards(root)]
     rows += [notebook_status(src, root / "notebooks/executed" / profile / src.name, root)
              for src in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
     rows += [figure_status(sidecar, root) for sidecar in sorted((root / "figures").glob("*.provenance.json"))]
-    df = pd.DataFrame(rows)
-
-    def estimate(ms: float | None) -> list[float]:
-        return [round(m * ms / costs[c], 1) if math.isfinite(m) and ms and c in costs else math.nan
-                for m, c in zip(df["minutes"], df["cpu"])]
-
-    df["estimate_min"], df["slowest_min"] = estimate(here_ms), estimate(slowest)
-    over = (df["kind"] == "shard") & (df["slowest_min"] > SHARD_BOUND_MIN) & (df["minutes"] <= SHARD_BOUND_MIN)
-    df.loc[over, "note"] = [
-        "; ".join(filter(None, [note if isinstance(note, str) else "",
-                                f"about {m:g} min on the slowest CPU the record has met ({slowest:.0f} ms per "
-                                f"forward): over {SHARD_BOUND_MIN}, to be split"]))
-        for note, m in zip(df.loc[over, "note"], df.loc[over, "slowest_min"])]
-    return df
+    for row in rows:
+        m, c = row["minutes"], row["cpu"]
+        for col, ms in (("estimate_min", here_ms), ("slowest_min", slowest)):
+            row[col] = round(m * ms / costs[c], 1) if math.isfinite(m) and ms and c in costs else math.nan
+        if row["kind"] == "shard" and row["slowest_min"] > SHARD_BOUND_MIN >= m:
+            _add_note(row, f"about {row['slowest_min']:g} min on the slowest CPU the record has met ({slowest:.0f} ms "
+                           f"per forward): over {SHARD_BOUND_MIN}, to be split")
+    return pd.DataFrame(rows)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
