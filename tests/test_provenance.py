@@ -78,7 +78,7 @@ def test_every_gpu_measurement_has_a_sidecar_naming_its_files():
     import json as _json
     from pathlib import Path as _Path
 
-    from specrepro.record.report import gpu_dir
+    from specrepro.record.gpu import gpu_dir
 
     gdir = gpu_dir()
     if not gdir.exists():

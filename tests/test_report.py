@@ -11,6 +11,8 @@ import pytest
 
 from specrepro.record import bench_blocks, report
 from specrepro.record import scorecard as sc
+from specrepro.record.gpu import GPU_ALPHA_METHOD
+from specrepro.record.results import record_dir
 from specrepro.record.scorecard import Tables
 from specrepro.record.verdicts import VERDICT_DEFINITIONS
 
@@ -337,8 +339,8 @@ def test_gpu_block_from_cost_curves_and_a_cuda_test_log(tmp_path):
                                                               "time_limit_s": 9}))
     (tmp_path / "test_cuda_test.log").write_text("t::a PASSED [25%]\nt::b PASSED [50%]\nt::c FAILED [75%]\n")
     text = report.render_gpu("standard", tmp_path)
-    alpha = next(r["alpha"] for r in json.loads((report.record_dir("results") / "bench_qwen_greedy.json").read_text())
-                 ["summary"] if r["method"] == report.GPU_ALPHA_METHOD)
+    alpha = next(r["alpha"] for r in json.loads((record_dir("results") / "bench_qwen_greedy.json").read_text())
+                 ["summary"] if r["method"] == GPU_ALPHA_METHOD)
     want = hardware_aware_speedup(alpha, 4, CostCurve(ns, target["graphs_ms"]), CostCurve(ns, draft["graphs_ms"]))
     assert "| small | graphs | 0.50 | 0.50 | 0.50 | 0.50 |" in text
     assert f"| graphs | 0.25 | {want:.2f}x |" in text and "| eager | 0.50 |" in text

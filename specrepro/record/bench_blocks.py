@@ -8,7 +8,6 @@ links (:func:`rel`), directories and :func:`render_template`: every block's pros
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import numbers
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specrepro.files import read_noted, repo_root
+from specrepro.files import read_noted, repo_root, sha256_bytes
 from specrepro.record.equality import divergences_name
 from specrepro.record.results import STANDARD, figures_dir, read_json, record_dir, results_dir, table_at
 
@@ -47,11 +46,8 @@ def ci_cell(v, lo=None, hi=None, spec: str = ".2f") -> str:
 def rel(path: Path, base: Path | None) -> str:
     """``path`` as a link from a page in directory ``base`` (default: the repository root); a path outside the
     repository stays absolute."""
-    root = repo_root()
-    path = Path(path)
-    if not path.is_relative_to(root):
-        return str(path)
-    return Path(os.path.relpath(path, base if base is not None else root)).as_posix()
+    root, path = repo_root(), Path(path)
+    return Path(os.path.relpath(path, base or root)).as_posix() if path.is_relative_to(root) else str(path)
 
 
 def profile_results(profile: str) -> Path:
@@ -85,7 +81,7 @@ def _templates():
     # print 0), and every filter and test raises on a missing column (jinja's Undefined) naming it
     env.filters.update({name: _strict(f) for name, f in
                         dict(cell=cell, ci=ci_cell, fmt=format, int=int, float=float).items()})
-    env.tests["notna"] = _strict(pd.notna)
+    env.tests.update(notna=_strict(pd.notna), finite=_strict(math.isfinite))
     return env
 
 
@@ -165,8 +161,7 @@ def _bench_table(data: dict, greedy: bool) -> dict:
     rows = [{**r, "method": f"`{r['method']}`" + ("" if r.get("exact", True) else " (not exact)"),
              "decode": decode and ci_cell(*decode_ms_per_token(runs, r["method"])[:3], spec=".1f"),
              "predicted": _bench_cell(r.get("predicted_speedup")) + (
-                 f" / {_bench_cell(r['predicted_speedup_with_prefill'])}"
-                 if prefill and r.get("predicted_speedup_with_prefill") is not None else ""),
+                 "" if (both := r.get("predicted_speedup_with_prefill")) is None else f" / {_bench_cell(both)}"),
              # the largest resident high-water mark of the method's calls (MiB in the JSON), in 10^9 bytes
              "peak_gb": r["peak_rss_mb"] * 2**20 / 1e9 if _finite(r.get("peak_rss_mb")) else None,
              **{f"equal_{b}": r.get(f"equal_to_{b}_runs") or _bench_cell(r.get(f"greedy_equal_to_{b}"))
@@ -239,7 +234,7 @@ def _render_divergences(bench_path: Path, summary) -> str:
             str(r.get("method")).startswith("llama-") for r in unequal)
         return render_template("divergences", kind="across_backends" if across else "unexplained", make=make)
     prov = read_json(table.with_suffix(".provenance.json")) or {}
-    if prov.get("bench_sha256") != hashlib.sha256(bench_path.read_bytes()).hexdigest():
+    if prov.get("bench_sha256") != sha256_bytes(bench_path.read_bytes()):
         return render_template("divergences", kind="other_run", make=make)
     df = table_at(table)
     if df.empty:
@@ -265,12 +260,9 @@ def _render_groups(runs) -> str:
     if g.empty:
         return ""
 
-    def one(r) -> str:
-        text = _bench_cell(r.speedup, 2, r.speedup_lo, r.speedup_hi)
-        tps = f"; {r.tokens_per_step:.2f}" if math.isfinite(r.tokens_per_step) else ""
-        return text + ("×" if text != "—" else "") + tps
-
-    g["cell"] = [one(r) for r in g.itertuples()]
+    speedups = [_bench_cell(r.speedup, 2, r.speedup_lo, r.speedup_hi) for r in g.itertuples()]
+    g["cell"] = [x + ("×" if x != "—" else "") + (f"; {tps:.2f}" if math.isfinite(tps) else "")
+                 for x, tps in zip(speedups, g["tokens_per_step"])]
     cells = (g.drop_duplicates(["method", "group"]).pivot(index="method", columns="group", values="cell")
              .reindex(index=list(dict.fromkeys(g["method"])), columns=list(dict.fromkeys(g["group"]))).fillna("—"))
     return render_template("bench", kind="groups", cells=cells,
@@ -301,5 +293,4 @@ def prediction_gaps(profile: str = STANDARD) -> pd.DataFrame:
 def render_targets(profile: str = STANDARD) -> str:
     """Markdown for the performance-targets block: each target of :data:`specrepro.bench.targets.TARGETS` checked on
     the profile's bench files (:func:`targets_table`) with its status, measured ratio [95% CI], method and file."""
-    table = targets_table(profile)
-    return render_template("targets", rows=table.to_dict(orient="records"), counts=table["status"].value_counts())
+    return render_template("targets", rows=targets_table(profile).to_dict(orient="records"))

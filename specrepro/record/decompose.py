@@ -78,5 +78,4 @@ def decompose_claim(claim, tables: Tables) -> dict | None:
 
 def speedup_decomposition(claims: pd.DataFrame, tables: Tables) -> list[dict]:
     """:func:`decompose_claim` of every claim that has one, in the claims' order."""
-    rows = [decompose_claim(c, tables) for _, c in claims.iterrows()]
-    return [r for r in rows if r is not None]
+    return [r for _, c in claims.iterrows() if (r := decompose_claim(c, tables)) is not None]

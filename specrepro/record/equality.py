@@ -24,7 +24,7 @@ from specrepro.record.parts import merged_provenance, parse_part_name, part_name
 from specrepro.record.results import check_clean_for_record, save_table
 
 __all__ = ["configure_parser", "run_command", "divergences_name", "DECODING_MODULES", "add_workload_options",
-           "workload_run", "run_key", "run_provenance", "save_merged"]
+           "workload_run", "run_key", "save_run", "save_merged"]
 
 #: The modules whose code (with every package module they import: :func:`specrepro.files.code_fingerprint`) decides a
 #: row's tokens; a checkpoint resumes only under the same code of these.
@@ -118,11 +118,18 @@ def run_key(r: SimpleNamespace, args: argparse.Namespace, **settings) -> dict:
             "dtype": str(r.tm.dtype), "torch": torch.__version__, "decoding_code": code_fingerprint(DECODING_MODULES)}
 
 
-def run_provenance(r: SimpleNamespace, args: argparse.Namespace, rows, seconds: float, key: dict) -> dict:
-    """The sidecar's tail for a :func:`workload_run`'s table: workload, sizes, part, sittings and their rows."""
-    return dict(workload=args.workload, n_prompts=r.n_whole, **r.part, seconds=round(seconds, 1),
+def save_run(r: SimpleNamespace, args: argparse.Namespace, tables: dict, rows, seconds: float, key: dict,
+             **settings) -> None:
+    """Save a :func:`workload_run`'s ``tables`` (``{name: DataFrame}``, in order), each with the sidecar's settings:
+    the pair, sizes, ``settings``, workload, part, sittings and their rows (``rows``, per prompt); then delete the
+    run's checkpoint."""
+    prov = dict(target=r.target, draft=r.draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens, **settings,
+                workload=args.workload, n_prompts=r.n_whole, **r.part, seconds=round(seconds, 1),
                 resumed_prompts=int(rows.attrs["resumed"]), decoding_code=key["decoding_code"],
                 row_commits=sorted(set(rows["commit"])), row_cpus=sorted(set(rows["cpu"])))
+    for name, table in tables.items():
+        save_table(table, name, profile=args.profile, device=args.device, **prov)
+    r.ckpt.unlink(missing_ok=True)
 
 
 def save_merged(table, parts: list, args: argparse.Namespace) -> tuple[str, dict]:
@@ -166,10 +173,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     table.insert(0, "prompt_id", [p.id for p in r.prompts])
     table["prompt"] += r.start  # the prompt's index in the whole workload
     seconds = float(table.attrs.get("seconds", float("nan")))
-    save_table(table, r.name, profile=args.profile, device=args.device, target=r.target, draft=r.draft,
-               gamma=args.gamma, max_new_tokens=args.max_new_tokens, tie_bound=args.tie_bound,
-               **run_provenance(r, args, table, seconds, key))
-    r.ckpt.unlink(missing_ok=True)
+    save_run(r, args, {r.name: table}, table, seconds, key, tie_bound=args.tie_bound)
     return _report(table, f"{r.name}: {r.target} + {r.draft}, {args.workload}", vars(args), seconds)
 
 

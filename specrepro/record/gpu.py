@@ -45,11 +45,11 @@ def write_gpu_sidecars(gdir: Path | None = None) -> list[Path]:
                 raise ValueError(f"{path}: names no commit")
             gpu = path.stem.removeprefix(prefix)
             log = gdir / (f"run_{gpu}.log" if prefix == "cost_curves_" else f"{path.stem}.log")
-            prov = {k: meta.get(k) for k in ("commit", "date", "torch", "transformers") if meta.get(k) is not None}
-            prov["device"] = meta.get("device_description") or meta.get("device")
-            prov["what"] = ("measured on a lent GPU outside make reproduce (see docs/gpu.md); the log is the run's "
-                            "own output")
-            prov["sha256"] = {f.name: sha256_bytes(f.read_bytes()) for f in (path, log) if f.exists()}
+            prov = {**{k: meta[k] for k in ("commit", "date", "torch", "transformers") if meta.get(k) is not None},
+                    "device": meta.get("device_description") or meta.get("device"),
+                    "what": "measured on a lent GPU outside make reproduce (see docs/gpu.md); the log is the run's own "
+                            "output",
+                    "sha256": {f.name: sha256_bytes(f.read_bytes()) for f in (path, log) if f.exists()}}
             side = path.with_name(f"{path.stem}.provenance.json")
             text = json.dumps(prov, indent=1, sort_keys=True) + "\n"
             if not side.exists() or side.read_text() != text:
@@ -68,28 +68,23 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
 
     gdir = gpu_dir() if gdir is None else Path(gdir)
     bench = profile_results(profile) / "bench_qwen_greedy.json"
-    alpha = alpha_n = None
-    if bench.exists():
-        for row in json.loads(read_noted(bench))["summary"]:
-            if row["method"] == GPU_ALPHA_METHOD and row.get("alpha") is not None:
-                alpha = float(row["alpha"])
-                alpha_n = f"{row['n_prompts']} prompts x {row['runs'] // row['n_prompts']} passes"
+    summary = json.loads(read_noted(bench))["summary"] if bench.exists() else []
+    ref = next((r for r in summary if r["method"] == GPU_ALPHA_METHOD and r.get("alpha") is not None), None)
+    alpha = None if ref is None else float(ref["alpha"])
     files = []
     for path in gpu_files(gdir, "cost_curves_"):
         res = json.loads(read_noted(path))
         models = res["models"]
-        f = {"name": path.name, "cfg": res["config"], "predictions": [],
-             "diffs": {Path(m).name: v["graphs_max_abs_logit_diff"] for m, v in models.items()
-                       if v.get("graphs_max_abs_logit_diff") is not None},
-             # per model and mode with times: (t(n), low, high) per n, ms
-             "times": [(Path(m).name, mode, list(zip(ms, *(v.get(f"{mode}_ms_{end}") or [None] * len(ms)
-                                                          for end in ("low", "high")))))
-                       for m, v in models.items() for mode in MODES if (ms := v.get(f"{mode}_ms")) is not None],
-             "with_ci": any(v.get(f"{mode}_ms_low") is not None for v in models.values() for mode in MODES)}
-        if len(models) == 2 and alpha is not None:
-            target, draft = models
-            f.update(target=Path(target).name, draft=Path(draft).name, predictions=mode_predictions(res, alpha))
-        files.append(f)
+        files.append({
+            "name": path.name, "cfg": res["config"], "models": [Path(m).name for m in models],  # target, draft
+            "predictions": mode_predictions(res, alpha) if len(models) == 2 and alpha is not None else [],
+            "diffs": {Path(m).name: v["graphs_max_abs_logit_diff"] for m, v in models.items()
+                      if v.get("graphs_max_abs_logit_diff") is not None},
+            # per model and mode with times: (t(n), low, high) per n, ms
+            "times": [(Path(m).name, mode, list(zip(ms, *(v.get(f"{mode}_ms_{end}") or [None] * len(ms)
+                                                         for end in ("low", "high")))))
+                      for m, v in models.items() for mode in MODES if (ms := v.get(f"{mode}_ms")) is not None],
+            "with_ci": any(v.get(f"{mode}_ms_low") is not None for v in models.values() for mode in MODES)})
     tests = []
     for meta_path in gpu_files(gdir, "test_cuda_"):
         meta = json.loads(meta_path.read_text())
@@ -98,5 +93,5 @@ def render_gpu(profile: str = STANDARD, gdir: Path | None = None) -> str:
         passed, failed = text.count(" PASSED"), text.count(" FAILED") + text.count(" ERROR")
         tests.append({**meta, "passed": passed, "failed": failed, "log": log.name,
                       "unreached": max(0, meta["collected"] - (passed + failed + text.count(" SKIPPED")))})
-    return render_template("gpu", files=files, tests=tests, alpha=alpha, alpha_n=alpha_n, bench=bench.name,
+    return render_template("gpu", files=files, tests=tests, alpha=alpha, ref=ref, bench=bench.name,
                            alpha_method=GPU_ALPHA_METHOD)

@@ -12,11 +12,9 @@ from generators seeded alike (:func:`specrepro.lab.chen.sample_pairs`), each run
 from __future__ import annotations
 
 import argparse
-import time
 
-from specrepro.record.equality import add_workload_options, run_key, run_provenance, save_merged, workload_run
+from specrepro.record.equality import add_workload_options, run_key, save_merged, save_run, workload_run
 from specrepro.record.parts import companion_name, read_parts
-from specrepro.record.results import save_table
 
 __all__ = ["configure_parser", "run_command", "merge_quality_parts"]
 
@@ -77,13 +75,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     method = f"sd-draft@{args.gamma}"
     summary, completions = quality_tables(r.prompts, samples, method=method, timeout=args.timeout)
     seconds = float(samples["seconds"].sum())
-    settings = dict(target=r.target, draft=r.draft, draft_dtype=key["draft_dtype"], gamma=args.gamma,
-                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                    seed=args.seed, **run_provenance(r, args, samples, seconds, key))
-    save_table(completions, companion_name(r.name, "_completions"), profile=args.profile, device=args.device,
-               **settings)
-    save_table(summary, r.name, profile=args.profile, device=args.device, **settings)
-    r.ckpt.unlink(missing_ok=True)
+    save_run(r, args, {companion_name(r.name, "_completions"): completions, r.name: summary}, samples, seconds, key,
+             draft_dtype=key["draft_dtype"], temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     _report(completions, method, f"{r.name}: {r.target} + {r.draft}, {args.workload}, T = {args.temperature:g}, "
             f"top-p {args.top_p:g}, K = {args.gamma}", seconds)
     return 0

@@ -1,9 +1,9 @@
 """The scorecard's rendering and the pages that hold the record's generated blocks.
 
 :func:`render_markdown` (``scorecard.md``), :func:`render_summary` (the README's scorecard), the figures, battery,
-runtimes, arcost and llamaaudit blocks (bench and targets: :mod:`specrepro.record.bench_blocks`; gpu, speed and
-formats: :mod:`specrepro.record.gpu`, :mod:`specrepro.record.speed`; all re-exported here), and :func:`render_pages`
-/ :func:`update_readme`, which render each block into whichever page (README.md or docs/*.md) holds its markers.
+runtimes, arcost and llamaaudit blocks (bench and targets, re-exported here: :mod:`specrepro.record.bench_blocks`;
+gpu, speed and formats: :mod:`specrepro.record.gpu`, :mod:`specrepro.record.speed`), and :func:`render_pages` /
+:func:`update_readme`, which render each block into whichever page (README.md or docs/*.md) holds its markers.
 Each block's prose and layout is a template (``templates/<block>.md.j2``); nothing here decides a verdict.
 """
 
@@ -16,16 +16,16 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.files import atomic_write_files, hold_record_lock_for, repo_root
-from specrepro.record.bench_blocks import (  # noqa: F401 - prediction_gaps ... targets_table re-exported
-    prediction_gaps, profile_figures, profile_results, provenance_note, rel, render_bench, render_targets,
-    render_template, targets_table)
-from specrepro.record.gpu import GPU_ALPHA_METHOD, gpu_dir, render_gpu  # noqa: F401 - re-exported
+from specrepro.record.bench_blocks import (prediction_gaps, profile_figures, profile_results, provenance_note, rel,
+                                           render_bench, render_targets, render_template, targets_table)
+from specrepro.record.decompose import speedup_decomposition
+from specrepro.record.gpu import render_gpu
 from specrepro.record.registry import with_registration
-from specrepro.record.results import (STANDARD, read_json, record_dir,  # noqa: F401 - record_dir re-exported
-                                      save_table, table_at, writes_record)
+from specrepro.record.results import STANDARD, read_json, save_table, table_at, writes_record
 from specrepro.record.scorecard import (COMPUTED, EXACT, GROUPS, INCONCLUSIVE, JUDGED, N_PHRASE, NOT_REPRODUCED,
-                                        NOT_RUN, NOT_TESTABLE, TREND, VERDICTS, score, verdict_definitions)
+                                        NOT_RUN, NOT_TESTABLE, TREND, VERDICTS, load_claims, score, verdict_definitions)
 from specrepro.record.speed import render_formats, render_speed
+from specrepro.record.tables import Tables
 
 __all__ = ["VERDICT_COLORS", "BLOCKS", "README_BLOCKS", "group_counts", "render_markdown",
            "render_summary", "render_figures", "render_bench", "render_targets", "render_battery", "render_runtimes",
@@ -63,11 +63,9 @@ def group_counts(rows: pd.DataFrame, group: str = "") -> str:
 
 
 def _card(card: pd.DataFrame, profile: str | None, row=lambda r: r) -> dict:
-    """What the full card and the README's summary share: the profile (else the card's first, else the standard),
-    the head (distinct claims, the count of each verdict, how many rules were registered before their data), the
-    verdicts' definitions, and ``groups``: the rows by group in :data:`GROUPS` order (claims order within each), then
-    any other group (rows without a group form one, "ungrouped"), each group's :func:`group_counts` heading and
-    ``row(r)`` per row."""
+    """What the full card and the README's summary share: the profile, the head, the verdicts' definitions and
+    ``groups``: per group (:data:`GROUPS` order, then any other; rows without one are "ungrouped") its
+    :func:`group_counts` heading and ``row(r)`` per row, in the claims' order."""
     counts = card["verdict"].value_counts()
     summary = " · ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
     head = f"{card['id'].nunique()} distinct claims, one per statement of a paper: {summary}"
@@ -75,7 +73,7 @@ def _card(card: pd.DataFrame, profile: str | None, row=lambda r: r) -> dict:
     if reg.str.len().gt(0).any():
         head += (f"; {int(reg.str.startswith('before').sum())} judged by a rule registered before its data, "
                  f"{int(reg.str.startswith('after').sum())} after it (data/claims_registry.csv)")
-    col = card["group"].fillna("").astype(str) if "group" in card else pd.Series("", index=card.index)
+    col = card.get("group", pd.Series("", index=card.index)).fillna("").astype(str)
     names = [g for g in GROUPS if (col == g).any()] + sorted(set(col) - set(GROUPS))
     return {"profile": profile or next((p for p in card["profile"] if p), STANDARD), "card_head": head,
             "definitions": verdict_definitions().rstrip("\n"),
@@ -88,10 +86,6 @@ def render_markdown(card: pd.DataFrame, profile: str | None = None) -> str:
     the count of each verdict; one table per group headed by its verdict counts, a row per claim (paper and where, the
     claim in the paper's setting, the paper's number, ours in our setting, verdict, why); then where each speedup
     comes from (:func:`specrepro.record.decompose.speedup_decomposition`)."""
-    from specrepro.record.decompose import speedup_decomposition
-    from specrepro.record.scorecard import load_claims
-    from specrepro.record.tables import Tables
-
     context = _card(card, profile)
     read = set(card.loc[card["ours"].fillna("").astype(str) != "", "id"])  # the claims the card holds a reading of
     claims = load_claims()
@@ -138,8 +132,7 @@ def render_summary(card: pd.DataFrame, profile: str | None = None, base: Path | 
     context = _card(card, profile, _summary_row)
     return render_template("summary", **context, link=rel(profile_results(context["profile"]) / "scorecard.md", base),
                            unstable=card.get("stability", pd.Series(dtype=str)).astype(bool).any(),
-                           # every row of the card is in one group
-                           dirty=any(row["dirty"] for _, rows in context["groups"] for row in rows))
+                           dirty=card.get("commit", pd.Series(dtype=str)).astype(str).str.endswith("-dirty").any())
 
 
 def render_figures(profile: str = STANDARD, base: Path | None = None) -> str:
@@ -237,8 +230,6 @@ def render_pages(profile: str = STANDARD, card: pd.DataFrame | None = None,
     for name in README_BLOCKS:
         if home.get(name) != pages[0]:
             raise ValueError(f"expected one <!-- {name}:start --> before one <!-- {name}:end --> in {pages[0].name}")
-    if "scorecard" in home and card is None:
-        card = with_registration(score(profile))
     out = {}
     for p, old in texts.items():
         new = old
@@ -263,8 +254,7 @@ def update_readme(profile: str = STANDARD, card: pd.DataFrame | None = None, rea
     hold_record_lock_for(repo_root() / "README.md")
     pages = render_pages(profile, card, record_pages(readme))
     changed = {p: new.encode() for p, (old, new) in pages.items() if new != old}
-    if changed:
-        atomic_write_files(changed)
+    atomic_write_files(changed)  # nothing when no page changed
     return bool(changed)
 
 
@@ -274,17 +264,9 @@ def render_battery(profile: str = STANDARD) -> str:
     and look-alikes passed. A missing table is named."""
     power_path = profile_results(profile) / "exactness_power_false_alarm.csv"
     power, bugs = table_at(power_path), table_at(power_path.with_name("exactness_bug_registry.csv"))
-    context = {"profile": profile, "rows": None, "bugs": None}
-    if power is not None:
-        context.update(prov=provenance_note(power_path), ok=int(power["within_level"].astype(bool).sum()),
-                       undetected=not power["min_tv_detected_90"].map(math.isfinite).all(),
-                       rows=list(power.itertuples()))
-    if bugs is not None:
-        neg, pos = bugs[bugs["negative"].astype(bool)], bugs[~bugs["negative"].astype(bool)]
-        context["bugs"] = {"caught": int(neg["detected"].astype(bool).sum()), "negative": len(neg),
-                           "cited": int((neg["thread"].astype(str) != "(not tied to a thread)").sum()),
-                           "passed": int((~pos["detected"].astype(bool)).sum()), "positive": len(pos)}
-    return render_template("battery", **context)
+    return render_template("battery", profile=profile, prov=provenance_note(power_path),
+                           rows=None if power is None else list(power.itertuples()),
+                           bugs=None if bugs is None else list(bugs.itertuples()))
 
 
 #: the committed executed notebooks whose run times the ``runtimes`` block lists (nbval's quick references are not a

@@ -12,7 +12,7 @@ import pandas as pd
 
 from specrepro.files import read_noted
 from specrepro.record.bench_blocks import ci_cell, profile_figures, profile_results, rel, render_template
-from specrepro.record.results import STANDARD
+from specrepro.record.results import STANDARD, read_json, table_at
 
 __all__ = ["FORMATS_TABLE", "FORMATS_FIGURE", "VARIANTS_TABLE", "SIXTEEN_BIT_TARGETS", "variant_rows", "render_speed",
            "render_formats", "sixteen_bit_rows", "save_formats_figure"]
@@ -34,12 +34,11 @@ def sixteen_bit_rows(profile: str = STANDARD, base: Path | None = None) -> list[
     our method and llama.cpp's, n and the file's link."""
     from specrepro.bench.targets import TARGETS, check_targets
 
-    chosen = [t for t in TARGETS if t.id in SIXTEEN_BIT_TARGETS]
+    results = profile_results(profile)
+    chosen = [t for t in TARGETS if t.id in SIXTEEN_BIT_TARGETS and (results / f"{t.file}.json").exists()]
     rows = []
-    for t, r in zip(chosen, check_targets(profile_results(profile), chosen).to_dict("records")):
-        path = profile_results(profile) / f"{t.file}.json"
-        if not path.exists():
-            continue
+    for t, r in zip(chosen, check_targets(results, chosen).to_dict("records")):
+        path = results / f"{t.file}.json"
         cfg = json.loads(read_noted(path)).get("config") or {}
         ours, _, theirs = str(r["method"]).split(" (")[0].partition(" / ")
         rows.append({"label": SIXTEEN_BIT_TARGETS[t.id], "threshold": f"{t.threshold:g}", "status": r["status"],
@@ -66,16 +65,11 @@ def variant_rows(df: pd.DataFrame) -> list[tuple]:
     return rows
 
 
-def _read(path: Path) -> tuple[pd.DataFrame, dict]:
-    """A table of the record and its provenance sidecar."""
-    return pd.read_csv(io.BytesIO(read_noted(path))), json.loads(path.with_suffix(".provenance.json").read_text())
-
-
 def _context(profile: str, base: Path | None) -> dict:
     path = profile_results(profile) / FORMATS_TABLE
     context: dict = {"table": rel(path, base), "have": path.exists()}
-    if path.exists():
-        df, prov = _read(path)
+    if (df := table_at(path)) is not None:
+        prov = read_json(path.with_suffix(".provenance.json")) or {}
         ar, sd = df.loc[df["ar_decode_ms"].idxmin()], df.loc[df["sd_decode_ms"].idxmin()]
         best = ("ar", ar) if ar["ar_decode_ms"] <= sd["sd_decode_ms"] else ("sd", sd)
         fig = profile_figures(profile) / FORMATS_FIGURE
@@ -84,9 +78,8 @@ def _context(profile: str, base: Path | None) -> dict:
             variant=", ".join(sorted(set(df["cpu_variant"].astype(str)))), threads=int(df["threads"].iloc[0]),
             n_prompts=int(df["n_prompts"].iloc[0]), passes=int(df["passes"].iloc[0]), alpha=float(df["alpha"].iloc[0]),
             alpha_from=(prov.get("alpha") or {}).get("method", "?"), best_kind=best[0], best=best[1],
-            pays=list(df.loc[df["decode_speedup_lo"] > 1.0, "format"]),
-            loses=list(df.loc[df["decode_speedup_hi"] < 1.0, "format"]), n_formats=len(df),
-            figure=rel(fig, base) if fig.exists() else None)
+            pays=list(df.loc[df["decode_speedup_lo"] > 1.0, "format"]), figure=rel(fig, base) if fig.exists() else None,
+            loses=list(df.loc[df["decode_speedup_hi"] < 1.0, "format"]))
     return context
 
 
@@ -102,8 +95,8 @@ def render_formats(profile: str = STANDARD, base: Path | None = None) -> str:
     measurement with 95% intervals and n), the measured ratios that account for each gap between prediction and
     measurement, and the build's portable AVX2 level beside the CPU variant llama.cpp chose (:func:`variant_rows`)."""
     path, variants = profile_results(profile) / VARIANTS_TABLE, None
-    if path.exists():
-        df, prov = _read(path)
+    if (df := table_at(path)) is not None:
+        prov = read_json(path.with_suffix(".provenance.json")) or {}
         variants = {"rows": variant_rows(df), "table": rel(path, base), "commit": prov.get("commit", "?"),
                     "cpu": prov.get("cpu", "?"), "alternations": int(df["alternation"].nunique()),
                     **{build: ", ".join(sorted(set(df.loc[df["build"] == build, "cpu_variant"].astype(str))))

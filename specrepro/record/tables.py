@@ -4,7 +4,6 @@ read lazily; written by :mod:`specrepro.record.results`) and the machine a table
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Sequence
@@ -12,7 +11,7 @@ from typing import Sequence
 import pandas as pd
 
 from specrepro.files import read_noted
-from specrepro.record.results import STANDARD, read_dirs, read_json
+from specrepro.record.results import STANDARD, read_dirs, read_json, table_at
 
 __all__ = ["Tables"]
 
@@ -20,12 +19,10 @@ __all__ = ["Tables"]
 def read_record_table(directory: Path, name: str) -> pd.DataFrame | None:
     """``<name>.csv``, or the per-run rows of a bench JSON ``<name>.json`` (``python -m specrepro bench --json``:
     columns method, prompt, repeat, tokens_per_s, ...), or None."""
-    if (directory / f"{name}.csv").exists():
-        return pd.read_csv(io.BytesIO(read_noted(directory / f"{name}.csv")))
-    if (directory / f"{name}.json").exists():
-        runs = json.loads(read_noted(directory / f"{name}.json")).get("runs")
-        return pd.DataFrame(runs) if runs else None
-    return None
+    if (df := table_at(directory / f"{name}.csv")) is not None or not (directory / f"{name}.json").exists():
+        return df  # the CSV, or None without a bench JSON either
+    runs = json.loads(read_noted(directory / f"{name}.json")).get("runs")
+    return pd.DataFrame(runs) if runs else None
 
 
 def hardware_of(prov: dict) -> str:
@@ -52,10 +49,10 @@ class Tables:
     def __init__(self, profile: str = STANDARD, frames: dict | None = None, provenances: dict | None = None,
                  dirs: Sequence[Path] | None = None):
         self.profile = profile
-        self._frames = dict(frames) if frames is not None else None
         self._prov = dict(provenances or {})
-        self._dirs = [Path(d) for d in dirs] if dirs is not None else None
-        self._cache: dict[str, pd.DataFrame | None] = {}
+        # with frames: those tables alone, no directory searched
+        self._cache: dict[str, pd.DataFrame | None] = dict(frames) if frames is not None else {}
+        self._dirs = [] if frames is not None else [Path(d) for d in dirs] if dirs is not None else None
 
     def dirs(self) -> list[Path]:
         """The directories searched, in order."""
@@ -67,11 +64,8 @@ class Tables:
     def get(self, name: str) -> pd.DataFrame | None:
         """The table ``name`` (a copy), or None if it has not been written."""
         if name not in self._cache:
-            if self._frames is not None:
-                self._cache[name] = self._frames.get(name)
-            else:
-                self._cache[name] = next((df for df in (read_record_table(d, name) for d in self.dirs())
-                                          if df is not None), None)
+            found = (read_record_table(d, name) for d in self.dirs())
+            self._cache[name] = next((df for df in found if df is not None), None)
         df = self._cache[name]
         return None if df is None else df.copy()
 
@@ -79,11 +73,9 @@ class Tables:
         """Table ``name``'s provenance (its sidecar, or a bench JSON's config); {} if there is none."""
         if name not in self._prov:
             rec = None
-            if self._frames is None:
-                sidecar, bench = self._first(f"{name}.provenance.json"), self._first(f"{name}.json")
-                if sidecar is not None:
-                    rec = read_json(sidecar)
-                elif bench is not None:
-                    rec = dict((read_json(bench) or {}).get("config") or {})
+            if (sidecar := self._first(f"{name}.provenance.json")) is not None:
+                rec = read_json(sidecar)
+            elif (bench := self._first(f"{name}.json")) is not None:
+                rec = dict((read_json(bench) or {}).get("config") or {})
             self._prov[name] = rec or {}
         return self._prov[name]
