@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from specrepro.files import repo_root
-from specrepro.record.rulekit import COMMON_PARAMS, RULE_PARAMS, params_of
+from specrepro.record.rulekit import COMMON_PARAMS, RULE_PARAMS, param_names, params_of
 from specrepro.record.scorecard import CLAIM_COLUMNS, RULES, score_claim  # RULES filled by the rules' modules
 from specrepro.record.tables import Tables
 from specrepro.record.verdicts import NOT_RUN, NOT_TESTABLE, Clause
@@ -103,8 +103,7 @@ def rule_version(rule: str, params: str, paper_value: str = "", paper_kind: str 
 def evidence_key(tables: str, blobs: dict[str, str]) -> str:
     """A short hash of the bytes of a claim's tables (``tables``: its ``our_table`` field) at one commit, from the git
     blob ids ``blobs`` of data/results (:data:`TABLE_SUFFIXES` of each table; an absent file counts as absent)."""
-    names = [n.strip() for n in str(tables).split(";") if n.strip()]
-    ids = [f"{n}{suf}:{blobs.get(f'data/results/{n}{suf}', '-')}" for n in names for suf in TABLE_SUFFIXES]
+    ids = [f"{n}{s}:{blobs.get(f'data/results/{n}{s}', '-')}" for n in param_names(tables) for s in TABLE_SUFFIXES]
     return hashlib.sha256("|".join(ids).encode()).hexdigest()[:12]
 
 
@@ -127,25 +126,25 @@ def score_commit(commit: str, root: Path | None = None, seen: dict | None = None
     already there counts one more state), scored with that commit's claims file and tables: one dict each
     (:data:`HISTORY_COLUMNS` but commit and date); verdict "rule gone" for a rule unknown today or parameters it no
     longer takes, "error: ..." for a rule that raises on those tables."""
-    seen = {} if seen is None else seen
     present = git("ls-tree", "--name-only", commit, "--", *RECORD_PATHS, root=root).split()
     if "data/claims.csv" not in present:  # a record before the claims file: nothing to score
         return []
     tree = git("ls-tree", "-r", commit, "--", "data/results", root=root) if "data/results" in present else ""
     blobs = {path: meta.split()[2] for meta, _, path in (line.partition("\t") for line in tree.splitlines())}
-    todo = _unseen(_claims_at(None, git("show", f"{commit}:data/claims.csv", root=root)), blobs, seen)
-    if not todo:
-        return []
-    data = git("archive", "--format=tar", commit, *present, root=root, text=False)
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(tmp, filter="data")
-        results = Path(tmp) / "data" / "results"
-        results.mkdir(parents=True, exist_ok=True)
-        return _score(todo, Tables("standard", dirs=[results]), seen)
+    with tempfile.TemporaryDirectory() as tmp:
+        def extract() -> Path:  # the commit's record on disk, only where it holds a new reading
+            data = git("archive", "--format=tar", commit, *present, root=root, text=False)
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                tar.extractall(tmp, filter="data")
+            return Path(tmp) / "data" / "results"  # absent in a commit without tables: Tables reads none there
+
+        claims = _claims_at(None, git("show", f"{commit}:data/claims.csv", root=root))
+        return _score(claims, blobs, {} if seen is None else seen, extract)
 
 
-def _unseen(claims: pd.DataFrame, blobs: dict[str, str], seen: dict) -> list:
-    """The (evidence, claim) pairs of ``claims`` on ``blobs`` not in ``seen``; a seen one counts one more state."""
+def _score(claims: pd.DataFrame, blobs: dict[str, str], seen: dict, results) -> list[dict]:
+    """The readings of ``claims`` on the tables ``blobs`` not in ``seen`` (a seen one counts one more state), scored
+    on the tables in the folder ``results()`` returns (see :func:`score_commit`)."""
     todo = []
     for _, claim in claims.iterrows():
         key = (claim["id"], rule_version(claim["rule"], claim["params"], claim["paper_value"], claim["paper_kind"]),
@@ -154,11 +153,7 @@ def _unseen(claims: pd.DataFrame, blobs: dict[str, str], seen: dict) -> list:
             seen[key]["states"] += 1
         else:
             todo.append((key, claim))
-    return todo
-
-
-def _score(todo: list, tables: Tables, seen: dict) -> list[dict]:
-    """Score each (evidence, claim) of ``todo`` on ``tables`` (see :func:`score_commit`), one state each."""
+    tables = Tables("standard", dirs=[results()]) if todo else None
     for key, claim in todo:
         row = seen[key] = {"claim": claim["id"], "rule": claim["rule"], "params": claim["params"],
                            "rule_version": key[1], "evidence": key[2], "states": 1, "ours": "", "ours_value": None}
@@ -177,15 +172,13 @@ def score_working_tree(root: Path | None = None, seen: dict | None = None) -> li
     """:func:`score_commit` for the record on disk that no commit holds yet (what ``make reproduce`` wrote): its
     evidence keys are the blob ids the files will have once committed, so that commit adds no second reading."""
     root = root or repo_root()
-    seen = {} if seen is None else seen
     if not ((root / "data" / "claims.csv").exists() and git("status", "--porcelain", "--", *RECORD_PATHS, root=root)):
         return []  # no record, or the record as committed: its readings are the last commit's
     files = sorted(p for p in (root / "data" / "results").glob("*") if p.is_file())
     ids = git("hash-object", "--stdin-paths", root=root,
               input_text="\n".join(str(p) for p in files)).split() if files else []
     blobs = {f"data/results/{p.name}": h for p, h in zip(files, ids)}
-    todo = _unseen(_claims_at(root), blobs, seen)
-    return _score(todo, Tables("standard", dirs=[root / "data" / "results"]), seen) if todo else []
+    return _score(_claims_at(root), blobs, {} if seen is None else seen, lambda: root / "data" / "results")
 
 
 def verdict_history(root: Path | None = None, max_commits: int | None = None, progress: bool = False,
@@ -215,14 +208,13 @@ def stability(history: pd.DataFrame) -> pd.DataFrame:
     verdict = history["verdict"]
     scored = history[~verdict.isin([NOT_RUN, NOT_TESTABLE, "rule gone"]) & ~verdict.str.startswith("error")]
     for claim, d in scored.groupby("claim", sort=False):
-        by_verdict = d.groupby("verdict", sort=False)["commit"].agg(lambda c: ", ".join(c))
-        same_rule_disagrees = bool((d.groupby("rule_version")["verdict"].nunique() > 1).any())
+        by_verdict = d.groupby("verdict", sort=False)["commit"].agg(", ".join)
         moved = d["verdict"].ne(d["verdict"].shift()) & d["rule_version"].ne(d["rule_version"].shift())
-        moved_rule = bool(moved.iloc[1:].any())  # a verdict changed together with the rule version
         out.append({"claim": claim, "readings": len(d),
                     "verdicts": "; ".join(f"{v} ({c})" for v, c in by_verdict.items()),
-                    "unstable": d["verdict"].nunique() > 1, "moved_with_rule": moved_rule,
-                    "moved_with_data": same_rule_disagrees})
+                    "unstable": d["verdict"].nunique() > 1,
+                    "moved_with_rule": bool(moved.iloc[1:].any()),  # a verdict changed together with the rule version
+                    "moved_with_data": bool((d.groupby("rule_version")["verdict"].nunique() > 1).any())})
     return pd.DataFrame(out, columns=["claim", "readings", "verdicts", "unstable", "moved_with_rule",
                                       "moved_with_data"])
 

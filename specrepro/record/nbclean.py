@@ -37,35 +37,16 @@ def resolve_carriage_returns(text: str) -> str:
     """The text a terminal shows for stream ``text``: after a carriage return the line is overwritten from its start
     (``"abcdef\\rxy"`` shows ``"xycdef"``; ``"\\r\\n"`` is a line end), then loses its trailing spaces (a bar's
     padding), and its line end too if it ends up blank (a bar that erased itself); other lines are kept as they are."""
-    return _CR_LINE.sub(_shown_line, text.replace("\r\n", "\n"))
+    def shown(match: re.Match) -> str:  # match: a line with a carriage return, and its line end
+        line = functools.reduce(lambda seen, segment: segment + seen[len(segment):], match[1].split("\r"), "").rstrip()
+        return line + match[2] if line else ""
 
-
-def _shown_line(match: re.Match) -> str:
-    """One line with a carriage return (``match``: the line, its line end) as :func:`resolve_carriage_returns` says."""
-    shown = functools.reduce(lambda seen, segment: segment + seen[len(segment):], match[1].split("\r"), "").rstrip()
-    return shown + match[2] if shown else ""
-
-
-def _coalesce_streams(outputs: list) -> list:
-    """Merge consecutive stream outputs of the same stream (stdout or stderr); the order of outputs is kept."""
-    merged = []
-    for out in outputs:
-        last = merged[-1] if merged else {}
-        if out.get("output_type") == last.get("output_type") == "stream" and last.get("name") == out.get("name"):
-            last["text"] = last["text"] + out["text"]
-        else:
-            merged.append(out)
-    return merged
+    return _CR_LINE.sub(shown, text.replace("\r\n", "\n"))
 
 
 def _model(state: dict, ref) -> dict | None:
     """The stored model a widget reference (``"IPY_MODEL_<id>"`` or a bare id) points to, or None."""
     return state.get(ref.removeprefix("IPY_MODEL_")) if isinstance(ref, str) else None
-
-
-def _widget_text(value) -> str:
-    """A tqdm HTML label's text: HTML entities unescaped, tqdm's figure spaces (U+2007) back to spaces."""
-    return html.unescape(str(value or "")).replace("\u2007", " ")
 
 
 def _tqdm_final_line(model: dict, state: dict) -> tuple[str | None, bool]:
@@ -77,10 +58,10 @@ def _tqdm_final_line(model: dict, state: dict) -> tuple[str | None, bool]:
                                                             for p in _PROGRESS_MODELS):
         return None, False
     _, left, bar, right = parts
-    layout = _model(state, box.get("layout")) or {}
-    hidden = layout.get("state", {}).get("visibility") == "hidden"
-    ltext = _widget_text(left.get("state", {}).get("value"))
-    rtext = _widget_text(right.get("state", {}).get("value"))
+    hidden = (_model(state, box.get("layout")) or {}).get("state", {}).get("visibility") == "hidden"
+    # tqdm's HTML labels: entities escaped, spaces as figure spaces (U+2007)
+    ltext, rtext = (html.unescape(str(m.get("state", {}).get("value") or "")).replace("\u2007", " ")
+                    for m in (left, right))
     if not ltext:  # a bar without a total: tqdm puts the whole meter (count, elapsed, rate) in the right label
         return rtext.strip(), hidden
     from tqdm.std import Bar
@@ -91,22 +72,33 @@ def _tqdm_final_line(model: dict, state: dict) -> tuple[str | None, bool]:
     return f"{ltext}|{format(Bar(frac, default_len=10), '')}|{rtext}", hidden
 
 
-def _convert_widget_outputs(outputs: list, state: dict) -> list:
-    """Replace widget views by plain text: a tqdm bar by its final line (dropped if it hid itself), any other widget
-    by its ``text/plain`` fallback (dropped if it has none)."""
+def _clean_outputs(outputs: list, state: dict, root: str) -> list:
+    """A code cell's outputs cleaned: each widget view as plain text (a tqdm bar as its final line, dropped if it hid
+    itself; any other widget as its ``text/plain`` fallback, dropped if it has none), consecutive outputs of one
+    stream merged, then resolved as a terminal shows them (dropped if nothing is left), ``root`` written ``.``."""
     kept = []
     for out in outputs:
         data = out.get("data", {})
-        if out.get("output_type") not in ("display_data", "execute_result") or WIDGET_VIEW not in data:
+        if out.get("output_type") in ("display_data", "execute_result") and WIDGET_VIEW in data:
+            view = data[WIDGET_VIEW] if isinstance(data[WIDGET_VIEW], dict) else {}
+            text, hidden = _tqdm_final_line(_model(state, view.get("model_id")), state)
+            if hidden or (text is None and not data.get("text/plain")) or view.get("model_id") == "":
+                continue
+            data.pop(WIDGET_VIEW)
+            out["data"] = data if text is None else {"text/plain": text}
+        last = kept[-1] if kept else {}
+        if out.get("output_type") == last.get("output_type") == "stream" and last.get("name") == out.get("name"):
+            last["text"] += out["text"]
+        else:
             kept.append(out)
-            continue
-        view = data[WIDGET_VIEW] if isinstance(data[WIDGET_VIEW], dict) else {}
-        text, hidden = _tqdm_final_line(_model(state, view.get("model_id")), state)
-        if hidden or (text is None and not data.get("text/plain")) or view.get("model_id") == "":
-            continue
-        out["data"] = {"text/plain": text} if text is not None else {k: v for k, v in data.items() if k != WIDGET_VIEW}
-        kept.append(out)
-    return kept
+    for out in kept:
+        if out.get("output_type") == "stream":
+            out["text"] = resolve_carriage_returns(_IPROGRESS_WARNING.sub("", out["text"]))
+        data = out.get("data", {})
+        for node, key in ((out, "text"), (data, "text/plain"), (data, "text/html"), (data, "text/markdown")):
+            if isinstance(node.get(key), str) and root in node[key]:
+                node[key] = node[key].replace(root, ".")
+    return [o for o in kept if o.get("output_type") != "stream" or o["text"]]
 
 
 def clean_notebook_node(nb) -> None:
@@ -123,19 +115,8 @@ def clean_notebook_node(nb) -> None:
         cell.metadata.pop("execution", None)
         for key in ("start_time", "end_time", "duration", "status", "exception"):
             cell.metadata.get("papermill", {}).pop(key, None)
-        if cell.get("cell_type") != "code":
-            continue
-        outputs = _coalesce_streams(_convert_widget_outputs(list(cell.get("outputs", [])), state))
-        for out in outputs:
-            if out.get("output_type") == "stream":
-                out["text"] = resolve_carriage_returns(_IPROGRESS_WARNING.sub("", out["text"]))
-        outputs = [o for o in outputs if o.get("output_type") != "stream" or o["text"]]
-        for out in outputs:
-            data = out.get("data", {})
-            for node, key in ((out, "text"), (data, "text/plain"), (data, "text/html"), (data, "text/markdown")):
-                if isinstance(node.get(key), str) and root in node[key]:
-                    node[key] = node[key].replace(root, ".")
-        cell["outputs"] = outputs
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = _clean_outputs(cell.get("outputs", []), state, root)
 
 
 def clean_notebook(path: str | Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import datetime
 import hashlib
 import itertools
@@ -22,6 +23,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 from specrepro.files import READS_ENV, atomic_write_text, cpu_description, git_commit, hold_record_lock_for
 
@@ -118,26 +120,17 @@ def run_notebook(source: str | Path, output: str | Path, profile: str | Path, ke
     from specrepro.record.nbclean import clean_notebook
 
     source, output, profile = Path(source), Path(output), Path(profile)
-    for path in (source, profile):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file")
-    params = notebook_parameters(yaml.safe_load(profile.read_text()) or {}, source)
+    params = notebook_parameters(yaml.safe_load(profile.read_text()) or {}, source)  # FileNotFoundError if missing
     output.parent.mkdir(parents=True, exist_ok=True)
     hold_record_lock_for(output)  # an executed notebook of record: one job at a time (its kernel shares the lock)
     t0 = time.perf_counter()
     stem = output.name.removesuffix(".ipynb")
     partial, log = output.with_name(f"{stem}.partial.ipynb"), output.with_name(f"{stem}.partial.reads")
     log.unlink(missing_ok=True)
-    previous = os.environ.get(READS_ENV)
-    os.environ[READS_ENV] = str(log.resolve())  # the kernel inherits it: every table it reads is logged there
-    try:
+    # the kernel inherits the environment: every table it reads is logged there
+    with mock.patch.dict(os.environ, {READS_ENV: str(log.resolve())}):
         papermill.execute_notebook(str(source), str(partial), parameters=params, kernel_name=kernel,
                                    cwd=str(source.resolve().parent), progress_bar=False)
-    finally:
-        if previous is None:
-            os.environ.pop(READS_ENV, None)
-        else:
-            os.environ[READS_ENV] = previous
     clean_notebook(partial)
     stamp_run(partial, time.perf_counter() - t0, profile.stem)
     stamp_inputs(partial, read_log(log), source)
@@ -150,16 +143,11 @@ def read_log(path: str | Path) -> dict[str, str]:
     """``{path: sha256}`` (the last, sorted by path) of the tables a kernel read or wrote, from the JSON lines log
     :func:`specrepro.files.note_read` appends to; empty when there is no log."""
     out: dict[str, str] = {}
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        try:
-            entry = json.loads(line)
-            out[str(entry["path"])] = str(entry["sha256"])
-        except (ValueError, KeyError, TypeError):
-            continue  # a line cut short by an interrupted write names nothing
+    with contextlib.suppress(OSError):
+        for line in Path(path).read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):  # a line cut short by an interrupted write
+                entry = json.loads(line)
+                out[str(entry["path"])] = str(entry["sha256"])
     return dict(sorted(out.items()))
 
 

@@ -56,11 +56,15 @@ def registry_path() -> Path:
 
 
 def load_registry(path: str | Path | None = None) -> pd.DataFrame:
-    """The registry (every field as text; a column it lacks, empty); an empty one if the file does not exist."""
+    """The registry (every field as text; the columns a registry written before they existed lacks, empty); an empty
+    one if the file does not exist. ValueError for a header that is not a beginning of :data:`REGISTRY_COLUMNS`."""
     path = Path(path) if path is not None else registry_path()
     if not path.exists():
         return pd.DataFrame(columns=REGISTRY_COLUMNS, dtype=str)
-    return pd.read_csv(path, dtype=str, keep_default_na=False).reindex(columns=REGISTRY_COLUMNS, fill_value="")
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if list(df.columns) != REGISTRY_COLUMNS[:len(df.columns)]:
+        raise ValueError(f"{path}: columns {list(df.columns)} are not a beginning of {REGISTRY_COLUMNS}")
+    return df.reindex(columns=REGISTRY_COLUMNS, fill_value="")
 
 
 def pending(claims: pd.DataFrame | None = None, registry: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -79,7 +83,8 @@ def pending(claims: pd.DataFrame | None = None, registry: pd.DataFrame | None = 
 
 def register(path: str | Path | None = None, commit: str | None = None, date: str | None = None) -> pd.DataFrame:
     """Append the registrations :func:`pending` finds to the registry, stamped with ``commit`` (default: ``git
-    rev-parse HEAD``, 12 characters) and ``date`` (default: today, UTC). Returns the rows appended."""
+    rev-parse HEAD``, 12 characters) and ``date`` (default: today, UTC); the file is rewritten atomically, with the
+    columns an older registry lacks added, empty in its earlier rows. Returns the rows appended."""
     path = Path(path) if path is not None else registry_path()
     registry = load_registry(path)
     new = pending(registry=registry)
@@ -87,24 +92,8 @@ def register(path: str | Path | None = None, commit: str | None = None, date: st
         return new
     new = new.assign(registered_commit=git("rev-parse", "HEAD").strip()[:12] if commit is None else commit,
                      registered_date=date or _dt.datetime.now(_dt.timezone.utc).date().isoformat())
-    if path.exists():
-        _add_columns(path)
-    new[REGISTRY_COLUMNS].to_csv(path, mode="a", header=not path.exists(), index=False)
+    atomic_write_text(path, pd.concat([registry, new])[REGISTRY_COLUMNS].to_csv(index=False))
     return new
-
-
-def _add_columns(path: Path) -> None:
-    """Give a registry written before some of :data:`REGISTRY_COLUMNS` existed those columns, at the end, empty in
-    every earlier line (one comma added per column); ValueError for a header that is not a beginning of them."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    have = lines[0].split(",") if lines else REGISTRY_COLUMNS
-    if have == REGISTRY_COLUMNS:
-        return
-    if have != REGISTRY_COLUMNS[:len(have)]:
-        raise ValueError(f"{path}: columns {have} are not a beginning of {REGISTRY_COLUMNS}")
-    added = REGISTRY_COLUMNS[len(have):]
-    atomic_write_text(path, "\n".join([lines[0] + "," + ",".join(added),
-                                       *(line + "," * len(added) for line in lines[1:])]) + "\n")
 
 
 def with_registration(card: pd.DataFrame) -> pd.DataFrame:

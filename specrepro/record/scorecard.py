@@ -98,21 +98,6 @@ def _int8_drafted(prov: dict) -> bool:
     return any("int8" in str(prov.get(k) or "") for k in ("draft", "draft_method"))
 
 
-def _judged_draft(claim, tables: Tables, names: list[str], out: Outcome) -> Outcome:
-    """``out``, or "not run" where the claim judges the draft in its own dtype (``draft=own dtype``) and one of its
-    tables was drafted by the int8 copy: that table's reading then stands beside the verdict, not judged."""
-    if params_of(claim).get("draft") != "own dtype":
-        return out
-    int8 = [n for n in names if _int8_drafted(tables.provenance(n))]
-    if not int8:
-        return out
-    where = f"notebooks/{claim['notebook']}.ipynb" if claim["notebook"] else "its make rule"
-    ours = (f"beside, not judged: the int8 copy of the draft: {out.ours} ({out.verdict})" if out.ours
-            and out.verdict != NOT_RUN else out.ours)
-    return Outcome(NOT_RUN, ours, None, f"the committed {', '.join(int8)} was drafted by the int8 copy of the draft; "
-                                        f"the claim judges the draft in its own dtype: rerun {where}")
-
-
 def artifacts(prov: dict) -> str:
     """What the models of a table were: each zoo checkpoint its provenance names (``target``, ``draft``) with its file
     and quantization (:data:`specrepro.models.ZOO`), and the dtype the arithmetic ran in; "" for no zoo model."""
@@ -121,9 +106,8 @@ def artifacts(prov: dict) -> str:
     names = [str(prov.get(k)) for k in ("target", "draft") if prov.get(k) and str(prov.get(k)) in ZOO]
     if not names:
         return ""
-    dtype = str(prov.get("dtype") or "float32")
     files = "; ".join(f"{n}: {ZOO[n].description}" for n in dict.fromkeys(names))
-    return f"checkpoints: {files}; dequantized, arithmetic in {dtype}"
+    return f"checkpoints: {files}; dequantized, arithmetic in {prov.get('dtype') or 'float32'}"
 
 
 def score_claim(claim: pd.Series, tables: Tables) -> dict:
@@ -142,19 +126,25 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
     row.update(our_setting="; ".join(s for s in (models, claim["our_setting"], artifacts(prov)) if s),
                hardware=hardware_of(prov), profile=prov.get("profile", tables.profile if names else ""),
                commit=prov.get("commit", ""))
-    missing = [n for n in names if tables.get(n) is None]
+    params, missing = params_of(claim), [n for n in names if tables.get(n) is None]
+    notebook = f"notebooks/{claim['notebook']}.ipynb" if claim["notebook"] else ""
     if missing:
-        where = (f"notebooks/{claim['notebook']}.ipynb" if claim["notebook"]
-                 else " ".join(f"make data/results/{n}.csv" for n in missing))
+        where = notebook or " ".join(f"make data/results/{n}.csv" for n in missing)
         out = Outcome(NOT_RUN, "", None, f"{', '.join(missing)} not written for profile {tables.profile}: run {where}")
     else:
         try:
             out = RULES[claim["rule"]](claim, tables)
         except NotRun as e:
             out = Outcome(NOT_RUN, e.ours, None, str(e))
-        out = _judged_draft(claim, tables, names, out)
+        # a claim that judges the draft in its own dtype: a table drafted by the int8 copy stands beside, not judged
+        int8 = [n for n in names if params.get("draft") == "own dtype" and _int8_drafted(tables.provenance(n))]
+        if int8:
+            ours = (f"beside, not judged: the int8 copy of the draft: {out.ours} ({out.verdict})" if out.ours
+                    and out.verdict != NOT_RUN else out.ours)
+            out = Outcome(NOT_RUN, ours, None, f"the committed {', '.join(int8)} was drafted by the int8 copy of the "
+                          f"draft; the claim judges the draft in its own dtype: rerun {notebook or 'its make rule'}")
     row.update(verdict=out.verdict, ours=out.ours, ours_value=out.value, ours_lo=out.lo, ours_hi=out.hi, n=out.n,
-               n_unit=n_unit(out), reason=out.reason, margin=fmt_margin(parse_margin(params_of(claim).get("margin"))),
+               n_unit=n_unit(out), reason=out.reason, margin=fmt_margin(parse_margin(params.get("margin"))),
                interval=RULE_INTERVALS.get(claim["rule"], "") if out.lo is not None or out.n else "")
     return row
 

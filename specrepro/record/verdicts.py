@@ -240,10 +240,10 @@ N_PHRASE = re.compile(r"\bn = ([\d,]+(?:[-–][\d,]+)?)(?: ([A-Za-z]+(?: × \d+ 
 
 def n_unit(out: Outcome) -> str:
     """What an outcome's n counts: its ``unit``, else the unit of its text's first :data:`N_PHRASE`, else ""."""
-    if out.unit or out.n is None:
-        return out.unit if out.n is not None else ""
+    if out.n is None:
+        return ""
     m = N_PHRASE.search(out.ours or "")
-    return (m.group(2) or "") if m else ""
+    return out.unit or (m and m.group(2)) or ""
 
 
 def prompt_unit(df) -> str:
