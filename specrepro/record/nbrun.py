@@ -23,7 +23,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from unittest import mock
 
 from specrepro.files import READS_ENV, atomic_write_text, cpu_description, git_commit, hold_record_lock_for
 
@@ -127,10 +126,16 @@ def run_notebook(source: str | Path, output: str | Path, profile: str | Path, ke
     stem = output.name.removesuffix(".ipynb")
     partial, log = output.with_name(f"{stem}.partial.ipynb"), output.with_name(f"{stem}.partial.reads")
     log.unlink(missing_ok=True)
-    # the kernel inherits the environment: every table it reads is logged there
-    with mock.patch.dict(os.environ, {READS_ENV: str(log.resolve())}):
+    previous = os.environ.get(READS_ENV)
+    os.environ[READS_ENV] = str(log.resolve())  # the kernel inherits it: every table it reads is logged there
+    try:
         papermill.execute_notebook(str(source), str(partial), parameters=params, kernel_name=kernel,
                                    cwd=str(source.resolve().parent), progress_bar=False)
+    finally:
+        if previous is None:
+            os.environ.pop(READS_ENV, None)
+        else:
+            os.environ[READS_ENV] = previous
     clean_notebook(partial)
     stamp_run(partial, time.perf_counter() - t0, profile.stem)
     stamp_inputs(partial, read_log(log), source)
