@@ -707,6 +707,14 @@ def test_every_speed_and_acceptance_row_shows_its_interval_and_n(committed_card)
             assert np.isfinite(r["ours_lo"]) or r["rule"] in ("row_order", "increases", "decreases"), r["id"]
 
 
+def test_every_performance_claim_read_exactly_prints_its_equivalence_margin(committed_card):
+    """"Reproduced exactly" on a measured quantity is an equivalence test: the card prints the margin it used (a
+    computed formula's tolerance on the signed gap included)."""
+    exact = committed_card[(committed_card["group"] == "performance") & (committed_card["verdict"] == EXACT)]
+    assert len(exact) >= 1
+    assert exact["margin"].fillna("").astype(str).str.startswith("±").all(), exact[["id", "margin"]]
+
+
 def test_every_n_says_what_it_counts(committed_card):
     """The card's n carries its unit (runs, settings, prompts × passes, points, samples): never a bare number, in the
     CSV or in the README's n column."""

@@ -143,8 +143,11 @@ def score_claim(claim: pd.Series, tables: Tables) -> dict:
                     and out.verdict != NOT_RUN else out.ours)
             out = Outcome(NOT_RUN, ours, None, f"the committed {', '.join(int8)} was drafted by the int8 copy of the "
                           f"draft; the claim judges the draft in its own dtype: rerun {notebook or 'its make rule'}")
+    margin = params.get("margin")
+    if claim["rule"] == "close_to_prediction" and claim["paper_kind"] == "computed":
+        margin = params.get("tolerance", "0.10")  # its equivalence margin, on the signed gap's scale
     row.update(verdict=out.verdict, ours=out.ours, ours_value=out.value, ours_lo=out.lo, ours_hi=out.hi, n=out.n,
-               n_unit=n_unit(out), reason=out.reason, margin=fmt_margin(parse_margin(params.get("margin"))),
+               n_unit=n_unit(out), reason=out.reason, margin=fmt_margin(parse_margin(margin)),
                interval=RULE_INTERVALS.get(claim["rule"], "") if out.lo is not None or out.n else "")
     return row
 
