@@ -348,3 +348,37 @@ def test_the_adapter_is_a_blocklm_over_the_models_own_cache(pair):
         lm.truncate(-1)
     with pytest.raises(ValueError):
         lm.forward_block([])
+
+
+class _ScriptedLM:
+    """A BlockLM whose logits rows are scripted: row k of ``rows`` for the k-th position it scores (cycling)."""
+
+    def __init__(self, rows: torch.Tensor):
+        self.rows, self.vocab_size, self.n = rows, rows.shape[1], 0
+
+    def reset(self):
+        self.n = 0
+
+    def truncate(self, length):
+        pass
+
+    def forward_block(self, token_ids, logits_to_keep=None):
+        keep = len(token_ids) if logits_to_keep is None else logits_to_keep
+        out = self.rows[[(self.n + i) % len(self.rows) for i in range(keep)]]
+        self.n += keep
+        return out
+
+
+def test_a_greedy_ar_step_is_the_argmax_and_refuses_nan_logits():
+    """Greedy AR takes the argmax of each row (ties: the first, as the one-hot row of logits_to_probs and a draw
+    from it give) without building a V-wide row, and NaN logits still raise, greedy or not."""
+    rows = torch.tensor([[0.0, 3.0, 3.0, -1.0], [5.0, 1.0, 2.0, 7.0], [-2.0, -1.0, -3.0, -4.0]])
+    out = generate(_ScriptedLM(rows), [0, 1], drafter=None, max_new_tokens=6, sampling=SamplingConfig(0.0),
+                   eos_token_id=())
+    assert out.tokens == [1, 3, 1, 1, 3, 1]
+    nan = rows.clone()
+    nan[1, 2] = float("nan")
+    for cfg in (SamplingConfig(0.0), SamplingConfig(1.0)):
+        with pytest.raises(ValueError, match="NaN in logits"):
+            generate(_ScriptedLM(nan), [0, 1], drafter=None, max_new_tokens=4, sampling=cfg, seed=0,
+                     eos_token_id=())

@@ -33,6 +33,7 @@ from specrepro.core.kvcache import new_cache
 from specrepro.core.sampling import (
     GREEDY,
     SamplingConfig,
+    greedy_token,
     logits_to_probs,
     verify_block,
     verify_chain,
@@ -269,7 +270,9 @@ def generate(
     them from (None for point masses); the target runs ``[last committed token, x_1..x_g]`` in one ``forward_block``
     (g + 1 rows of logits), processed by :func:`~specrepro.core.sampling.logits_to_probs` into p; ``verification``
     accepts a prefix of the block and draws the correction or bonus token; the drafter hears how many of its tokens
-    were kept (``feedback``); the target's cache is cut back to the committed length minus one.
+    were kept (``feedback``); the target's cache is cut back to the committed length minus one. A greedy step with
+    no draft token (AR, or a block's last token) takes the argmax (:func:`~specrepro.core.sampling.greedy_token`):
+    the token p's one-hot row and the verification's draw from it give, without building that V-wide row.
 
     Args:
         target: a transformers causal LM (``AutoModelForCausalLM``) on any device, wrapped in
@@ -360,10 +363,14 @@ def generate(
         if logits.dim() != 2 or logits.shape[0] != g + 1 or logits.shape[1] != vocab:
             raise ValueError(f"the target returned logits of shape {tuple(logits.shape)} for a block of {g + 1} "
                              f"tokens over {vocab}")
-        p = logits_to_probs(logits, sampling)
-        if draft_probs is not None and draft_probs.shape[-1] != p.shape[-1]:
-            raise ValueError(f"draft distributions have width {draft_probs.shape[-1]}, target logits {p.shape[-1]}")
-        n, nxt = verify(p, draft_probs, draft_tokens, generator)
+        if g == 0 and sampling.greedy:  # a greedy step with nothing to verify: the argmax, no V-wide row
+            n, nxt = 0, greedy_token(logits[0])
+        else:
+            p = logits_to_probs(logits, sampling)
+            if draft_probs is not None and draft_probs.shape[-1] != p.shape[-1]:
+                raise ValueError(f"draft distributions have width {draft_probs.shape[-1]}, target logits "
+                                 f"{p.shape[-1]}")
+            n, nxt = verify(p, draft_probs, draft_tokens, generator)
         if g:
             q_rows = draft_probs[: min(n + 1, g)] if draft_probs is not None else None
             rows = p[: min(n + 1, g)]
