@@ -79,8 +79,9 @@ NAN_LOGITS = "NaN in logits: the model produced invalid scores (check dtype over
 
 def greedy_token(logits: torch.Tensor) -> int:
     """The token greedy decoding picks from one row of logits [V] (any float dtype): its argmax, the token that the
-    one-hot row of :func:`logits_to_probs` at temperature 0, and any draw from that row, give, without building a
-    V-wide row (about 0.6 ms a token at V = 151,936 on 2 CPU cores).
+    one-hot row of :func:`logits_to_probs` at temperature 0, and any draw from that row, give, without building that
+    V-wide row or drawing from it (the AR loop's per-token work outside the forward, measured in a bench file's
+    ``overhead_ms``).
 
     Raises:
         ValueError: the row contains NaN.
